@@ -1,0 +1,214 @@
+//! The configuration: one TOML file, validated into typed settings.
+//!
+//! Two layers: [`raw`] is what serde reads (unknown fields refused, values
+//! spanned), [`validate`] turns it into a [`Config`] whose values are typed
+//! and in range, or into every [`Problem`] found, each with its line and
+//! column. A configuration that has a problem is never partly applied.
+//!
+//! ## Inheritance
+//! The two bounds and the ejection time are inherited separately: the
+//! route's value, else `[global]`'s, else the product default. Each typed
+//! value remembers where it came from ([`Origin`]) so that `picket check`
+//! can show it.
+
+mod diff;
+mod error;
+mod raw;
+mod render;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use diff::{ReloadPlan, diff};
+pub use error::{ConfigError, Problem};
+pub use render::render;
+
+/// Product default for the connect bound.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Product default for the first-answer bound.
+pub const DEFAULT_FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+/// Product default for how long a replica that failed to connect stays out.
+pub const DEFAULT_EJECT_FOR: Duration = Duration::from_secs(10);
+/// The default number of attempts is the number of replicas, at most this.
+pub const DEFAULT_MAX_TRIES: u32 = 3;
+
+/// A fully validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it was read from, as named in errors and logs.
+    pub source: String,
+    pub node: NodeSettings,
+    pub global: GlobalSettings,
+    pub routes: Vec<RouteConfig>,
+}
+
+/// Where a value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The product default.
+    Default,
+    /// The file, for settings that are not inherited.
+    File,
+    /// Inherited from `[global]`.
+    Global,
+    /// Set on the route itself.
+    Route,
+    /// A command-line flag or its environment variable.
+    Override,
+}
+
+/// A value and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setting<T> {
+    pub value: T,
+    pub from: Origin,
+}
+
+impl<T> Setting<T> {
+    pub fn new(value: T, from: Origin) -> Self {
+        Setting { value, from }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    pub name: Setting<String>,
+    /// The proxy listener.
+    pub listen: Setting<SocketAddr>,
+    /// Status API, `/healthz`, `/readyz`, `/metrics`.
+    pub admin: Setting<SocketAddr>,
+    /// Threads that serve proxied traffic.
+    pub workers: Setting<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalSettings {
+    pub connect_timeout: Setting<Duration>,
+    pub first_answer_timeout: Setting<Duration>,
+    pub eject_for: Setting<Duration>,
+}
+
+/// The two waits a node bounds for every upstream request.
+///
+/// Routes with the same bounds share one connection pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// TCP connect and TLS handshake.
+    pub connect: Duration,
+    /// From the request being sent to the response head.
+    pub first_answer: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteConfig {
+    pub name: String,
+    /// `None` matches any host.
+    pub host: Option<HostMatch>,
+    pub path_prefix: String,
+    pub upstream: UpstreamConfig,
+    pub connect_timeout: Setting<Duration>,
+    pub first_answer_timeout: Setting<Duration>,
+    /// Attempts per request, each on a different replica.
+    pub tries: Setting<u32>,
+    pub eject_for: Setting<Duration>,
+}
+
+impl RouteConfig {
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            connect: self.connect_timeout.value,
+            first_answer: self.first_answer_timeout.value,
+        }
+    }
+}
+
+/// How a route matches the request's host.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostMatch {
+    /// `api.example.com`, compared without case.
+    Exact(String),
+    /// `*.example.com`: stored as `.example.com`; matches any subdomain.
+    Suffix(String),
+}
+
+impl fmt::Display for HostMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostMatch::Exact(h) => f.write_str(h),
+            HostMatch::Suffix(s) => write!(f, "*{s}"),
+        }
+    }
+}
+
+/// Where a route sends its traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UpstreamConfig {
+    /// A static list of replica addresses.
+    Replicas(Vec<SocketAddr>),
+    /// An external host, reached by name.
+    External(ExternalHost),
+}
+
+/// `http://host:port` or `https://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ExternalHost {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for ExternalHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// Per-deployment settings given as flags or environment variables; they win
+/// over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub name: Option<String>,
+    pub listen: Option<SocketAddr>,
+    pub admin: Option<SocketAddr>,
+    pub workers: Option<usize>,
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Config::parse(&file, &text)
+    }
+
+    /// Validates the text of a configuration; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        validate::validate(file, text).map_err(|problems| ConfigError::Invalid {
+            file: file.to_string(),
+            problems,
+        })
+    }
+
+    /// Applies flag and environment overrides.
+    pub fn apply(&mut self, overrides: &Overrides) {
+        if let Some(name) = &overrides.name {
+            self.node.name = Setting::new(name.clone(), Origin::Override);
+        }
+        if let Some(listen) = overrides.listen {
+            self.node.listen = Setting::new(listen, Origin::Override);
+        }
+        if let Some(admin) = overrides.admin {
+            self.node.admin = Setting::new(admin, Origin::Override);
+        }
+        if let Some(workers) = overrides.workers {
+            self.node.workers = Setting::new(workers.max(1), Origin::Override);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The file as serde reads it: every field optional where the file may omit
+//! it, unknown fields refused, values still spanned so that validation can
+//! point at the line and column of a bad value.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub node: RawNode,
+    #[serde(default)]
+    pub global: RawGlobal,
+    #[serde(default, rename = "route")]
+    pub routes: Vec<Spanned<RawRoute>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    pub name: Option<Spanned<String>>,
+    pub listen: Option<Spanned<String>>,
+    pub admin: Option<Spanned<String>>,
+    pub workers: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGlobal {
+    pub connect_timeout: Option<Spanned<String>>,
+    pub first_answer_timeout: Option<Spanned<String>>,
+    pub eject_for: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: Spanned<String>,
+    pub host: Option<Spanned<String>>,
+    pub path_prefix: Option<Spanned<String>>,
+    pub upstream: Option<Spanned<String>>,
+    pub replicas: Option<Spanned<Vec<Spanned<String>>>>,
+    pub connect_timeout: Option<Spanned<String>>,
+    pub first_answer_timeout: Option<Spanned<String>>,
+    pub tries: Option<Spanned<i64>>,
+    pub eject_for: Option<Spanned<String>>,
+}

@@ -1,0 +1,461 @@
+//! Raw file model → typed [`Config`], collecting every problem with its
+//! position instead of stopping at the first.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::{Range, RangeInclusive};
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::error::{Positions, Problem};
+use super::raw::{RawConfig, RawGlobal, RawNode, RawRoute};
+use super::{
+    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
+    DEFAULT_MAX_TRIES, ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig,
+    Setting, UpstreamConfig,
+};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Allowed values of each bounded duration, as `(field, min, max)`.
+pub(super) const CONNECT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(30));
+pub(super) const FIRST_ANSWER_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
+pub(super) const EJECT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(3600));
+pub(super) const TRIES_RANGE: RangeInclusive<i64> = 1..=10;
+pub(super) const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
+
+pub(super) const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+pub(super) const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
+
+pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
+    let positions = Positions::new(text);
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        vec![positions.problem(span, e.message().trim().to_string())]
+    })?;
+    let mut v = Validator {
+        positions,
+        problems: Vec::new(),
+    };
+    let node = v.node(&raw.node);
+    let global = v.global(&raw.global);
+    let routes: Vec<RouteConfig> = raw
+        .routes
+        .iter()
+        .filter_map(|route| v.route(route, &global))
+        .collect();
+    v.unique(&raw.routes);
+    if v.problems.is_empty() {
+        Ok(Config {
+            source: file.to_string(),
+            node,
+            global,
+            routes,
+        })
+    } else {
+        v.problems.sort_by_key(|p| (p.line, p.column));
+        Err(v.problems)
+    }
+}
+
+struct Validator<'a> {
+    positions: Positions<'a>,
+    problems: Vec<Problem>,
+}
+
+impl Validator<'_> {
+    fn problem(&mut self, span: Range<usize>, message: impl Into<String>) {
+        let problem = self.positions.problem(span, message);
+        self.problems.push(problem);
+    }
+
+    fn node(&mut self, raw: &RawNode) -> NodeSettings {
+        let name = match &raw.name {
+            Some(name) => {
+                if !is_name(name.get_ref()) {
+                    self.problem(
+                        name.span(),
+                        format!(
+                            "node name {:?} must be 1 to 63 letters, digits, '.', '_' or '-'",
+                            name.get_ref()
+                        ),
+                    );
+                }
+                Setting::new(name.get_ref().clone(), Origin::File)
+            }
+            None => Setting::new(default_node_name(), Origin::Default),
+        };
+        let listen = self.address(raw.listen.as_ref(), "listen", DEFAULT_LISTEN);
+        let admin = self.address(raw.admin.as_ref(), "admin", DEFAULT_ADMIN);
+        let workers = match &raw.workers {
+            Some(w) => {
+                let n = *w.get_ref();
+                if !WORKERS_RANGE.contains(&n) {
+                    self.problem(w.span(), format!("workers = {n} is out of range: 1 to 256"));
+                }
+                Setting::new(usize::try_from(n).unwrap_or(1).max(1), Origin::File)
+            }
+            None => Setting::new(default_workers(), Origin::Default),
+        };
+        NodeSettings {
+            name,
+            listen,
+            admin,
+            workers,
+        }
+    }
+
+    fn address(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        field: &str,
+        default: &str,
+    ) -> Setting<SocketAddr> {
+        let fallback = default
+            .parse()
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let Some(raw) = raw else {
+            return Setting::new(fallback, Origin::Default);
+        };
+        match raw.get_ref().parse() {
+            Ok(addr) => Setting::new(addr, Origin::File),
+            Err(_) => {
+                self.problem(
+                    raw.span(),
+                    format!(
+                        "{field} = {:?} is not an address such as \"{default}\"",
+                        raw.get_ref()
+                    ),
+                );
+                Setting::new(fallback, Origin::File)
+            }
+        }
+    }
+
+    fn global(&mut self, raw: &RawGlobal) -> GlobalSettings {
+        let mut inherited = |raw: &Option<Spanned<String>>, field, range, default| match raw {
+            Some(value) => Setting::new(
+                self.duration(value, field, range).unwrap_or(default),
+                Origin::Global,
+            ),
+            None => Setting::new(default, Origin::Default),
+        };
+        GlobalSettings {
+            connect_timeout: inherited(
+                &raw.connect_timeout,
+                "connect_timeout",
+                CONNECT_RANGE,
+                DEFAULT_CONNECT_TIMEOUT,
+            ),
+            first_answer_timeout: inherited(
+                &raw.first_answer_timeout,
+                "first_answer_timeout",
+                FIRST_ANSWER_RANGE,
+                DEFAULT_FIRST_ANSWER_TIMEOUT,
+            ),
+            eject_for: inherited(&raw.eject_for, "eject_for", EJECT_RANGE, DEFAULT_EJECT_FOR),
+        }
+    }
+
+    fn duration(
+        &mut self,
+        raw: &Spanned<String>,
+        field: &str,
+        (min, max): (Duration, Duration),
+    ) -> Option<Duration> {
+        let text = raw.get_ref();
+        let Ok(value) = humantime::parse_duration(text) else {
+            self.problem(
+                raw.span(),
+                format!("{field} = {text:?} is not a duration such as \"5s\" or \"250ms\""),
+            );
+            return None;
+        };
+        if value < min || value > max {
+            self.problem(
+                raw.span(),
+                format!(
+                    "{field} = {text:?} is out of range: {} to {}",
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                ),
+            );
+            return None;
+        }
+        Some(value)
+    }
+
+    /// The route's own value, else the inherited one.
+    fn inherit(
+        &mut self,
+        raw: &Option<Spanned<String>>,
+        field: &str,
+        range: (Duration, Duration),
+        inherited: &Setting<Duration>,
+    ) -> Option<Setting<Duration>> {
+        match raw {
+            Some(value) => Some(Setting::new(
+                self.duration(value, field, range)?,
+                Origin::Route,
+            )),
+            None => Some(inherited.clone()),
+        }
+    }
+
+    fn route(&mut self, raw: &Spanned<RawRoute>, global: &GlobalSettings) -> Option<RouteConfig> {
+        let raw = raw.get_ref();
+        let before = self.problems.len();
+        let name = raw.name.get_ref().clone();
+        if !is_name(&name) {
+            self.problem(
+                raw.name.span(),
+                format!("route name {name:?} must be 1 to 63 letters, digits, '.', '_' or '-'"),
+            );
+        }
+        let host = raw.host.as_ref().and_then(|h| self.host(h));
+        let path_prefix = match &raw.path_prefix {
+            Some(p) => self.path_prefix(p),
+            None => "/".to_string(),
+        };
+        let upstream = self.upstream(raw);
+        let connect_timeout = self.inherit(
+            &raw.connect_timeout,
+            "connect_timeout",
+            CONNECT_RANGE,
+            &global.connect_timeout,
+        );
+        let first_answer_timeout = self.inherit(
+            &raw.first_answer_timeout,
+            "first_answer_timeout",
+            FIRST_ANSWER_RANGE,
+            &global.first_answer_timeout,
+        );
+        let eject_for = self.inherit(&raw.eject_for, "eject_for", EJECT_RANGE, &global.eject_for);
+        let tries = match &raw.tries {
+            Some(t) if TRIES_RANGE.contains(t.get_ref()) => {
+                Setting::new(u32::try_from(*t.get_ref()).unwrap_or(1), Origin::Route)
+            }
+            Some(t) => {
+                self.problem(
+                    t.span(),
+                    format!("tries = {} is out of range: 1 to 10", t.get_ref()),
+                );
+                Setting::new(1, Origin::Route)
+            }
+            None => Setting::new(default_tries(upstream.as_ref()), Origin::Default),
+        };
+        if self.problems.len() > before {
+            return None;
+        }
+        Some(RouteConfig {
+            name,
+            host,
+            path_prefix,
+            upstream: upstream?,
+            connect_timeout: connect_timeout?,
+            first_answer_timeout: first_answer_timeout?,
+            tries,
+            eject_for: eject_for?,
+        })
+    }
+
+    fn host(&mut self, raw: &Spanned<String>) -> Option<HostMatch> {
+        let host = raw.get_ref().to_ascii_lowercase();
+        let (suffix, name) = match host.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, host.as_str()),
+        };
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !valid {
+            self.problem(
+                raw.span(),
+                format!(
+                    "host {:?} must be a DNS name such as \"api.example.com\" or \"*.example.com\", without scheme or port",
+                    raw.get_ref()
+                ),
+            );
+            return None;
+        }
+        Some(if suffix {
+            HostMatch::Suffix(format!(".{name}"))
+        } else {
+            HostMatch::Exact(name.to_string())
+        })
+    }
+
+    fn path_prefix(&mut self, raw: &Spanned<String>) -> String {
+        let p = raw.get_ref();
+        if !p.starts_with('/') || p.contains(['?', '#']) || p.contains(char::is_whitespace) {
+            self.problem(
+                raw.span(),
+                format!("path_prefix {p:?} must start with '/' and hold no '?', '#' or spaces"),
+            );
+        }
+        p.clone()
+    }
+
+    fn upstream(&mut self, raw: &RawRoute) -> Option<UpstreamConfig> {
+        match (&raw.upstream, &raw.replicas) {
+            (Some(_), Some(replicas)) => {
+                self.problem(
+                    replicas.span(),
+                    "a route has either `upstream` or `replicas`, not both",
+                );
+                None
+            }
+            (None, None) => {
+                self.problem(
+                    raw.name.span(),
+                    format!(
+                        "route {:?} needs an upstream: `upstream = \"http://host:port\"` or `replicas = [\"10.0.0.7:8080\"]`",
+                        raw.name.get_ref()
+                    ),
+                );
+                None
+            }
+            (Some(url), None) => self.external(url).map(UpstreamConfig::External),
+            (None, Some(list)) => self.replicas(list).map(UpstreamConfig::Replicas),
+        }
+    }
+
+    fn replicas(&mut self, list: &Spanned<Vec<Spanned<String>>>) -> Option<Vec<SocketAddr>> {
+        if list.get_ref().is_empty() {
+            self.problem(list.span(), "replicas must name at least one address");
+            return None;
+        }
+        let mut out = Vec::with_capacity(list.get_ref().len());
+        for entry in list.get_ref() {
+            match entry.get_ref().parse::<SocketAddr>() {
+                Ok(addr) if out.contains(&addr) => {
+                    self.problem(entry.span(), format!("replica {addr} is listed twice"));
+                }
+                Ok(addr) => out.push(addr),
+                Err(_) => self.problem(
+                    entry.span(),
+                    format!(
+                        "replica {:?} is not an IP:port such as \"10.0.0.7:8080\" (use `upstream = \"http://name:port\"` for a name)",
+                        entry.get_ref()
+                    ),
+                ),
+            }
+        }
+        (out.len() == list.get_ref().len()).then_some(out)
+    }
+
+    fn external(&mut self, raw: &Spanned<String>) -> Option<ExternalHost> {
+        let text = raw.get_ref();
+        let bad = |why: &str| {
+            format!(
+                "upstream {text:?} {why}; expected a URL such as \"https://billing.example.net\""
+            )
+        };
+        let Ok(uri) = text.parse::<http::Uri>() else {
+            self.problem(raw.span(), bad("is not a URL"));
+            return None;
+        };
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                self.problem(raw.span(), bad("must start with http:// or https://"));
+                return None;
+            }
+        };
+        let Some(authority) = uri.authority() else {
+            self.problem(raw.span(), bad("has no host"));
+            return None;
+        };
+        if authority.as_str().contains('@') {
+            self.problem(raw.span(), bad("must not carry credentials"));
+            return None;
+        }
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            self.problem(raw.span(), bad("must not have a path or query"));
+            return None;
+        }
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        if tls && rustls::pki_types::ServerName::try_from(host).is_err() {
+            self.problem(raw.span(), bad("has a host TLS cannot verify"));
+            return None;
+        }
+        Some(ExternalHost {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+        })
+    }
+
+    /// Route names are unique, and no two routes have the same match.
+    fn unique(&mut self, routes: &[Spanned<RawRoute>]) {
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut matches: HashMap<(String, &str), (&str, usize)> = HashMap::new();
+        for route in routes {
+            let raw = route.get_ref();
+            let line = self.positions.problem(route.span(), "").line;
+            let name = raw.name.get_ref().as_str();
+            if let Some(first) = names.insert(name, line) {
+                self.problem(
+                    raw.name.span(),
+                    format!("route name {name:?} is already used by the route at line {first}"),
+                );
+            }
+            let host = raw
+                .host
+                .as_ref()
+                .map(|h| h.get_ref().to_ascii_lowercase())
+                .unwrap_or_default();
+            let prefix = raw
+                .path_prefix
+                .as_ref()
+                .map_or("/", |p| p.get_ref().as_str());
+            if let Some((other, first)) = matches.insert((host, prefix), (name, line)) {
+                self.problem(
+                    raw.name.span(),
+                    format!(
+                        "route {name:?} has the same host and path_prefix as route {other:?} at line {first}"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn is_name(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn default_node_name() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    if is_name(&host) {
+        host
+    } else {
+        "picket".to_string()
+    }
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn default_tries(upstream: Option<&UpstreamConfig>) -> u32 {
+    match upstream {
+        Some(UpstreamConfig::Replicas(list)) => u32::try_from(list.len())
+            .unwrap_or(u32::MAX)
+            .clamp(1, DEFAULT_MAX_TRIES),
+        _ => 1,
+    }
+}

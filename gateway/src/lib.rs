@@ -1,0 +1,26 @@
+//! Picket: an HTTP gateway that runs as a cluster, one node per machine.
+//!
+//! This crate is one node. Each node proxies traffic ([`proxy`]) to the
+//! replicas of its routes ([`upstream`]), bounds how long it waits for
+//! them, keeps replicas that fail to connect out of its own rotation, and
+//! reports on itself through the admin listener ([`status`]).
+//!
+//! Decisions (route matching, replica health, configuration validation and
+//! reload plans) are pure code that takes `now` and inputs; sockets, timers
+//! and files live at the edges.
+
+#![forbid(unsafe_code)]
+
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod metrics;
+pub mod node;
+pub mod proxy;
+pub mod reload;
+pub mod router;
+pub mod server;
+pub mod shutdown;
+pub mod status;
+pub mod tls;
+pub mod upstream;

@@ -1,0 +1,221 @@
+//! The `picket` command: run a node, check a configuration, or try the demo.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use picket::config::{Config, Overrides};
+use picket::node::{self, Listeners, Node, Options};
+use picket::{demo, shutdown};
+
+/// Picket: an HTTP gateway that runs as a cluster, one node per machine.
+///
+/// Each node proxies traffic, bounds how long it waits for every upstream,
+/// and keeps replicas that fail to connect out of its own rotation.
+#[derive(Debug, Parser)]
+#[command(name = "picket", version)]
+struct Cli {
+    /// Log format: `human` lines, or one JSON object per line.
+    #[arg(long, global = true, env = "PICKET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    log_format: LogFormat,
+
+    /// Which logs to write, in tracing's filter syntax: `info`, `debug`,
+    /// `picket=debug,hyper=info`.
+    #[arg(long, global = true, env = "PICKET_LOG", default_value = "info")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node on a configuration file; reloads it when it changes and on SIGHUP.
+    Run {
+        /// The TOML configuration file.
+        #[arg(short, long, env = "PICKET_CONFIG")]
+        config: PathBuf,
+        #[command(flatten)]
+        node: NodeFlags,
+    },
+    /// Validate a configuration file and print the effective configuration,
+    /// with every inherited value and where it came from.
+    Check {
+        /// The TOML configuration file.
+        file: PathBuf,
+        #[command(flatten)]
+        node: NodeFlags,
+    },
+    /// Run a node with demo upstreams in the same process: three healthy
+    /// replicas on `/`, a slow one on `/slow`, a refusing one on `/refused`.
+    Demo {
+        /// Where the demo proxy listens.
+        #[arg(long, env = "PICKET_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Where the demo's status endpoints listen.
+        #[arg(long, env = "PICKET_ADMIN", default_value = "127.0.0.1:9900")]
+        admin: SocketAddr,
+    },
+}
+
+/// Per-deployment settings; each wins over the configuration file.
+#[derive(Debug, Args)]
+struct NodeFlags {
+    /// The node's name (default: the file's `[node] name`, else the hostname).
+    #[arg(long, env = "PICKET_NODE_NAME")]
+    name: Option<String>,
+    /// Where the proxy listens (default: the file's `[node] listen`, else 0.0.0.0:8080).
+    #[arg(long, env = "PICKET_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Where `/healthz`, `/readyz` and `/metrics` listen (default: the file's
+    /// `[node] admin`, else 127.0.0.1:9900).
+    #[arg(long, env = "PICKET_ADMIN")]
+    admin: Option<SocketAddr>,
+    /// Threads serving proxied traffic (default: the file's `[node] workers`,
+    /// else one per CPU).
+    #[arg(long, env = "PICKET_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: Option<u16>,
+    /// A PEM file of extra CA certificates trusted for `https://` upstreams,
+    /// besides the Mozilla roots built in.
+    #[arg(long, env = "SSL_CERT_FILE")]
+    extra_ca: Option<PathBuf>,
+}
+
+impl NodeFlags {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            name: self.name.clone(),
+            listen: self.listen,
+            admin: self.admin,
+            workers: self.workers.map(usize::from),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.log);
+    let result = match cli.command {
+        Command::Check { file, node } => return check(&file, &node),
+        Command::Run { config, node } => run(config, &node),
+        Command::Demo { listen, admin } => run_demo(listen, admin),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("picket: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+    }
+}
+
+fn check(file: &std::path::Path, flags: &NodeFlags) -> ExitCode {
+    match Config::load(file) {
+        Ok(mut config) => {
+            config.apply(&flags.overrides());
+            print!("{}", picket::config::render(&config));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
+    let mut config = Config::load(&path)?;
+    let overrides = flags.overrides();
+    config.apply(&overrides);
+    let options = Options {
+        config_path: Some(path),
+        overrides,
+        tls: picket::tls::client_config(flags.extra_ca.as_deref())?,
+        drain: node::DEFAULT_DRAIN,
+    };
+    runtime(config.node.workers.value)?.block_on(serve(config, options))
+}
+
+fn run_demo(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<()> {
+    let overrides = Overrides {
+        listen: Some(listen),
+        admin: Some(admin),
+        ..Overrides::default()
+    };
+    let options = Options {
+        config_path: None,
+        overrides: overrides.clone(),
+        tls: picket::tls::client_config(None)?,
+        drain: std::time::Duration::from_secs(1),
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    runtime(workers)?.block_on(async move {
+        let upstreams = demo::start_upstreams().await?;
+        let mut config = Config::parse("demo", &demo::config_text(&upstreams))?;
+        config.apply(&overrides);
+        println!("{}", demo::banner(&config));
+        serve(config, options).await
+    })
+}
+
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .thread_name("picket-worker")
+        .enable_all()
+        .build()
+}
+
+/// Runs a node until SIGINT or SIGTERM, then drains.
+async fn serve(config: Config, options: Options) -> anyhow::Result<()> {
+    let listeners = Listeners::bind(config.node.listen.value, config.node.admin.value)?;
+    let (trigger, shutdown) = shutdown::channel();
+    tokio::spawn(async move {
+        wait_for_stop_signal().await;
+        tracing::info!("stop signal received; draining");
+        trigger.fire();
+    });
+    let node: Arc<Node> = Node::new(config, options);
+    node::run(listeners, node, shutdown)
+        .await
+        .context("node failed")
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

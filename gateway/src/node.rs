@@ -1,0 +1,313 @@
+//! A node: its listeners, proxy, admin thread and reloads, wired together.
+//!
+//! Entry points take bound listeners and a shutdown signal, so that tests
+//! bind port 0 and run many nodes side by side in one process.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::config::{self, Config, ConfigError, Overrides, ReloadPlan};
+use crate::metrics::Metrics;
+use crate::proxy::{Proxy, RouteContext, build_table};
+use crate::shutdown::{self, Shutdown, Trigger};
+use crate::status::AdminState;
+use crate::upstream::Pools;
+use crate::{reload, server, status};
+
+/// How long a stopping node lets requests in flight finish.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+/// The node's listening sockets, bound before the node starts.
+#[derive(Debug)]
+pub struct Listeners {
+    pub proxy: std::net::TcpListener,
+    pub admin: std::net::TcpListener,
+}
+
+impl Listeners {
+    pub fn bind(proxy: SocketAddr, admin: SocketAddr) -> io::Result<Listeners> {
+        Ok(Listeners {
+            proxy: bind(proxy)?,
+            admin: bind(admin)?,
+        })
+    }
+}
+
+fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&addr.into())
+        .map_err(|e| io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+/// What a node needs besides its configuration.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The file to reload on change and on SIGHUP; `None` never reloads.
+    pub config_path: Option<PathBuf>,
+    pub overrides: Overrides,
+    pub tls: Arc<rustls::ClientConfig>,
+    pub drain: Duration,
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    /// The file is what was last read: nothing to do.
+    Unchanged,
+    Applied(ReloadPlan),
+    /// The file is invalid; the running configuration stays.
+    Refused(String),
+}
+
+struct Current {
+    config: Config,
+    /// The text last read from the file, applied or refused.
+    text: Option<String>,
+}
+
+/// One gateway node.
+pub struct Node {
+    proxy: Arc<Proxy>,
+    ctx: RouteContext,
+    admin: Arc<AdminState>,
+    current: Mutex<Current>,
+    options: Options,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("proxy", &self.proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// A node on `config` (overrides already applied). Needs a tokio runtime.
+    pub fn new(config: Config, options: Options) -> Arc<Node> {
+        let metrics = Arc::new(Metrics::new());
+        let ctx = RouteContext {
+            pools: Arc::new(Pools::default()),
+            metrics: Arc::clone(&metrics),
+            tls: Arc::clone(&options.tls),
+        };
+        let table = build_table(&config.routes, None, &ctx);
+        let text = options
+            .config_path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        Arc::new(Node {
+            proxy: Arc::new(Proxy::new(table, Arc::clone(&metrics))),
+            ctx,
+            admin: Arc::new(AdminState::new(metrics)),
+            current: Mutex::new(Current { config, text }),
+            options,
+        })
+    }
+
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.ctx.metrics
+    }
+
+    pub fn pools(&self) -> &Arc<Pools> {
+        &self.ctx.pools
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Config {
+        self.lock().config.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Re-reads the configuration file and applies it if it is valid.
+    /// Logs one line for what happened; nothing when the file is unchanged.
+    pub fn reload_from_file(&self) -> Reload {
+        let Some(path) = &self.options.config_path else {
+            return Reload::Unchanged;
+        };
+        let file = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(source) => {
+                let error = ConfigError::Read { file, source }.to_string();
+                return self.refuse(None, error);
+            }
+        };
+        if self.lock().text.as_deref() == Some(text.as_str()) {
+            return Reload::Unchanged;
+        }
+        match Config::parse(&file, &text) {
+            Ok(mut config) => {
+                config.apply(&self.options.overrides);
+                self.lock().text = Some(text);
+                Reload::Applied(self.apply(config))
+            }
+            Err(error) => self.refuse(Some(text), error.to_string()),
+        }
+    }
+
+    fn refuse(&self, text: Option<String>, error: String) -> Reload {
+        self.lock().text = text;
+        self.ctx.metrics.reload(false);
+        tracing::warn!(%error, "configuration refused; the running configuration stays");
+        Reload::Refused(error)
+    }
+
+    /// Swaps in a new validated configuration. Routes that did not change
+    /// keep their replica health and pooled connections; requests in
+    /// flight finish on the routes they started with.
+    pub fn apply(&self, config: Config) -> ReloadPlan {
+        let mut current = self.lock();
+        let plan = config::diff(&current.config, &config);
+        let table = build_table(&config.routes, Some(&self.proxy.table()), &self.ctx);
+        self.proxy.swap(table);
+        current.config = config;
+        drop(current);
+        self.ctx.metrics.reload(true);
+        tracing::info!(
+            added = plan.added.len(),
+            removed = plan.removed.len(),
+            changed = plan.changed.len(),
+            unchanged = plan.unchanged,
+            "configuration reloaded"
+        );
+        if !plan.needs_restart.is_empty() {
+            tracing::warn!(settings = ?plan.needs_restart, "changed settings take effect on restart only");
+        }
+        plan
+    }
+}
+
+/// A node started with [`start`].
+#[derive(Debug)]
+pub struct Running {
+    pub proxy_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub node: Arc<Node>,
+    trigger: Trigger,
+    task: JoinHandle<io::Result<()>>,
+}
+
+impl Running {
+    /// Stops the node and waits until it has drained.
+    pub async fn stop(self) -> io::Result<()> {
+        self.trigger.fire();
+        self.task.await.map_err(io::Error::other)?
+    }
+}
+
+/// Starts a node in the current runtime.
+pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Result<Running> {
+    let proxy_addr = listeners.proxy.local_addr()?;
+    let admin_addr = listeners.admin.local_addr()?;
+    let node = Node::new(config, options);
+    let (trigger, shutdown) = shutdown::channel();
+    let task = tokio::spawn(run(listeners, Arc::clone(&node), shutdown));
+    Ok(Running {
+        proxy_addr,
+        admin_addr,
+        node,
+        trigger,
+        task,
+    })
+}
+
+/// Runs a node until `shutdown`, then drains.
+pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> io::Result<()> {
+    let proxy_listener = TcpListener::from_std(listeners.proxy)?;
+    let admin = spawn_admin(listeners.admin, Arc::clone(&node.admin), shutdown.clone())?;
+    if let Some(path) = node.options.config_path.clone() {
+        reload::spawn(Arc::clone(&node), path, shutdown.clone());
+    }
+    spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone());
+    {
+        let admin = Arc::clone(&node.admin);
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            shutdown.wait().await;
+            admin
+                .ready
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    node.admin
+        .ready
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    {
+        let config = node.config();
+        tracing::info!(
+            node = %config.node.name.value,
+            listen = %proxy_listener.local_addr()?,
+            routes = config.routes.len(),
+            "node serving"
+        );
+    }
+    server::serve(
+        proxy_listener,
+        Arc::clone(&node.proxy),
+        shutdown,
+        node.options.drain,
+    )
+    .await;
+    tokio::task::spawn_blocking(move || admin.join())
+        .await
+        .map_err(io::Error::other)?
+        .map_err(|_| io::Error::other("the admin thread panicked"))?;
+    tracing::info!("node stopped");
+    Ok(())
+}
+
+/// The admin listener on a thread and runtime of its own.
+fn spawn_admin(
+    listener: std::net::TcpListener,
+    state: Arc<AdminState>,
+    shutdown: Shutdown,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("picket-admin".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(listener) => status::serve(listener, state, shutdown).await,
+                    Err(error) => tracing::error!(%error, "admin listener unusable"),
+                }
+            });
+        })
+}
+
+fn spawn_sweeper(pools: Arc<Pools>, mut shutdown: Shutdown) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = every.tick() => pools.sweep(),
+                () = shutdown.wait() => return,
+            }
+        }
+    });
+}

@@ -1,0 +1,64 @@
+//! Reloading the configuration when its file changes or on SIGHUP.
+//!
+//! The directory is watched, not the file: editors replace files by
+//! renaming, and Kubernetes swaps a ConfigMap's files through a symlinked
+//! directory. Any event there (debounced) re-reads the file; the node then
+//! does nothing if its text is what it last read.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::node::Node;
+use crate::shutdown::Shutdown;
+
+/// Quiet time after a file event before the file is read.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
+pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
+    let (tx, mut events) = mpsc::channel::<()>(1);
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.try_send(());
+        }
+    })
+    .and_then(|mut w| w.watch(&dir, RecursiveMode::NonRecursive).map(|()| w));
+    let watcher = match watcher {
+        Ok(w) => Some(w),
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "cannot watch the configuration; SIGHUP still reloads it");
+            None
+        }
+    };
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    tokio::spawn(async move {
+        let _watcher = watcher;
+        loop {
+            let hup = async {
+                match hangup.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(()) = events.recv() => {
+                    tokio::time::sleep(DEBOUNCE).await;
+                    while events.try_recv().is_ok() {}
+                }
+                Some(()) = hup => tracing::debug!("SIGHUP: reloading the configuration"),
+                () = shutdown.wait() => return,
+            }
+            let node = Arc::clone(&node);
+            // File reads and table builds stay off the proxy's workers.
+            let _ = tokio::task::spawn_blocking(move || node.reload_from_file()).await;
+        }
+    });
+}

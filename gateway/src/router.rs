@@ -1,0 +1,224 @@
+//! The route table: which route a request belongs to, by host and path.
+//!
+//! ## Matching
+//! The most specific route wins: an exact host before a `*.suffix` host
+//! before a route without host; among those, the longest path prefix. A
+//! prefix matches at a segment boundary: `/api` matches `/api` and
+//! `/api/users`, never `/apix`. When no route matches, there is no route: the
+//! caller answers 404 and forwards nothing (never an open proxy).
+//!
+//! The table is immutable; a reload builds a new one and swaps it whole.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use crate::config::HostMatch;
+
+/// Routes grouped by host, each group sorted by prefix length, longest first.
+#[derive(Debug)]
+pub struct RouteTable<T> {
+    exact: HashMap<Box<str>, Vec<Entry<T>>>,
+    /// `(".example.com", entries)`, longest suffix first.
+    suffix: Vec<(Box<str>, Vec<Entry<T>>)>,
+    any: Vec<Entry<T>>,
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    prefix: Box<str>,
+    value: T,
+}
+
+impl<T> Default for RouteTable<T> {
+    fn default() -> Self {
+        RouteTable {
+            exact: HashMap::new(),
+            suffix: Vec::new(),
+            any: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> RouteTable<T> {
+    /// Builds a table from `(host, path_prefix, value)` triples.
+    pub fn new(routes: impl IntoIterator<Item = (Option<HostMatch>, String, T)>) -> Self {
+        let mut table = RouteTable::default();
+        for (host, prefix, value) in routes {
+            let entry = Entry {
+                prefix: prefix.into_boxed_str(),
+                value,
+            };
+            let group = match host {
+                None => &mut table.any,
+                Some(HostMatch::Exact(h)) => table.exact.entry(h.into_boxed_str()).or_default(),
+                Some(HostMatch::Suffix(s)) => {
+                    match table.suffix.iter().position(|(k, _)| **k == *s) {
+                        Some(i) => &mut table.suffix[i].1,
+                        None => {
+                            table.suffix.push((s.into_boxed_str(), Vec::new()));
+                            let last = table.suffix.len() - 1;
+                            &mut table.suffix[last].1
+                        }
+                    }
+                }
+            };
+            group.push(entry);
+            table.len += 1;
+        }
+        let by_length = |a: &Entry<T>, b: &Entry<T>| b.prefix.len().cmp(&a.prefix.len());
+        table.any.sort_by(by_length);
+        table.exact.values_mut().for_each(|g| g.sort_by(by_length));
+        table
+            .suffix
+            .iter_mut()
+            .for_each(|(_, g)| g.sort_by(by_length));
+        table.suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        table
+    }
+
+    /// The route for a request; `host` as the client sent it (any case, port
+    /// allowed), `None` when the request named no host.
+    pub fn find(&self, host: Option<&str>, path: &str) -> Option<&T> {
+        let host = host.map(normalize_host);
+        if let Some(host) = host.as_deref() {
+            if let Some(found) = self.exact.get(host).and_then(|g| longest(g, path)) {
+                return Some(found);
+            }
+            for (suffix, group) in &self.suffix {
+                if host.len() > suffix.len() && host.ends_with(&**suffix) {
+                    if let Some(found) = longest(group, path) {
+                        return Some(found);
+                    }
+                }
+            }
+        }
+        longest(&self.any, path)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every route in the table, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.exact
+            .values()
+            .chain(self.suffix.iter().map(|(_, g)| g))
+            .chain(std::iter::once(&self.any))
+            .flat_map(|g| g.iter().map(|e| &e.value))
+    }
+}
+
+fn longest<'a, T>(group: &'a [Entry<T>], path: &str) -> Option<&'a T> {
+    group
+        .iter()
+        .find(|e| prefix_matches(&e.prefix, path))
+        .map(|e| &e.value)
+}
+
+/// Whether `prefix` matches `path` at a segment boundary.
+pub fn prefix_matches(prefix: &str, path: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        None => false,
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+    }
+}
+
+/// Lower-cases a host and strips its port and trailing dot.
+pub fn normalize_host(host: &str) -> Cow<'_, str> {
+    let without_port = if let Some(v6) = host.strip_prefix('[') {
+        v6.split(']').next().unwrap_or(v6)
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    let name = without_port.strip_suffix('.').unwrap_or(without_port);
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> RouteTable<&'static str> {
+        let exact = |h: &str| Some(HostMatch::Exact(h.into()));
+        RouteTable::new([
+            (None, "/".to_string(), "fallback"),
+            (None, "/static".to_string(), "static"),
+            (exact("api.example.com"), "/".to_string(), "api"),
+            (exact("api.example.com"), "/v2/".to_string(), "api-v2"),
+            (
+                Some(HostMatch::Suffix(".example.com".into())),
+                "/".to_string(),
+                "wild",
+            ),
+            (
+                Some(HostMatch::Suffix(".eu.example.com".into())),
+                "/".to_string(),
+                "wild-eu",
+            ),
+        ])
+    }
+
+    #[test]
+    fn most_specific_route_wins() {
+        let t = table();
+        let cases = [
+            (Some("api.example.com"), "/users", Some("api")),
+            (Some("API.Example.COM:8080"), "/users", Some("api")),
+            (Some("api.example.com."), "/users", Some("api")),
+            (Some("api.example.com"), "/v2/users", Some("api-v2")),
+            (Some("api.example.com"), "/v2", Some("api")),
+            (Some("shop.example.com"), "/", Some("wild")),
+            (Some("shop.eu.example.com"), "/", Some("wild-eu")),
+            (Some("example.com"), "/", Some("fallback")),
+            (Some("other.org"), "/static/app.js", Some("static")),
+            (Some("other.org"), "/staticfiles", Some("fallback")),
+            (None, "/static", Some("static")),
+        ];
+        for (host, path, expected) in cases {
+            assert_eq!(t.find(host, path).copied(), expected, "{host:?} {path}");
+        }
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.values().count(), 6);
+    }
+
+    #[test]
+    fn no_route_means_none() {
+        let exact = Some(HostMatch::Exact("api.example.com".into()));
+        let t = RouteTable::new([(exact, "/".to_string(), 1)]);
+        assert_eq!(t.find(Some("evil.example.org"), "/"), None);
+        assert_eq!(t.find(None, "/"), None);
+        assert_eq!(t.find(Some("api.example.com"), "/x"), Some(&1));
+    }
+
+    #[test]
+    fn prefixes_match_at_segment_boundaries() {
+        assert!(prefix_matches("/", "/anything"));
+        assert!(prefix_matches("/api", "/api"));
+        assert!(prefix_matches("/api", "/api/x"));
+        assert!(!prefix_matches("/api", "/apix"));
+        assert!(prefix_matches("/api/", "/api/x"));
+        assert!(!prefix_matches("/api/", "/api"));
+    }
+
+    #[test]
+    fn hosts_normalize() {
+        assert_eq!(normalize_host("Example.com:80"), "example.com");
+        assert_eq!(normalize_host("[::1]:8080"), "::1");
+        assert_eq!(normalize_host("example.com."), "example.com");
+        assert!(matches!(normalize_host("plain.org"), Cow::Borrowed(_)));
+    }
+}

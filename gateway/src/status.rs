@@ -1,0 +1,139 @@
+//! The admin listener: `/healthz`, `/readyz` and `/metrics`.
+//!
+//! Every answer comes from state already in memory: nothing here waits on
+//! a probe, an upstream or a peer. The listener runs on a thread and
+//! runtime of its own, so that a proxy saturated with hanging upstreams
+//! cannot delay it. No endpoint changes anything.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::metrics::Metrics;
+use crate::server::HEADER_READ_TIMEOUT;
+use crate::shutdown::Shutdown;
+
+/// What the admin endpoints report.
+#[derive(Debug)]
+pub struct AdminState {
+    /// True once the node serves traffic; false again while it drains.
+    pub ready: AtomicBool,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AdminState {
+    pub fn new(metrics: Arc<Metrics>) -> AdminState {
+        AdminState {
+            ready: AtomicBool::new(false),
+            metrics,
+        }
+    }
+}
+
+/// Answers one admin request.
+pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    if method != Method::GET && method != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "read-only: GET or HEAD\n");
+    }
+    match path {
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/metrics" => {
+            let mut response = Response::new(Full::new(Bytes::from(state.metrics.encode())));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            response
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Serves the admin endpoints until `shutdown`.
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut shutdown: Shutdown) {
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::debug!(%error, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            () = shutdown.wait() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&state);
+        let service = service_fn(move |req: Request<Incoming>| {
+            let response = answer(&state, req.method(), req.uri().path());
+            async move { Ok::<_, Infallible>(response) }
+        });
+        tokio::spawn(async move {
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        let state = AdminState::new(Arc::new(Metrics::new()));
+        assert_eq!(
+            answer(&state, &Method::GET, "/healthz").status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&state, &Method::GET, "/readyz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        state.ready.store(true, Ordering::Relaxed);
+        assert_eq!(
+            answer(&state, &Method::GET, "/readyz").status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&state, &Method::GET, "/metrics").status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            answer(&state, &Method::POST, "/healthz").status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(
+            answer(&state, &Method::GET, "/nope").status(),
+            StatusCode::NOT_FOUND
+        );
+    }
+}

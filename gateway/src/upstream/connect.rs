@@ -1,0 +1,283 @@
+//! Opening connections to replicas, within the connect bound, racing the
+//! next replica when one is slow.
+//!
+//! ## The race
+//! A request that needs a new connection starts a connect to its replica.
+//! If that connect is still pending after [`RACE_DELAY`], the replica is
+//! marked stalled (other requests avoid it) and a connect to the next
+//! replica starts beside it, within the request's tries. The first
+//! connection wins. Connects that lose keep running in their own task until
+//! their own bound: their outcome still feeds the replica's health, and a
+//! connection that arrives late goes to the idle pool.
+//!
+//! The request itself never waits longer than the connect bound for a
+//! connection: past it, the caller answers 502.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+
+use super::health::{EjectReason, Observation};
+use super::{RACE_DELAY, ReplicaKey, Target, Tried, Upstream};
+use crate::body::ProxyBody;
+
+/// The sending half of an upstream HTTP/1.1 connection.
+pub type Sender = http1::SendRequest<ProxyBody>;
+
+/// TLS settings of an `https://` upstream.
+#[derive(Clone)]
+pub struct TlsTarget {
+    pub connector: tokio_rustls::TlsConnector,
+    /// `None` for a name TLS cannot verify: every connect then fails.
+    pub server_name: Option<rustls::pki_types::ServerName<'static>>,
+}
+
+impl std::fmt::Debug for TlsTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsTarget")
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+/// A connection ready for one request.
+pub struct Attempt {
+    pub replica: usize,
+    pub sender: Sender,
+    /// Taken from the idle pool rather than opened for this request.
+    pub reused: bool,
+}
+
+/// Why no connection could be had.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ConnectFailure {
+    #[error("no replica in rotation")]
+    NoReplica,
+    #[error("connect refused")]
+    Refused,
+    #[error("connect timed out")]
+    TimedOut,
+    #[error("connect failed: {0}")]
+    Failed(String),
+}
+
+impl ConnectFailure {
+    fn reason(&self) -> EjectReason {
+        match self {
+            ConnectFailure::Refused => EjectReason::Refused,
+            ConnectFailure::TimedOut => EjectReason::TimedOut,
+            ConnectFailure::NoReplica | ConnectFailure::Failed(_) => EjectReason::Unreachable,
+        }
+    }
+
+    fn from_io(e: &io::Error) -> ConnectFailure {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
+            io::ErrorKind::TimedOut => ConnectFailure::TimedOut,
+            _ => ConnectFailure::Failed(e.to_string()),
+        }
+    }
+}
+
+impl Upstream {
+    /// A connection for the next attempt of a request: an idle pooled one to
+    /// the chosen replica, or a new one (racing as described above).
+    pub async fn connection(
+        self: &Arc<Self>,
+        tried: &mut Tried,
+    ) -> Result<Attempt, ConnectFailure> {
+        let first = self.next_untried(tried).ok_or(ConnectFailure::NoReplica)?;
+        let key = &self.replicas[first].key;
+        while let Some(mut sender) = self.pool.checkout(key) {
+            // Checked in when its last response ended: ready at once, unless
+            // the upstream closed it meanwhile.
+            if sender.ready().await.is_ok() {
+                return Ok(Attempt {
+                    replica: first,
+                    sender,
+                    reused: true,
+                });
+            }
+        }
+        self.race(first, tried).await
+    }
+
+    /// A connection to one given replica, without racing: for a request
+    /// whose pooled connection turned out closed before it was written.
+    pub async fn connection_to(
+        self: &Arc<Self>,
+        replica: usize,
+    ) -> Result<Attempt, ConnectFailure> {
+        let key = &self.replicas[replica].key;
+        while let Some(mut sender) = self.pool.checkout(key) {
+            if sender.ready().await.is_ok() {
+                return Ok(Attempt {
+                    replica,
+                    sender,
+                    reused: true,
+                });
+            }
+        }
+        let (replica, result) = self.spawn_connect(replica).await;
+        result.map(|sender| Attempt {
+            replica,
+            sender,
+            reused: false,
+        })
+    }
+
+    async fn race(
+        self: &Arc<Self>,
+        first: usize,
+        tried: &mut Tried,
+    ) -> Result<Attempt, ConnectFailure> {
+        let deadline = Instant::now() + self.pool.bounds.connect;
+        let mut pending = FuturesUnordered::new();
+        pending.push(self.spawn_connect(first));
+        let race = sleep(RACE_DELAY);
+        tokio::pin!(race);
+        let mut racing = true;
+        loop {
+            tokio::select! {
+                Some((replica, result)) = pending.next() => match result {
+                    Ok(sender) => return Ok(Attempt { replica, sender, reused: false }),
+                    Err(failure) => {
+                        match self.next_untried(tried) {
+                            Some(next) => {
+                                pending.push(self.spawn_connect(next));
+                                race.as_mut().reset(Instant::now() + RACE_DELAY);
+                            }
+                            None if pending.is_empty() => return Err(failure),
+                            None => racing = false,
+                        }
+                    }
+                },
+                () = &mut race, if racing => match self.next_untried(tried) {
+                    Some(next) => {
+                        pending.push(self.spawn_connect(next));
+                        race.as_mut().reset(Instant::now() + RACE_DELAY);
+                    }
+                    None => racing = false,
+                },
+                () = sleep_until(deadline) => return Err(ConnectFailure::TimedOut),
+            }
+        }
+    }
+
+    /// Connects to a replica in a task of its own, so that the outcome is
+    /// recorded even when the request that asked has moved on.
+    fn spawn_connect(
+        self: &Arc<Self>,
+        replica: usize,
+    ) -> impl Future<Output = (usize, Result<Sender, ConnectFailure>)> + use<> {
+        let (tx, rx) = oneshot::channel();
+        let upstream = Arc::clone(self);
+        tokio::spawn(async move {
+            let bound = upstream.pool.bounds.connect;
+            let key = upstream.replicas[replica].key.clone();
+            let open = open(&key, upstream.tls.as_ref());
+            tokio::pin!(open);
+            let result = match timeout(RACE_DELAY.min(bound), &mut open).await {
+                Ok(result) => result,
+                Err(_) => {
+                    upstream.observe(replica, Observation::ConnectOverdue);
+                    let rest = bound.saturating_sub(RACE_DELAY);
+                    timeout(rest, open)
+                        .await
+                        .unwrap_or(Err(ConnectFailure::TimedOut))
+                }
+            };
+            match result {
+                Ok(sender) => {
+                    upstream.observe(replica, Observation::ConnectOk);
+                    if let Err(Ok(sender)) = tx.send(Ok(sender)) {
+                        upstream.pool.checkin(&key, sender);
+                    }
+                }
+                Err(failure) => {
+                    upstream.observe(replica, Observation::ConnectFailed(failure.reason()));
+                    let _ = tx.send(Err(failure));
+                }
+            }
+        });
+        async move {
+            let result = rx
+                .await
+                .unwrap_or_else(|_| Err(ConnectFailure::Failed("connect task ended".into())));
+            (replica, result)
+        }
+    }
+}
+
+/// Opens a TCP connection (and TLS when asked) and an HTTP/1.1 client on it.
+/// Unbounded: callers bound it.
+pub async fn open(key: &ReplicaKey, tls: Option<&TlsTarget>) -> Result<Sender, ConnectFailure> {
+    let tcp = tcp_connect(&key.target).await?;
+    match tls {
+        Some(tls) => {
+            let name = tls.server_name.clone().ok_or_else(|| {
+                ConnectFailure::Failed("the upstream's name is not valid for TLS".into())
+            })?;
+            let stream = tls
+                .connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| ConnectFailure::Failed(format!("TLS handshake: {e}")))?;
+            handshake(stream).await
+        }
+        None => handshake(tcp).await,
+    }
+}
+
+/// A plain TCP connect to a target, trying each resolved address in turn.
+pub async fn tcp_connect(target: &Target) -> Result<TcpStream, ConnectFailure> {
+    match target {
+        Target::Addr(addr) => connect_addr(*addr).await,
+        Target::Named { host, port } => {
+            let addrs = tokio::net::lookup_host((&**host, *port))
+                .await
+                .map_err(|e| ConnectFailure::Failed(format!("resolving {host}: {e}")))?;
+            let mut last = ConnectFailure::Failed(format!("{host} resolved to no address"));
+            for addr in addrs {
+                match connect_addr(addr).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        }
+    }
+}
+
+async fn connect_addr(addr: SocketAddr) -> Result<TcpStream, ConnectFailure> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| ConnectFailure::from_io(&e))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+async fn handshake<I>(io: I) -> Result<Sender, ConnectFailure>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = http1::Builder::new()
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| ConnectFailure::Failed(format!("HTTP handshake: {e}")))?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.with_upgrades().await {
+            tracing::debug!(error = %e, "upstream connection ended with an error");
+        }
+    });
+    Ok(sender)
+}

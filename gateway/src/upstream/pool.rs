@@ -1,0 +1,137 @@
+//! Idle upstream connections, one pool per pair of bounds.
+//!
+//! A connection is checked in when the response it carried has been read to
+//! its end, and checked out last-in first-out, so that a few warm
+//! connections carry the traffic and the rest age out. Connections idle
+//! longer than [`IDLE_TIMEOUT`], or closed by the upstream, are dropped on
+//! checkout and by [`Pools::sweep`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{ReplicaKey, Sender};
+use crate::config::Bounds;
+
+/// How long an idle connection is kept. Shorter than the keep-alive timeout
+/// of common upstream servers (nginx: 75 s), so that the pool rarely hands
+/// out a connection the upstream is closing.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Idle connections kept per replica.
+pub const MAX_IDLE_PER_REPLICA: usize = 512;
+
+struct Idle {
+    sender: Sender,
+    since: Instant,
+}
+
+/// The idle connections of every route whose bounds are `bounds`.
+pub struct Pool {
+    pub bounds: Bounds,
+    idle: Mutex<HashMap<ReplicaKey, Vec<Idle>>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub fn new(bounds: Bounds) -> Pool {
+        Pool {
+            bounds,
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The most recently used idle connection to a replica that is still open.
+    pub fn checkout(&self, key: &ReplicaKey) -> Option<Sender> {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(key)?;
+        while let Some(entry) = list.pop() {
+            if !entry.sender.is_closed() && now.duration_since(entry.since) < IDLE_TIMEOUT {
+                return Some(entry.sender);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection whose last response has ended.
+    pub fn checkin(&self, key: &ReplicaKey, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = match idle.get_mut(key) {
+            Some(list) => list,
+            None => idle.entry(key.clone()).or_default(),
+        };
+        if list.len() < MAX_IDLE_PER_REPLICA {
+            list.push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// Idle connections to a replica.
+    pub fn idle(&self, key: &ReplicaKey) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.get(key).map_or(0, Vec::len)
+    }
+
+    fn sweep(&self, now: Instant) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|_, list| {
+            list.retain(|e| !e.sender.is_closed() && now.duration_since(e.since) < IDLE_TIMEOUT);
+            !list.is_empty()
+        });
+    }
+}
+
+/// Every pool of the node, by bounds; kept across reloads.
+#[derive(Debug, Default)]
+pub struct Pools {
+    by_bounds: Mutex<HashMap<Bounds, Arc<Pool>>>,
+}
+
+impl Pools {
+    /// The pool for `bounds`, shared by every route with those bounds.
+    pub fn get(&self, bounds: Bounds) -> Arc<Pool> {
+        let mut pools = self.by_bounds.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            pools
+                .entry(bounds)
+                .or_insert_with(|| Arc::new(Pool::new(bounds))),
+        )
+    }
+
+    /// Drops idle connections that expired or that the upstream closed, and
+    /// pools no route uses any more.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        let mut pools = self.by_bounds.lock().unwrap_or_else(|e| e.into_inner());
+        pools.retain(|_, pool| Arc::strong_count(pool) > 1);
+        for pool in pools.values() {
+            pool.sweep(now);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_bounds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

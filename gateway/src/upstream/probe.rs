@@ -1,0 +1,48 @@
+//! The background probe that re-admits an ejected replica.
+//!
+//! One probe task per ejected replica. It waits one ejection period, tries a
+//! plain TCP connect (bounded by the smaller of the connect bound and the
+//! period), and re-admits the replica on success; on failure it waits
+//! another period. So a replica that answers again is back within one
+//! period plus one connect. The task ends with the re-admission, or when
+//! the upstream is dropped (its route was removed or changed by a reload).
+
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+
+use tokio::time::{sleep, timeout};
+
+use super::Upstream;
+use super::connect::{ConnectFailure, tcp_connect};
+use super::health::{EjectReason, Observation};
+
+pub(super) fn spawn(upstream: Weak<Upstream>, replica: usize) {
+    tokio::spawn(async move {
+        loop {
+            let Some(period) = upstream.upgrade().map(|u| u.eject_for) else {
+                return;
+            };
+            sleep(period).await;
+            let Some(up) = upstream.upgrade() else { return };
+            let Some(target) = up.replicas.get(replica).map(|r| r.key.target.clone()) else {
+                return;
+            };
+            let bound = up.pool.bounds.connect.min(period);
+            let observation = match timeout(bound, tcp_connect(&target)).await {
+                Ok(Ok(_stream)) => Observation::ProbeOk,
+                Ok(Err(ConnectFailure::Refused)) => Observation::ProbeFailed(EjectReason::Refused),
+                Ok(Err(_)) => Observation::ProbeFailed(EjectReason::Unreachable),
+                Err(_) => Observation::ProbeFailed(EjectReason::TimedOut),
+            };
+            tracing::debug!(route = &*up.route, replica, ?observation, "probe");
+            if observation == Observation::ProbeOk {
+                // Cleared first, so that an ejection right after the
+                // re-admission starts a probe of its own.
+                up.replicas[replica].probing.store(false, Ordering::Release);
+                up.observe(replica, observation);
+                return;
+            }
+            up.observe(replica, observation);
+        }
+    });
+}

@@ -1,0 +1,13 @@
+//! Wire types and the codec that the Picket gateway and `picket-tui` share.
+//!
+//! This crate knows serde and the codec only: nothing here opens a socket.
+//! Every value that crosses a process boundary (a gossip value, a feed frame)
+//! is one of these types, encoded by [`codec`], which carries a version byte
+//! and refuses anything larger than its limit before allocating for it.
+
+#![forbid(unsafe_code)]
+
+pub mod codec;
+mod verdict;
+
+pub use verdict::{Circuit, Heart, ImageCount, NodeView, Verdict};

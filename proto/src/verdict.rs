@@ -1,0 +1,58 @@
+//! A node's judgement of a route, as it travels between processes.
+
+use serde::{Deserialize, Serialize};
+
+/// The colour of a verdict.
+///
+/// Ordered by severity so that sorting puts the worst first with `Reverse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Heart {
+    /// Every replica is ready, or the external host accepts a connection.
+    Green,
+    /// Some replicas are ready, not all.
+    Orange,
+    /// None is ready, the host refuses, or the circuit is open.
+    Red,
+}
+
+/// The state of a route's circuit breaker on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Circuit {
+    /// The breaker is not enabled for this route.
+    Disabled,
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+/// How many replicas run one image.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ImageCount {
+    /// The tag, or the start of the digest when the tag is `latest`.
+    pub image: String,
+    pub replicas: u32,
+}
+
+/// One node's verdict on one route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub route: String,
+    pub heart: Heart,
+    /// Why the heart has its colour, in words an operator reads.
+    pub reason: String,
+    pub ready: u32,
+    pub total: u32,
+    pub images: Vec<ImageCount>,
+    pub circuit: Circuit,
+    /// When the heart or reason last changed, in milliseconds since the Unix epoch.
+    pub since_unix_ms: u64,
+}
+
+/// Every verdict of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node: String,
+    pub verdicts: Vec<Verdict>,
+}
