@@ -142,15 +142,22 @@ impl Body for GatewayBody {
         match &mut self.get_mut().kind {
             Kind::Local(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Upstream { body, connection } => {
-                let polled = Pin::new(body).poll_frame(cx);
-                match &polled {
-                    Poll::Ready(None) => {
-                        if let Some(c) = connection.take() {
-                            c.give_back();
-                        }
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                // hyper stops polling once `is_end_stream` is true, so the
+                // end may show after the last frame rather than as `None`.
+                let ended = match &polled {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                    Poll::Ready(Some(Err(_))) => {
+                        *connection = None;
+                        false
                     }
-                    Poll::Ready(Some(Err(_))) => *connection = None,
-                    _ => {}
+                    Poll::Pending => false,
+                };
+                if ended {
+                    if let Some(c) = connection.take() {
+                        c.give_back();
+                    }
                 }
                 polled
             }

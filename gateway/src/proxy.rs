@@ -181,7 +181,9 @@ fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyErr
             .map_err(|_| ProxyError::BadRequest("invalid authority"));
     }
     match req.headers().get(HOST) {
-        Some(host) if host.to_str().is_ok() => Ok(Some(host.clone())),
+        Some(host) if http::uri::Authority::try_from(host.as_bytes()).is_ok() => {
+            Ok(Some(host.clone()))
+        }
         Some(_) => Err(ProxyError::BadRequest("invalid Host header")),
         None if req.version() == Version::HTTP_11 => Err(ProxyError::BadRequest(
             "HTTP/1.1 request without Host header",

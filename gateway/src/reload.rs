@@ -41,6 +41,9 @@ pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     tokio::spawn(async move {
         let _watcher = watcher;
+        // A change between the node's first read and the watch would go
+        // unseen: look once now that the watch is in place.
+        reload(&node).await;
         loop {
             let hup = async {
                 match hangup.as_mut() {
@@ -56,9 +59,13 @@ pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
                 Some(()) = hup => tracing::debug!("SIGHUP: reloading the configuration"),
                 () = shutdown.wait() => return,
             }
-            let node = Arc::clone(&node);
-            // File reads and table builds stay off the proxy's workers.
-            let _ = tokio::task::spawn_blocking(move || node.reload_from_file()).await;
+            reload(&node).await;
         }
     });
+}
+
+/// Reloads off the proxy's workers: file reads and table builds block.
+async fn reload(node: &Arc<Node>) {
+    let node = Arc::clone(node);
+    let _ = tokio::task::spawn_blocking(move || node.reload_from_file()).await;
 }

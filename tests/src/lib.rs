@@ -1,1 +1,38 @@
-//! Test harness.
+//! The harness of Picket's integration tests: nodes started in-process on
+//! port 0, test upstreams with the behaviours the tests need, hosts in
+//! network namespaces that drop packets, and a small HTTP client that
+//! measures how long each answer took.
+//!
+//! Tests that need something the machine may lack (root for namespaces, an
+//! external client such as curl or wrk) call [`require`]: with `CI=true` a
+//! missing requirement fails the test; elsewhere it is skipped, loudly.
+
+pub mod client;
+pub mod netns;
+pub mod node;
+pub mod upstream;
+
+/// Whether the test runs in CI, where nothing may be skipped.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Checks a requirement of a test. Returns `false` (after saying so on
+/// stderr) when the test should be skipped; panics in CI.
+pub fn require(what: &str, available: bool) -> bool {
+    if available {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "CI=true and this test needs {what}, which is missing"
+    );
+    eprintln!("SKIPPED: this test needs {what}, which is missing here (it would fail in CI)");
+    false
+}
+
+/// Whether a program is on PATH.
+pub fn has_program(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+}

@@ -1,28 +1,31 @@
 //! The background probe that re-admits an ejected replica.
 //!
-//! One probe task per ejected replica. It waits one ejection period, tries a
-//! plain TCP connect (bounded by the smaller of the connect bound and the
-//! period), and re-admits the replica on success; on failure it waits
-//! another period. So a replica that answers again is back within one
-//! period plus one connect. The task ends with the re-admission, or when
-//! the upstream is dropped (its route was removed or changed by a reload).
+//! One probe task per ejected replica. It probes at a fixed rate, one
+//! ejection period apart, starting one period after the ejection: a plain
+//! TCP connect bounded by the smaller of the connect bound and the period.
+//! The first success re-admits the replica, so a replica that answers
+//! again is back within one period. The task ends with the re-admission,
+//! or when the upstream is dropped (its route was removed or changed by a
+//! reload).
 
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 
-use tokio::time::{sleep, timeout};
+use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
 
 use super::Upstream;
 use super::connect::{ConnectFailure, tcp_connect};
 use super::health::{EjectReason, Observation};
 
 pub(super) fn spawn(upstream: Weak<Upstream>, replica: usize) {
+    let Some(period) = upstream.upgrade().map(|u| u.eject_for) else {
+        return;
+    };
     tokio::spawn(async move {
+        let mut ticks = interval_at(Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
-            let Some(period) = upstream.upgrade().map(|u| u.eject_for) else {
-                return;
-            };
-            sleep(period).await;
+            ticks.tick().await;
             let Some(up) = upstream.upgrade() else { return };
             let Some(target) = up.replicas.get(replica).map(|r| r.key.target.clone()) else {
                 return;

@@ -1,0 +1,366 @@
+//! The `picket` command as operators run it: `check` on fixture files,
+//! `--help`, `run` reloading on SIGHUP, and `demo`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PICKET: &str = env!("CARGO_BIN_EXE_picket");
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn check(file: &Path, env: &[(&str, &str)]) -> Output {
+    Command::new(PICKET)
+        .arg("check")
+        .arg(file)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn every_invalid_fixture_is_refused_naming_file_line_and_column() {
+    let files = fixtures("invalid");
+    assert!(files.len() >= 10);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expected = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# error: "))
+            .unwrap();
+        let out = check(&file, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", file.display());
+        let located = format!("{}:{}", file.display(), expected.trim_end());
+        assert!(
+            stderr.starts_with(&located),
+            "{}\n expected: {located}\n      got: {stderr}",
+            file.display()
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn every_valid_fixture_passes_and_its_effective_form_passes_too() {
+    let dir = tempfile::tempdir().unwrap();
+    for file in fixtures("valid") {
+        let out = check(&file, &[]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let effective = String::from_utf8(out.stdout).unwrap();
+        // The printed configuration is itself a valid file meaning the same.
+        let copy = dir.path().join("effective.toml");
+        std::fs::write(&copy, &effective).unwrap();
+        let again = check(&copy, &[]);
+        assert!(again.status.success(), "{effective}");
+        let strip = |s: &str| {
+            s.lines()
+                .skip(1)
+                .map(|l| l.split(" #").next().unwrap().trim_end().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            strip(&effective),
+            strip(&String::from_utf8(again.stdout).unwrap()),
+            "{}",
+            file.display()
+        );
+    }
+}
+
+/// The `key = value  # origin` lines of route `name` in `check` output.
+fn route_lines(output: &str, name: &str) -> Vec<String> {
+    let blocks: Vec<&str> = output.split("[[route]]").collect();
+    let block = blocks
+        .iter()
+        .find(|b| b.contains(&format!("name = \"{name}\"")))
+        .unwrap();
+    block
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn check_shows_each_bound_inherited_separately() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/inheritance.toml");
+    let out = check(&file, &[]);
+    let output = String::from_utf8(out.stdout).unwrap();
+    let api = route_lines(&output, "api");
+    for line in [
+        "connect_timeout = \"2s\" # set on the route",
+        "first_answer_timeout = \"20s\" # inherited from [global]",
+        "tries = 2 # default",
+        "eject_for = \"10s\" # default",
+    ] {
+        assert!(
+            api.contains(&line.to_string()),
+            "api lacks {line:?}: {api:#?}"
+        );
+    }
+    let billing = route_lines(&output, "billing");
+    for line in [
+        "upstream = \"https://billing.example.net:443\"",
+        "connect_timeout = \"5s\" # default",
+        "first_answer_timeout = \"45s\" # set on the route",
+        "tries = 1 # set on the route",
+        "eject_for = \"30s\" # set on the route",
+    ] {
+        assert!(
+            billing.contains(&line.to_string()),
+            "billing lacks {line:?}: {billing:#?}"
+        );
+    }
+    assert!(
+        output.contains("first_answer_timeout = \"20s\""),
+        "{output}"
+    );
+}
+
+#[test]
+fn environment_overrides_show_in_check() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/minimal.toml");
+    let out = check(
+        &file,
+        &[
+            ("PICKET_LISTEN", "127.0.0.1:1234"),
+            ("PICKET_NODE_NAME", "n9"),
+        ],
+    );
+    let output = String::from_utf8(out.stdout).unwrap();
+    assert!(output.contains("listen = \"127.0.0.1:1234\""), "{output}");
+    assert!(
+        output
+            .lines()
+            .any(|l| l.starts_with("listen = \"127.0.0.1:1234\"")
+                && l.ends_with("# flag or environment")),
+        "{output}"
+    );
+    assert!(
+        output.lines().any(|l| l.starts_with("name = \"n9\"")),
+        "{output}"
+    );
+}
+
+#[test]
+fn help_explains_every_flag() {
+    let out = Command::new(PICKET)
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--config",
+        "--name",
+        "--listen",
+        "--admin",
+        "--workers",
+        "--extra-ca",
+        "--log-format",
+        "--log",
+    ] {
+        assert!(help.contains(flag), "run --help lacks {flag}:\n{help}");
+    }
+    for env in [
+        "PICKET_CONFIG",
+        "PICKET_NODE_NAME",
+        "PICKET_LISTEN",
+        "PICKET_ADMIN",
+        "PICKET_WORKERS",
+    ] {
+        assert!(help.contains(env), "run --help lacks {env}:\n{help}");
+    }
+    let out = Command::new(PICKET).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for command in ["run", "check", "demo"] {
+        assert!(help.contains(command), "--help lacks {command}:\n{help}");
+    }
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `GET path` over a fresh connection: (status, body).
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// An HTTP server on a thread that answers every request with `text`.
+fn answering(text: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{text}",
+                            text.len()
+                        );
+                        if stream.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn config(listen: SocketAddr, admin: SocketAddr, replica: SocketAddr) -> String {
+    format!(
+        "[node]\nlisten = \"{listen}\"\nadmin = \"{admin}\"\n[[route]]\nname = \"api\"\nreplicas = [\"{replica}\"]\n"
+    )
+}
+
+#[test]
+fn sighup_reloads_the_configuration() {
+    let (a, b) = (answering("from a"), answering("from b"));
+    let (listen, admin) = (free_port(), free_port());
+    // The node's path is a symlink into another directory: editing the
+    // target there is invisible to the file watch, so only SIGHUP can
+    // make the node see it.
+    let dir = tempfile::tempdir().unwrap();
+    let hidden = tempfile::tempdir().unwrap();
+    let target = hidden.path().join("real.toml");
+    std::fs::write(&target, config(listen, admin, a)).unwrap();
+    let path = dir.path().join("picket.toml");
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let child = Command::new(PICKET)
+        .args(["run", "--config"])
+        .arg(&path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = Process(child);
+    wait_until("the node answers", Duration::from_secs(10), || {
+        get(listen, "/").is_some_and(|(_, b)| b == "from a")
+    });
+    std::fs::write(&target, config(listen, admin, b)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        get(listen, "/").unwrap().1,
+        "from a",
+        "no SIGHUP yet, no reload"
+    );
+    let pid = process.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_until("the reloaded route answers", Duration::from_secs(5), || {
+        get(listen, "/").is_some_and(|(_, b)| b == "from b")
+    });
+    let (status, metrics) = get(admin, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("picket_config_reloads_total{result=\"applied\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn demo_shows_healthy_slow_and_refused_routes() {
+    let (listen, admin) = (free_port(), free_port());
+    let child = Command::new(PICKET)
+        .args([
+            "demo",
+            "--listen",
+            &listen.to_string(),
+            "--admin",
+            &admin.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _process = Process(child);
+    wait_until("the demo answers", Duration::from_secs(10), || {
+        get(listen, "/").is_some()
+    });
+    let mut replicas: Vec<String> = (0..3).map(|_| get(listen, "/").unwrap().1).collect();
+    replicas.sort();
+    assert!(replicas[0].starts_with("hello from web-1"), "{replicas:?}");
+    assert!(replicas[2].starts_with("hello from web-3"), "{replicas:?}");
+    let started = Instant::now();
+    assert_eq!(get(listen, "/refused").unwrap().0, 502);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    let started = Instant::now();
+    assert_eq!(get(listen, "/slow").unwrap().0, 504);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(get(admin, "/healthz").unwrap().0, 200);
+}

@@ -1,0 +1,197 @@
+//! Test upstreams: small servers whose behaviour a test picks, and which
+//! count what reached them.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// How a test upstream answers.
+#[derive(Debug, Clone)]
+pub enum Behaviour {
+    /// 200 with `name: METHOD PATH` and the request headers echoed as
+    /// `x-seen-<name>` response headers.
+    Echo,
+    /// Always this status, with a short body.
+    Status(u16),
+    /// Reads the request and never answers.
+    Hang,
+    /// Head at once, then `chunks` chunks of `chunk` bytes, one per `every`.
+    Trickle {
+        chunks: usize,
+        chunk: usize,
+        every: Duration,
+    },
+    /// Answers after `delay`.
+    Delay(Duration),
+    /// A WebSocket server that echoes every message.
+    WebSocket,
+}
+
+/// A running test upstream.
+#[derive(Debug)]
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub name: String,
+    hits: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Upstream {
+    /// Starts an upstream on a loopback port.
+    pub async fn start(name: &str, behaviour: Behaviour) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a test upstream");
+        Upstream::on(listener, name, behaviour)
+    }
+
+    /// Starts an upstream on a listener the test bound.
+    pub fn on(listener: TcpListener, name: &str, behaviour: Behaviour) -> Upstream {
+        let addr = listener.local_addr().expect("local address");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(serve(
+            listener,
+            name.to_string(),
+            behaviour,
+            Arc::clone(&hits),
+        ));
+        Upstream {
+            addr,
+            name: name.to_string(),
+            hits,
+            task,
+        }
+    }
+
+    /// Requests (or WebSocket handshakes) that reached this upstream.
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting; the port then refuses connections.
+    pub fn stop(self) -> SocketAddr {
+        self.task.abort();
+        self.addr
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve(listener: TcpListener, name: String, behaviour: Behaviour, hits: Arc<AtomicUsize>) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (name, behaviour, hits) = (name.clone(), behaviour.clone(), Arc::clone(&hits));
+        connections.spawn(async move {
+            if let Behaviour::WebSocket = behaviour {
+                websocket_echo(stream, &hits).await;
+                return;
+            }
+            let service = service_fn(move |req| {
+                answer(req, name.clone(), behaviour.clone(), Arc::clone(&hits))
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
+                .await;
+        });
+    }
+}
+
+type TestBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn answer(
+    req: Request<Incoming>,
+    name: String,
+    behaviour: Behaviour,
+    hits: Arc<AtomicUsize>,
+) -> Result<Response<TestBody>, Infallible> {
+    hits.fetch_add(1, Ordering::SeqCst);
+    let (parts, body) = req.into_parts();
+    let received = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes().len())
+        .unwrap_or(0);
+    let text = |status: u16, text: String| {
+        let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+        response
+    };
+    let summary = format!("{name}: {} {} ({received} bytes)", parts.method, parts.uri);
+    Ok(match behaviour {
+        Behaviour::Echo => {
+            let mut response = text(200, summary);
+            for (key, value) in &parts.headers {
+                if let Ok(name) = http::HeaderName::from_bytes(format!("x-seen-{key}").as_bytes()) {
+                    response.headers_mut().append(name, value.clone());
+                }
+            }
+            response
+        }
+        Behaviour::Status(status) => text(status, summary),
+        Behaviour::Delay(delay) => {
+            tokio::time::sleep(delay).await;
+            text(200, summary)
+        }
+        Behaviour::Hang => std::future::pending().await,
+        Behaviour::Trickle {
+            chunks,
+            chunk,
+            every,
+        } => {
+            let stream = futures_util::stream::unfold(0usize, move |sent| async move {
+                if sent == chunks {
+                    return None;
+                }
+                if sent > 0 {
+                    tokio::time::sleep(every).await;
+                }
+                let frame = Frame::data(Bytes::from(vec![b'x'; chunk]));
+                Some((Ok::<_, Infallible>(frame), sent + 1))
+            });
+            Response::new(BodyExt::boxed(StreamBody::new(stream)))
+        }
+        Behaviour::WebSocket => text(500, "not a websocket request".into()),
+    })
+}
+
+async fn websocket_echo(stream: TcpStream, hits: &AtomicUsize) {
+    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+        return;
+    };
+    hits.fetch_add(1, Ordering::SeqCst);
+    while let Some(Ok(message)) = ws.next().await {
+        if message.is_close() {
+            break;
+        }
+        if (message.is_text() || message.is_binary()) && ws.send(message).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// A loopback address nothing listens on: connects are refused.
+pub async fn refused_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("local address")
+}

@@ -1,0 +1,113 @@
+//! Every wait on an upstream is bounded: refused connects answer at once,
+//! dropped packets at the connect bound, silent upstreams at the
+//! first-answer bound; bodies that started are never cut.
+
+use std::path::Path;
+use std::time::Duration;
+
+use picket_tests::client;
+use picket_tests::netns::Host;
+use picket_tests::node::{TestNode, route};
+use picket_tests::require;
+use picket_tests::upstream::{Behaviour, Upstream, refused_addr};
+
+const UPSTREAM_BIN: &str = env!("CARGO_BIN_EXE_picket-test-upstream");
+
+fn within(elapsed: Duration, bound: Duration, tolerance: f64) -> bool {
+    let (low, high) = (
+        bound.mul_f64(1.0 - tolerance),
+        bound.mul_f64(1.0 + tolerance),
+    );
+    (low..=high).contains(&elapsed)
+}
+
+#[tokio::test]
+async fn refused_connect_is_502_at_once() {
+    let refused = refused_addr().await;
+    let node = TestNode::start(&route("r", "/", &[refused], ""));
+    for _ in 0..3 {
+        let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+        assert_eq!(answer.status, 502, "{}", answer.text());
+        assert!(
+            answer.elapsed < Duration::from_millis(100),
+            "took {:?}",
+            answer.elapsed
+        );
+    }
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn dropped_packets_are_502_at_the_connect_bound() {
+    if !require("root, ip and iptables for a test host", Host::available()) {
+        return;
+    }
+    let mut host = Host::create().unwrap();
+    let replica = host
+        .upstream(Path::new(UPSTREAM_BIN), 8080, "dropping")
+        .await
+        .unwrap();
+    host.drop_packets(8080).unwrap();
+    let node = TestNode::start(&route("d", "/", &[replica], "connect_timeout = \"1s\""));
+    let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+    assert_eq!(answer.status, 502, "{}", answer.text());
+    assert!(answer.text().contains("timed out"), "{}", answer.text());
+    assert!(
+        within(answer.elapsed, Duration::from_secs(1), 0.2),
+        "took {:?}",
+        answer.elapsed
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn silent_upstream_is_504_at_the_first_answer_bound() {
+    let silent = Upstream::start("silent", Behaviour::Hang).await;
+    let node = TestNode::start(&route(
+        "s",
+        "/",
+        &[silent.addr],
+        "first_answer_timeout = \"1s\"",
+    ));
+    let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+    assert_eq!(answer.status, 504, "{}", answer.text());
+    assert!(
+        within(answer.elapsed, Duration::from_secs(1), 0.2),
+        "took {:?}",
+        answer.elapsed
+    );
+    assert_eq!(
+        silent.hits(),
+        1,
+        "the request reached the upstream once, and was not retried"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_trickling_body_outlives_the_first_answer_bound() {
+    // Head at once, then 8 chunks 400 ms apart: 2.8 s of body, 2.8× the bound.
+    let trickle = Behaviour::Trickle {
+        chunks: 8,
+        chunk: 1000,
+        every: Duration::from_millis(400),
+    };
+    let upstream = Upstream::start("trickle", trickle).await;
+    let node = TestNode::start(&route(
+        "t",
+        "/",
+        &[upstream.addr],
+        "first_answer_timeout = \"1s\"",
+    ));
+    let answer = client::get(node.proxy, "example.com", "/download")
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body.len(), 8000, "the whole body arrived");
+    assert!(
+        answer.elapsed >= Duration::from_millis(2800),
+        "took {:?}",
+        answer.elapsed
+    );
+    node.stop().await;
+}

@@ -1,0 +1,136 @@
+//! Reloads: an invalid file keeps the running routes; a valid one swaps
+//! the route table without cutting requests in flight.
+
+use std::time::Duration;
+
+use picket_tests::client;
+use picket_tests::node::{TestNode, route};
+use picket_tests::upstream::{Behaviour, Upstream};
+use tokio::time::Instant;
+
+/// Polls `check` every 50 ms until it holds or 5 s pass.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within 5 s: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloads_keep_serving_and_never_cut_requests_in_flight() {
+    let old = Upstream::start("old", Behaviour::Echo).await;
+    let new = Upstream::start("new", Behaviour::Echo).await;
+    let trickle = Behaviour::Trickle {
+        chunks: 20,
+        chunk: 500,
+        every: Duration::from_millis(150),
+    };
+    let download = Upstream::start("download", trickle).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("picket.toml");
+    let downloads = route("download", "/download", &[download.addr], "");
+    std::fs::write(
+        &path,
+        format!("{}{downloads}", route("api", "/", &[old.addr], "")),
+    )
+    .unwrap();
+    let node = TestNode::start_file(&path);
+
+    // A 3 s download starts on the old table.
+    let proxy = node.proxy;
+    let long = tokio::spawn(async move { client::get(proxy, "x", "/download/big").await });
+    eventually("the download started", async || download.hits() == 1).await;
+
+    // A broken file: refused, old routes still served.
+    std::fs::write(
+        &path,
+        "[[route]]\nname = \"api\"\nreplicas = [\"not an address\"]\n",
+    )
+    .unwrap();
+    eventually("the broken file was refused", async || {
+        node.node()
+            .metrics()
+            .encode()
+            .contains("picket_config_reloads_total{result=\"refused\"} 1")
+    })
+    .await;
+    let answer = client::get(node.proxy, "x", "/").await.unwrap();
+    assert!(answer.text().starts_with("old:"), "{}", answer.text());
+
+    // A good file: routing changes.
+    std::fs::write(
+        &path,
+        format!("{}{downloads}", route("api", "/", &[new.addr], "")),
+    )
+    .unwrap();
+    eventually("the new route answers", async || {
+        client::get(node.proxy, "x", "/")
+            .await
+            .unwrap()
+            .text()
+            .starts_with("new:")
+    })
+    .await;
+
+    let answer = long.await.unwrap().unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.body.len(),
+        20 * 500,
+        "the download survived both reloads whole"
+    );
+    assert!(
+        node.node()
+            .metrics()
+            .encode()
+            .contains("picket_config_reloads_total{result=\"applied\"} 1")
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn unchanged_routes_keep_their_state_across_a_reload() {
+    let a = Upstream::start("a", Behaviour::Echo).await;
+    let b = Upstream::start("b", Behaviour::Echo).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("picket.toml");
+    std::fs::write(&path, route("a", "/", &[a.addr], "")).unwrap();
+    let node = TestNode::start_file(&path);
+    let before = node
+        .node()
+        .proxy()
+        .table()
+        .find(None, "/")
+        .cloned()
+        .unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "{}{}",
+            route("a", "/", &[a.addr], ""),
+            route("b", "/b", &[b.addr], "")
+        ),
+    )
+    .unwrap();
+    eventually("route b appears", async || {
+        client::get(node.proxy, "x", "/b")
+            .await
+            .unwrap()
+            .text()
+            .starts_with("b:")
+    })
+    .await;
+    let after = node
+        .node()
+        .proxy()
+        .table()
+        .find(None, "/")
+        .cloned()
+        .unwrap();
+    assert!(
+        std::sync::Arc::ptr_eq(&before, &after),
+        "route a kept its replicas and pool"
+    );
+    node.stop().await;
+}
