@@ -16,7 +16,6 @@ pub mod error;
 mod forward;
 pub mod headers;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -30,6 +29,7 @@ use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
 use crate::upstream::{Pools, TlsTarget, Upstream};
 pub use error::ProxyError;
+pub use headers::Client;
 
 /// A route as the data path sees it.
 #[derive(Debug)]
@@ -132,11 +132,7 @@ impl Proxy {
     }
 
     /// Answers one client request. Never fails: every error is a response.
-    pub async fn handle(
-        &self,
-        mut req: Request<Incoming>,
-        peer: SocketAddr,
-    ) -> Response<GatewayBody> {
+    pub async fn handle(&self, mut req: Request<Incoming>, client: &Client) -> Response<GatewayBody> {
         if req.method() == Method::CONNECT {
             return ProxyError::Connect.response();
         }
@@ -160,7 +156,7 @@ impl Proxy {
                 req.headers_mut().insert(HOST, host.clone());
             }
         }
-        let response = match forward::forward(&route, req, peer).await {
+        let response = match forward::forward(&route, req, client).await {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(route = %route.config.name, %error, "request failed");

@@ -99,8 +99,10 @@ fn service(
     Error = Infallible,
     Future = impl Future<Output = Result<http::Response<crate::body::GatewayBody>, Infallible>> + Send,
 > + Clone {
+    let client = Arc::new(crate::proxy::Client::new(peer.ip()));
     service_fn(move |req| {
         let proxy = Arc::clone(&proxy);
-        async move { Ok::<_, Infallible>(proxy.handle(req, peer).await) }
+        let client = Arc::clone(&client);
+        async move { Ok::<_, Infallible>(proxy.handle(req, &client).await) }
     })
 }

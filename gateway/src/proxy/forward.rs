@@ -18,7 +18,6 @@
 //! request is not retried (the upstream may be working on it). Nothing
 //! bounds the response body.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,7 +106,7 @@ enum Exchange {
 pub(super) async fn forward(
     route: &Arc<Route>,
     mut req: Request<Incoming>,
-    peer: SocketAddr,
+    client: &headers::Client,
 ) -> Result<Response<GatewayBody>, ProxyError> {
     let upgrade = headers::upgrade_of(req.headers());
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
@@ -122,12 +121,7 @@ pub(super) async fn forward(
         .get(HOST)
         .cloned()
         .unwrap_or_else(|| HeaderValue::from_static(""));
-    headers::to_upstream(
-        &mut head.headers,
-        peer.ip(),
-        &host,
-        route.upstream_host.as_ref(),
-    );
+    headers::to_upstream(&mut head.headers, client, &host, route.upstream_host.as_ref());
     if let Some(protocol) = &upgrade {
         headers::set_upgrade(&mut head.headers, protocol.clone());
     }

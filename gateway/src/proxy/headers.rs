@@ -30,8 +30,17 @@ fn hop_by_hop() -> [&'static HeaderName; 9] {
     ]
 }
 
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    hop_by_hop().iter().any(|h| *h == name)
+}
+
 /// Removes hop-by-hop headers, including every header `Connection` names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names instead of a hash
+    // lookup per hop-by-hop header.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if let Some(listed) = connection_tokens(headers) {
         for name in listed {
             headers.remove(name);
@@ -72,32 +81,52 @@ pub fn set_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
     headers.insert(UPGRADE, protocol);
 }
 
+/// The client of a connection, as `X-Forwarded-For` names it; made once per
+/// connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    ip: IpAddr,
+    value: HeaderValue,
+}
+
+impl Client {
+    pub fn new(ip: IpAddr) -> Client {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_canonical(),
+            v4 => v4,
+        };
+        let value = HeaderValue::from_str(&ip.to_string())
+            .unwrap_or(HeaderValue::from_static("unknown"));
+        Client { ip, value }
+    }
+
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+}
+
 /// Prepares the headers of a request going upstream: strips hop-by-hop
-/// headers, sets `Host`, and tells the upstream who the client is.
+/// headers, tells the upstream who the client is, and sets `Host` to the
+/// upstream's name when it has one (the client's `Host` stays otherwise).
 pub fn to_upstream(
     headers: &mut HeaderMap,
-    client: IpAddr,
+    client: &Client,
     host: &HeaderValue,
     upstream_host: Option<&HeaderValue>,
 ) {
     strip_hop_by_hop(headers);
-    let client = match client {
-        IpAddr::V6(v6) => v6.to_canonical(),
-        v4 => v4,
-    };
-    let forwarded_for = {
-        let mut previous = headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .peekable();
-        if previous.peek().is_some() {
-            let mut chain: String = previous.collect::<Vec<_>>().join(", ");
+    let forwarded_for = match headers.get(&X_FORWARDED_FOR) {
+        None => Some(client.value.clone()),
+        Some(_) => {
+            let mut chain: String = headers
+                .get_all(&X_FORWARDED_FOR)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(", ");
             chain.push_str(", ");
-            chain.push_str(&client.to_string());
+            chain.push_str(client.value.to_str().unwrap_or("unknown"));
             HeaderValue::from_str(&chain).ok()
-        } else {
-            HeaderValue::from_str(&client.to_string()).ok()
         }
     };
     if let Some(value) = forwarded_for {
@@ -105,7 +134,15 @@ pub fn to_upstream(
     }
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     headers.insert(&X_FORWARDED_HOST, host.clone());
-    headers.insert(HOST, upstream_host.unwrap_or(host).clone());
+    match upstream_host {
+        Some(upstream) => {
+            headers.insert(HOST, upstream.clone());
+        }
+        None if !headers.contains_key(HOST) => {
+            headers.insert(HOST, host.clone());
+        }
+        None => {}
+    }
 }
 
 #[cfg(test)]
@@ -146,7 +183,7 @@ mod tests {
             ("x-forwarded-proto", "https"),
         ]);
         let host = HeaderValue::from_static("api.example.com");
-        to_upstream(&mut h, "10.0.0.9".parse().unwrap(), &host, None);
+        to_upstream(&mut h, &Client::new("10.0.0.9".parse().unwrap()), &host, None);
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "api.example.com");
@@ -156,7 +193,7 @@ mod tests {
         let external = HeaderValue::from_static("billing.example.net");
         to_upstream(
             &mut h,
-            "::ffff:10.0.0.1".parse().unwrap(),
+            &Client::new("::ffff:10.0.0.1".parse().unwrap()),
             &host,
             Some(&external),
         );

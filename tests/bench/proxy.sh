@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Throughput, latency and CPU per request of Picket beside nginx and beside
+# direct-to-upstream: same upstream, same load generator, same pinning,
+# interleaved rounds. Run by hand; prints a Markdown table of every round
+# and the ratios of the medians.
+#
+#   bash tests/bench/proxy.sh [rounds] [seconds]
+#
+# Pinning: the proxy under test on CPU 0; the upstream (nginx, one worker,
+# a 100-byte body) and wrk (-t1 -c64, keep-alive) on CPU 1.
+# Needs: nginx, wrk, taskset; builds picket in release.
+set -euo pipefail
+
+rounds=${1:-5}
+seconds=${2:-10}
+connections=${CONNECTIONS:-64}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+
+for tool in nginx wrk taskset; do
+  command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
+done
+(cd "$root" && cargo build --release --locked -p picket >&2)
+picket="$target/release/picket"
+
+upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104
+
+body=$(printf 'x%.0s' $(seq 1 100))
+cat > "$work/upstream.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $work/upstream.pid;
+error_log $work/upstream.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$upstream_port reuseport;
+    location / { return 200 "$body"; }
+  }
+}
+NGINX
+
+cat > "$work/proxy.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $work/proxy.pid;
+error_log $work/proxy.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  upstream backend {
+    server 127.0.0.1:$upstream_port;
+    keepalive 128;
+  }
+  server {
+    listen 127.0.0.1:$nginx_port reuseport;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+NGINX
+
+cat > "$work/picket.toml" <<TOML
+[node]
+name = "bench"
+listen = "127.0.0.1:$picket_port"
+admin = "127.0.0.1:$picket_admin"
+workers = 1
+
+[[route]]
+name = "bench"
+replicas = ["127.0.0.1:$upstream_port"]
+TOML
+
+taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
+taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
+PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
+sleep 1
+nginx_pid=$(cat "$work/proxy.pid")
+nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
+picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
+
+for port in $upstream_port $nginx_port $picket_port; do
+  curl -sf -o /dev/null "http://127.0.0.1:$port/" || { echo "bench: nothing answers on $port" >&2; exit 1; }
+done
+
+ticks=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# One wrk run: prints "rps p50_us p99_us requests".
+load() {
+  local out
+  out=$(taskset -c 1 wrk -t1 -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$1/")
+  echo "$out" | awk '
+    function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return v*1000; if (v ~ /s$/) return v*1000000; return v }
+    /Requests\/sec/ { rps = $2 }
+    / 50%/ { p50 = us($2) }
+    / 99%/ { p99 = us($2) }
+    /requests in/ { n = $1 }
+    /Non-2xx/ { bad = $NF }
+    END { if (bad) { print "bench: non-2xx answers" > "/dev/stderr" } printf "%s %s %s %s\n", rps, p50, p99, n }'
+}
+
+echo "| round | target | requests/s | p50 µs | p99 µs | proxy CPU µs/request |"
+echo "|---|---|---|---|---|---|"
+declare -A all
+for round in $(seq 1 "$rounds"); do
+  for target in direct nginx picket; do
+    case $target in
+      direct) port=$upstream_port; pid="" ;;
+      nginx) port=$nginx_port; pid=$nginx_worker ;;
+      picket) port=$picket_port; pid=$picket_pid ;;
+    esac
+    before=0; [ -n "$pid" ] && before=$(cpu_ticks "$pid")
+    read -r rps p50 p99 n < <(load "$port")
+    cpu="-"
+    if [ -n "$pid" ]; then
+      after=$(cpu_ticks "$pid")
+      cpu=$(awk -v d=$((after - before)) -v t="$ticks" -v n="$n" 'BEGIN { printf "%.2f", d / t * 1e6 / n }')
+    fi
+    echo "| $round | $target | $rps | $p50 | $p99 | $cpu |"
+    all[$target]+="$rps $p50 $p99 $cpu;"
+  done
+done
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
+echo
+echo "| target | median requests/s | median p50 µs | median p99 µs | median CPU µs/request |"
+echo "|---|---|---|---|---|"
+for target in direct nginx picket; do
+  row=${all[$target]}
+  echo "| $target | $(echo "$row" | column 1) | $(echo "$row" | column 2) | $(echo "$row" | column 3) | $(echo "$row" | column 4) |"
+done
+p_rps=$(echo "${all[picket]}" | column 1); n_rps=$(echo "${all[nginx]}" | column 1); d_rps=$(echo "${all[direct]}" | column 1)
+p_p99=$(echo "${all[picket]}" | column 3); n_p99=$(echo "${all[nginx]}" | column 3)
+p_cpu=$(echo "${all[picket]}" | column 4); n_cpu=$(echo "${all[nginx]}" | column 4)
+echo
+awk -v a="$p_rps" -v b="$n_rps" -v d="$d_rps" -v pp="$p_p99" -v np="$n_p99" -v pc="$p_cpu" -v nc="$n_cpu" 'BEGIN {
+  printf "picket/nginx requests/s: %.2f×; picket/direct: %.2f×; nginx/direct: %.2f×\n", a / b, a / d, b / d
+  printf "picket/nginx p99: %.2f×; CPU per request: picket %.2f µs, nginx %.2f µs (%.2f×)\n", pp / np, pc, nc, pc / nc }'
