@@ -132,7 +132,11 @@ impl Proxy {
     }
 
     /// Answers one client request. Never fails: every error is a response.
-    pub async fn handle(&self, mut req: Request<Incoming>, client: &Client) -> Response<GatewayBody> {
+    pub async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        client: &Client,
+    ) -> Response<GatewayBody> {
         if req.method() == Method::CONNECT {
             return ProxyError::Connect.response();
         }

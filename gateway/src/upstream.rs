@@ -16,7 +16,9 @@
 //! behind a mutex that only connect outcomes and probes take, never across
 //! an `.await`.
 
+mod conn;
 mod connect;
+pub mod h1;
 pub mod health;
 mod pool;
 mod probe;
@@ -29,7 +31,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
-pub use connect::{Attempt, ConnectFailure, Sender, TlsTarget};
+pub use conn::{ConnError, Connection, Io, Release, UpstreamBody};
+pub use connect::{Attempt, ConnectFailure, TlsTarget};
 pub use pool::{Pool, Pools};
 
 use crate::config::{RouteConfig, UpstreamConfig};

@@ -30,8 +30,8 @@ pub enum ProxyError {
     Unreachable(ConnectFailure),
     #[error("no response head within {}", humantime::format_duration(*.0))]
     FirstAnswerTimeout(Duration),
-    #[error("upstream connection failed: {0}")]
-    Upstream(hyper::Error),
+    #[error("{0}")]
+    Upstream(crate::upstream::ConnError),
     #[error("client request body failed: {0}")]
     ClientBody(hyper::Error),
 }

@@ -2,9 +2,11 @@
 //! retries, and upgrades.
 //!
 //! ## Retries
-//! - Nothing reached the upstream (connect refused or timed out, or a
-//!   pooled connection found closed before the request was written): the
+//! - Nothing reached the upstream (connect refused or timed out): the
 //!   request moves on at once, whatever its method.
+//! - A pooled connection the upstream had closed meanwhile: the request is
+//!   sent again on a new connection to the same replica, without spending
+//!   a try, if it is idempotent and has no body.
 //! - A replica answered 502/503/504, or its connection broke after the
 //!   request was written: the request moves to another replica only if its
 //!   method is idempotent and it has no body.
@@ -13,71 +15,29 @@
 //!
 //! ## Bounds
 //! The connect bound is the upstream's ([`crate::upstream`]). The
-//! first-answer bound runs from the end of the request (its last body byte
-//! handed to the connection) to the response head; past it, 504, and the
+//! first-answer bound runs from the end of the request (its last byte
+//! written to the upstream) to the response head; past it, 504, and the
 //! request is not retried (the upstream may be working on it). Nothing
 //! bounds the response body.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{HOST, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, HOST, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::sync::watch;
-use tokio::time::{Instant, sleep};
+use tokio::io::AsyncWriteExt;
+use tokio::time::{Instant, timeout};
 
 use super::{ProxyError, Route, headers};
-use crate::body::{GatewayBody, PooledConnection, ProxyBody};
-use crate::upstream::{Attempt, ConnectFailure, Tried, Upstream};
-
-/// The parts of the upstream request that a replay needs again.
-struct Head {
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-}
-
-impl Head {
-    /// The request for an attempt; keeps a copy of the head when `keep`.
-    fn request(&mut self, body: ProxyBody, keep: bool) -> Request<ProxyBody> {
-        let headers = if keep {
-            self.headers.clone()
-        } else {
-            std::mem::take(&mut self.headers)
-        };
-        build(self.method.clone(), self.uri.clone(), headers, body)
-    }
-
-    /// The same request again, for a retry of a bodiless request.
-    fn replay(&self) -> Request<ProxyBody> {
-        build(
-            self.method.clone(),
-            self.uri.clone(),
-            self.headers.clone(),
-            ProxyBody::Empty,
-        )
-    }
-}
-
-fn build(method: Method, uri: Uri, headers: HeaderMap, body: ProxyBody) -> Request<ProxyBody> {
-    let mut request = Request::new(body);
-    *request.method_mut() = method;
-    *request.uri_mut() = uri;
-    *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = headers;
-    request
-}
-
-fn origin_form(uri: &Uri) -> Uri {
-    match uri.path_and_query() {
-        Some(pq) => Uri::from(pq.clone()),
-        None => Uri::from_static("/"),
-    }
-}
+use crate::body::GatewayBody;
+use crate::upstream::h1::{self, RequestFraming, ResponseHead};
+use crate::upstream::{Attempt, ConnError, Connection, Io, Release, Tried, UpstreamBody};
 
 fn is_idempotent(method: &Method) -> bool {
     matches!(
@@ -93,14 +53,38 @@ fn retryable_status(status: StatusCode) -> bool {
     )
 }
 
+/// The request as it goes upstream, encoded anew for each attempt.
+struct Outgoing<'a> {
+    method: Method,
+    path: &'a str,
+    headers: HeaderMap,
+    framing: RequestFraming,
+    /// The client's body, until it has been sent.
+    body: Option<Incoming>,
+}
+
 /// What became of one request on one connection.
 enum Exchange {
-    Answered(Response<Incoming>),
-    /// The connection was closed before the request was written: it comes
-    /// back untouched.
-    NotSent(Request<ProxyBody>),
-    Failed(hyper::Error),
+    Answered(ResponseHead),
+    /// Failed before any byte of an answer arrived.
+    Failed(ConnError),
+    ClientBody(hyper::Error),
     TimedOut,
+}
+
+impl Exchange {
+    /// The upstream closed the connection without answering: on a pooled
+    /// connection, the sign of a keep-alive race rather than a fault.
+    fn closed_unanswered(&self) -> bool {
+        match self {
+            Exchange::Failed(ConnError::Closed) => true,
+            Exchange::Failed(ConnError::Io(e)) => matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ),
+            _ => false,
+        }
+    }
 }
 
 pub(super) async fn forward(
@@ -111,35 +95,45 @@ pub(super) async fn forward(
     let upgrade = headers::upgrade_of(req.headers());
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
-    let mut head = Head {
-        uri: origin_form(&parts.uri),
+    let mut out = Outgoing {
+        path: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
         method: parts.method,
         headers: parts.headers,
+        framing: RequestFraming::None,
+        body: None,
     };
-    let host = head
+    let host = out
         .headers
         .get(HOST)
         .cloned()
-        .unwrap_or_else(|| HeaderValue::from_static(""));
-    headers::to_upstream(&mut head.headers, client, &host, route.upstream_host.as_ref());
+        .unwrap_or(HeaderValue::from_static(""));
+    headers::to_upstream(
+        &mut out.headers,
+        client,
+        &host,
+        route.upstream_host.as_ref(),
+    );
     if let Some(protocol) = &upgrade {
-        headers::set_upgrade(&mut head.headers, protocol.clone());
+        headers::set_upgrade(&mut out.headers, protocol.clone());
     }
+    let bodiless = body.is_end_stream();
+    out.framing = if out.headers.contains_key(CONTENT_LENGTH) {
+        RequestFraming::Length
+    } else if bodiless {
+        RequestFraming::None
+    } else {
+        RequestFraming::Chunked
+    };
+    if !bodiless {
+        out.body = Some(body);
+    }
+    let replayable = bodiless && upgrade.is_none() && is_idempotent(&out.method);
 
     let upstream = &route.upstream;
-    let bodiless = body.is_end_stream();
-    let replayable = bodiless && upgrade.is_none() && is_idempotent(&head.method);
-    let (body, mut body_sent) = if bodiless {
-        (ProxyBody::Empty, None)
-    } else {
-        let (sent, watch) = watch::channel(false);
-        (ProxyBody::Client { body, sent }, Some(watch))
-    };
-    let mut request = Some(head.request(body, replayable && upstream.tries > 1));
+    let bound = upstream.pool.bounds.first_answer;
     let mut tried = Tried::default();
     // An upstream's 502/503/504, kept while another replica is tried.
     let mut answered: Option<Response<GatewayBody>> = None;
-
     loop {
         let before = tried.len();
         let mut attempt = match upstream.connection(&mut tried).await {
@@ -149,27 +143,23 @@ pub(super) async fn forward(
         if let Some(raced) = (tried.len() - before).checked_sub(1).filter(|n| *n > 0) {
             route.metrics.retry_connect.inc_by(raced as u64);
         }
-        let req = request.take().unwrap_or_else(|| head.replay());
         let sent_at = Instant::now();
-        let bound = upstream.pool.bounds.first_answer;
-        let mut exchange = exchange(&mut attempt, req, bound, body_sent.as_mut()).await;
-        if let Exchange::NotSent(req) = exchange {
-            // A pooled connection the upstream had closed: one fresh
-            // connection to the same replica, without spending a try.
-            attempt = match upstream.connection_to(attempt.replica).await {
+        let mut exchange = exchange(&mut attempt.conn, &mut out, bound).await;
+        if attempt.reused
+            && exchange.closed_unanswered()
+            && (replayable || out.body.is_some() || bodiless)
+        {
+            // A pooled connection the upstream closed meanwhile: once more
+            // on a new one, without spending a try.
+            attempt = match upstream.fresh_connection(attempt.replica).await {
                 Ok(fresh) => fresh,
                 Err(failure) => return answered.ok_or(ProxyError::Unreachable(failure)),
             };
-            exchange = self::exchange(&mut attempt, req, bound, body_sent.as_mut()).await;
+            exchange = self::exchange(&mut attempt.conn, &mut out, bound).await;
         }
         match exchange {
             Exchange::TimedOut => return Err(ProxyError::FirstAnswerTimeout(bound)),
-            Exchange::NotSent(_) => {
-                return Err(ProxyError::Unreachable(ConnectFailure::Failed(
-                    "connection closed before the request was written".into(),
-                )));
-            }
-            Exchange::Failed(e) if e.is_user() => return Err(ProxyError::ClientBody(e)),
+            Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
             Exchange::Failed(e) => {
                 if replayable && tried.len() < upstream.tries {
                     route.metrics.retry_answer.inc();
@@ -177,23 +167,28 @@ pub(super) async fn forward(
                 }
                 return Err(ProxyError::Upstream(e));
             }
-            Exchange::Answered(response) => {
+            Exchange::Answered(head) => {
                 route
                     .metrics
                     .first_answer
                     .observe(sent_at.elapsed().as_secs_f64());
-                let retry = replayable
-                    && retryable_status(response.status())
-                    && tried.len() < upstream.tries;
-                let (response, upstream_upgrade) =
-                    respond(response, attempt, upstream, client_upgrade.is_some())?;
+                let retry =
+                    replayable && retryable_status(head.status) && tried.len() < upstream.tries;
+                let response = respond(
+                    head,
+                    attempt,
+                    upstream,
+                    client_upgrade.is_some(),
+                    &route.config.name,
+                )?;
                 if retry {
                     route.metrics.retry_answer.inc();
-                    answered = Some(response);
+                    answered = Some(response.0);
                     continue;
                 }
-                if let (Some(client), Some(upstream_side)) = (client_upgrade, upstream_upgrade) {
-                    tunnel(client, upstream_side, &route.config.name);
+                let (response, tunnel_to) = response;
+                if let (Some(client_side), Some((io, leftover))) = (client_upgrade, tunnel_to) {
+                    tunnel(client_side, io, leftover, &route.config.name);
                 }
                 return Ok(response);
             }
@@ -201,83 +196,121 @@ pub(super) async fn forward(
     }
 }
 
-/// Sends `req` and waits for the response head within `bound`, counted
-/// from the end of the request body.
-async fn exchange(
-    attempt: &mut Attempt,
-    req: Request<ProxyBody>,
-    bound: Duration,
-    body_sent: Option<&mut watch::Receiver<bool>>,
-) -> Exchange {
-    let send = attempt.sender.try_send_request(req);
-    let clock = async {
-        if let Some(sent) = body_sent {
-            // Err: the body was dropped without ending; the send fails then.
-            let _ = sent.wait_for(|done| *done).await;
+/// Sends the request on `conn` and waits for the response head within
+/// `bound`, counted from the request's last byte.
+async fn exchange(conn: &mut Connection, out: &mut Outgoing<'_>, bound: Duration) -> Exchange {
+    h1::encode_request(
+        conn.head_buffer(),
+        &out.method,
+        out.path,
+        &out.headers,
+        out.framing,
+    );
+    match out.body.take() {
+        None => {
+            if let Err(e) = conn.write_head(None).await {
+                return Exchange::Failed(e.into());
+            }
         }
-        sleep(bound).await;
-    };
-    tokio::select! {
-        result = send => match result {
-            Ok(response) => Exchange::Answered(response),
-            Err(mut e) => match e.take_message() {
-                Some(req) => Exchange::NotSent(req),
-                None => Exchange::Failed(e.into_error()),
-            },
-        },
-        () = clock => Exchange::TimedOut,
-    }
-}
-
-/// The client's response from the upstream's: hop-by-hop headers removed,
-/// the connection lent to the body until it ends. A `101` comes with the
-/// upstream's side of the upgrade instead.
-fn respond(
-    mut response: Response<Incoming>,
-    attempt: Attempt,
-    upstream: &Arc<Upstream>,
-    client_asked_upgrade: bool,
-) -> Result<(Response<GatewayBody>, Option<OnUpgrade>), ProxyError> {
-    let switching = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-    if switching && !client_asked_upgrade {
-        return Err(ProxyError::Unreachable(ConnectFailure::Failed(
-            "upstream switched protocols unasked".into(),
-        )));
-    }
-    let upstream_upgrade = switching.then(|| hyper::upgrade::on(&mut response));
-    let (mut parts, body) = response.into_parts();
-    let protocol = parts.headers.get(http::header::UPGRADE).cloned();
-    headers::strip_hop_by_hop(&mut parts.headers);
-    let connection = if switching {
-        if let Some(protocol) = protocol {
-            headers::set_upgrade(&mut parts.headers, protocol);
-        }
-        None
-    } else {
-        Some(PooledConnection {
-            upstream: Arc::clone(upstream),
-            replica: attempt.replica,
-            sender: attempt.sender,
-        })
-    };
-    let response = Response::from_parts(parts, GatewayBody::upstream(body, connection));
-    Ok((response, upstream_upgrade))
-}
-
-/// Joins the client's and the upstream's upgraded connections once both
-/// sides have switched, and copies bytes both ways until either closes.
-fn tunnel(client: OnUpgrade, upstream: OnUpgrade, route: &str) {
-    let route = route.to_string();
-    tokio::spawn(async move {
-        match tokio::try_join!(client, upstream) {
-            Ok((client, upstream)) => {
-                let mut client = TokioIo::new(client);
-                let mut upstream = TokioIo::new(upstream);
-                if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-                    tracing::debug!(route, error = %e, "upgraded connection ended");
+        Some(mut body) => {
+            let chunked = out.framing == RequestFraming::Chunked;
+            if let Err(e) = conn.write_head(None).await {
+                // Nothing of the body was read: it can go on another connection.
+                out.body = Some(body);
+                return Exchange::Failed(e.into());
+            }
+            loop {
+                match body.frame().await {
+                    None => break,
+                    Some(Err(e)) => return Exchange::ClientBody(e),
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        if let Err(e) = conn.write_body(data, chunked).await {
+                            return Exchange::Failed(e.into());
+                        }
+                    }
                 }
             }
-            Err(e) => tracing::debug!(route, error = %e, "upgrade did not complete"),
+            if chunked {
+                if let Err(e) = conn.end_chunked().await {
+                    return Exchange::Failed(e.into());
+                }
+            }
+        }
+    }
+    match timeout(bound, conn.read_head(&out.method)).await {
+        Ok(Ok(head)) => Exchange::Answered(head),
+        Ok(Err(e)) => Exchange::Failed(e),
+        Err(_) => Exchange::TimedOut,
+    }
+}
+
+type Tunnel = (Io, Bytes);
+
+/// The client's response from the upstream's head; the connection is lent
+/// to the body, or, for a `101`, handed over for the tunnel.
+fn respond(
+    head: ResponseHead,
+    attempt: Attempt,
+    upstream: &Arc<crate::upstream::Upstream>,
+    client_asked_upgrade: bool,
+    route: &str,
+) -> Result<(Response<GatewayBody>, Option<Tunnel>), ProxyError> {
+    let ResponseHead {
+        status,
+        headers,
+        framing,
+        keep_alive,
+        upgrade,
+    } = head;
+    let mut response = Response::new(GatewayBody::empty());
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        if !client_asked_upgrade {
+            return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(
+                "upstream switched protocols unasked",
+            ))));
+        }
+        if let Some(protocol) = upgrade {
+            headers::set_upgrade(response.headers_mut(), protocol);
+        }
+        tracing::debug!(route, "upgrade accepted by the upstream");
+        return Ok((response, Some(attempt.conn.into_parts())));
+    }
+    let release = Release {
+        upstream: Arc::clone(upstream),
+        replica: attempt.replica,
+    };
+    *response.body_mut() = GatewayBody::Upstream(UpstreamBody::new(
+        attempt.conn,
+        framing,
+        keep_alive,
+        Some(release),
+    ));
+    Ok((response, None))
+}
+
+/// Joins the client's upgraded connection to the upstream's once the
+/// client side has switched, and copies bytes both ways until either
+/// closes. Bytes the upstream sent right after its 101 go first.
+fn tunnel(client: OnUpgrade, mut upstream: Io, leftover: Bytes, route: &str) {
+    let route = route.to_string();
+    tokio::spawn(async move {
+        let mut client = match client.await {
+            Ok(upgraded) => TokioIo::new(upgraded),
+            Err(e) => {
+                tracing::debug!(route, error = %e, "client upgrade did not complete");
+                return;
+            }
+        };
+        if !leftover.is_empty() && client.write_all(&leftover).await.is_err() {
+            return;
+        }
+        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            tracing::debug!(route, error = %e, "upgraded connection ended");
         }
     });
 }

@@ -95,8 +95,8 @@ impl Client {
             IpAddr::V6(v6) => v6.to_canonical(),
             v4 => v4,
         };
-        let value = HeaderValue::from_str(&ip.to_string())
-            .unwrap_or(HeaderValue::from_static("unknown"));
+        let value =
+            HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"));
         Client { ip, value }
     }
 
@@ -183,7 +183,12 @@ mod tests {
             ("x-forwarded-proto", "https"),
         ]);
         let host = HeaderValue::from_static("api.example.com");
-        to_upstream(&mut h, &Client::new("10.0.0.9".parse().unwrap()), &host, None);
+        to_upstream(
+            &mut h,
+            &Client::new("10.0.0.9".parse().unwrap()),
+            &host,
+            None,
+        );
         assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "api.example.com");

@@ -19,19 +19,13 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
+use super::conn::{Connection, Io};
 use super::health::{EjectReason, Observation};
 use super::{RACE_DELAY, ReplicaKey, Target, Tried, Upstream};
-use crate::body::ProxyBody;
-
-/// The sending half of an upstream HTTP/1.1 connection.
-pub type Sender = http1::SendRequest<ProxyBody>;
 
 /// TLS settings of an `https://` upstream.
 #[derive(Clone)]
@@ -50,9 +44,10 @@ impl std::fmt::Debug for TlsTarget {
 }
 
 /// A connection ready for one request.
+#[derive(Debug)]
 pub struct Attempt {
     pub replica: usize,
-    pub sender: Sender,
+    pub conn: Connection,
     /// Taken from the idle pool rather than opened for this request.
     pub reused: bool,
 }
@@ -96,41 +91,26 @@ impl Upstream {
         tried: &mut Tried,
     ) -> Result<Attempt, ConnectFailure> {
         let first = self.next_untried(tried).ok_or(ConnectFailure::NoReplica)?;
-        let key = &self.replicas[first].key;
-        while let Some(mut sender) = self.pool.checkout(key) {
-            // Checked in when its last response ended: ready at once, unless
-            // the upstream closed it meanwhile.
-            if sender.ready().await.is_ok() {
-                return Ok(Attempt {
-                    replica: first,
-                    sender,
-                    reused: true,
-                });
-            }
+        if let Some(conn) = self.pool.checkout(&self.replicas[first].key) {
+            return Ok(Attempt {
+                replica: first,
+                conn,
+                reused: true,
+            });
         }
         self.race(first, tried).await
     }
 
-    /// A connection to one given replica, without racing: for a request
-    /// whose pooled connection turned out closed before it was written.
-    pub async fn connection_to(
+    /// A new connection to one given replica, without racing: for a request
+    /// whose pooled connection the upstream had closed.
+    pub async fn fresh_connection(
         self: &Arc<Self>,
         replica: usize,
     ) -> Result<Attempt, ConnectFailure> {
-        let key = &self.replicas[replica].key;
-        while let Some(mut sender) = self.pool.checkout(key) {
-            if sender.ready().await.is_ok() {
-                return Ok(Attempt {
-                    replica,
-                    sender,
-                    reused: true,
-                });
-            }
-        }
         let (replica, result) = self.spawn_connect(replica).await;
-        result.map(|sender| Attempt {
+        result.map(|conn| Attempt {
             replica,
-            sender,
+            conn,
             reused: false,
         })
     }
@@ -149,17 +129,15 @@ impl Upstream {
         loop {
             tokio::select! {
                 Some((replica, result)) = pending.next() => match result {
-                    Ok(sender) => return Ok(Attempt { replica, sender, reused: false }),
-                    Err(failure) => {
-                        match self.next_untried(tried) {
-                            Some(next) => {
-                                pending.push(self.spawn_connect(next));
-                                race.as_mut().reset(Instant::now() + RACE_DELAY);
-                            }
-                            None if pending.is_empty() => return Err(failure),
-                            None => racing = false,
+                    Ok(conn) => return Ok(Attempt { replica, conn, reused: false }),
+                    Err(failure) => match self.next_untried(tried) {
+                        Some(next) => {
+                            pending.push(self.spawn_connect(next));
+                            race.as_mut().reset(Instant::now() + RACE_DELAY);
                         }
-                    }
+                        None if pending.is_empty() => return Err(failure),
+                        None => racing = false,
+                    },
                 },
                 () = &mut race, if racing => match self.next_untried(tried) {
                     Some(next) => {
@@ -178,7 +156,7 @@ impl Upstream {
     fn spawn_connect(
         self: &Arc<Self>,
         replica: usize,
-    ) -> impl Future<Output = (usize, Result<Sender, ConnectFailure>)> + use<> {
+    ) -> impl Future<Output = (usize, Result<Connection, ConnectFailure>)> + use<> {
         let (tx, rx) = oneshot::channel();
         let upstream = Arc::clone(self);
         tokio::spawn(async move {
@@ -197,10 +175,10 @@ impl Upstream {
                 }
             };
             match result {
-                Ok(sender) => {
+                Ok(conn) => {
                     upstream.observe(replica, Observation::ConnectOk);
-                    if let Err(Ok(sender)) = tx.send(Ok(sender)) {
-                        upstream.pool.checkin(&key, sender);
+                    if let Err(Ok(conn)) = tx.send(Ok(conn)) {
+                        upstream.pool.checkin(&key, conn);
                     }
                 }
                 Err(failure) => {
@@ -218,11 +196,11 @@ impl Upstream {
     }
 }
 
-/// Opens a TCP connection (and TLS when asked) and an HTTP/1.1 client on it.
-/// Unbounded: callers bound it.
-pub async fn open(key: &ReplicaKey, tls: Option<&TlsTarget>) -> Result<Sender, ConnectFailure> {
+/// Opens a TCP connection, and TLS over it when asked. Unbounded: callers
+/// bound it.
+pub async fn open(key: &ReplicaKey, tls: Option<&TlsTarget>) -> Result<Connection, ConnectFailure> {
     let tcp = tcp_connect(&key.target).await?;
-    match tls {
+    let io = match tls {
         Some(tls) => {
             let name = tls.server_name.clone().ok_or_else(|| {
                 ConnectFailure::Failed("the upstream's name is not valid for TLS".into())
@@ -232,10 +210,11 @@ pub async fn open(key: &ReplicaKey, tls: Option<&TlsTarget>) -> Result<Sender, C
                 .connect(name, tcp)
                 .await
                 .map_err(|e| ConnectFailure::Failed(format!("TLS handshake: {e}")))?;
-            handshake(stream).await
+            Io::Tls(Box::new(stream))
         }
-        None => handshake(tcp).await,
-    }
+        None => Io::Plain(tcp),
+    };
+    Ok(Connection::new(io))
 }
 
 /// A plain TCP connect to a target, trying each resolved address in turn.
@@ -264,20 +243,4 @@ async fn connect_addr(addr: SocketAddr) -> Result<TcpStream, ConnectFailure> {
         .map_err(|e| ConnectFailure::from_io(&e))?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
-}
-
-async fn handshake<I>(io: I) -> Result<Sender, ConnectFailure>
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, connection) = http1::Builder::new()
-        .handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| ConnectFailure::Failed(format!("HTTP handshake: {e}")))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.with_upgrades().await {
-            tracing::debug!(error = %e, "upstream connection ended with an error");
-        }
-    });
-    Ok(sender)
 }

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{ReplicaKey, Sender};
+use super::ReplicaKey;
+use super::conn::Connection;
 use crate::config::Bounds;
 
 /// How long an idle connection is kept. Shorter than the keep-alive timeout
@@ -24,7 +25,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_IDLE_PER_REPLICA: usize = 512;
 
 struct Idle {
-    sender: Sender,
+    conn: Connection,
     since: Instant,
 }
 
@@ -51,23 +52,20 @@ impl Pool {
     }
 
     /// The most recently used idle connection to a replica that is still open.
-    pub fn checkout(&self, key: &ReplicaKey) -> Option<Sender> {
+    pub fn checkout(&self, key: &ReplicaKey) -> Option<Connection> {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(key)?;
-        while let Some(entry) = list.pop() {
-            if !entry.sender.is_closed() && now.duration_since(entry.since) < IDLE_TIMEOUT {
-                return Some(entry.sender);
+        while let Some(mut entry) = list.pop() {
+            if now.duration_since(entry.since) < IDLE_TIMEOUT && entry.conn.is_usable() {
+                return Some(entry.conn);
             }
         }
         None
     }
 
     /// Returns a connection whose last response has ended.
-    pub fn checkin(&self, key: &ReplicaKey, sender: Sender) {
-        if sender.is_closed() {
-            return;
-        }
+    pub fn checkin(&self, key: &ReplicaKey, conn: Connection) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = match idle.get_mut(key) {
             Some(list) => list,
@@ -75,7 +73,7 @@ impl Pool {
         };
         if list.len() < MAX_IDLE_PER_REPLICA {
             list.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
@@ -90,7 +88,7 @@ impl Pool {
     fn sweep(&self, now: Instant) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|_, list| {
-            list.retain(|e| !e.sender.is_closed() && now.duration_since(e.since) < IDLE_TIMEOUT);
+            list.retain_mut(|e| now.duration_since(e.since) < IDLE_TIMEOUT && e.conn.is_usable());
             !list.is_empty()
         });
     }

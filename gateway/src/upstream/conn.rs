@@ -1,0 +1,381 @@
+//! One HTTP/1.1 connection to a replica, driven by the task that serves
+//! the client: it writes the request, reads the response head, and lends
+//! itself to the response body, which gives it back to the pool when the
+//! body has been read to its end.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::Method;
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_util::io::poll_read_buf;
+
+use super::Upstream;
+use super::h1::{self, BodyFraming, Chunked, Decoded, ParseError, ResponseHead};
+
+/// Bytes reserved for each read from an upstream.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// A plain or TLS stream to a replica.
+pub enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Io {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Io::Plain(tcp) => tcp,
+            Io::Tls(tls) => tls.get_ref().0,
+        }
+    }
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Io::Tls(tls) => Pin::new(tls).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Io::Tls(tls) => Pin::new(tls).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Io::Tls(tls) => Pin::new(tls).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(tcp) => tcp.is_write_vectored(),
+            Io::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Io::Tls(tls) => Pin::new(tls).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Io::Tls(tls) => Pin::new(tls).poll_shutdown(cx),
+        }
+    }
+}
+
+/// What went wrong on an upstream connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("upstream closed the connection before answering")]
+    Closed,
+    #[error("upstream connection failed: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+}
+
+/// An open HTTP/1.1 connection to a replica.
+pub struct Connection {
+    io: Io,
+    /// Bytes read and not yet used.
+    buf: BytesMut,
+    /// The request head being written; kept to reuse its allocation.
+    head: Vec<u8>,
+    /// Requests this connection has carried before the current one.
+    pub served: u32,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("served", &self.served)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub fn new(io: Io) -> Connection {
+        Connection {
+            io,
+            buf: BytesMut::new(),
+            head: Vec::new(),
+            served: 0,
+        }
+    }
+
+    /// Whether an idle connection is still usable: the upstream has not
+    /// closed it, nor sent anything unasked. Costs a syscall only when the
+    /// socket has signalled readability since its last read.
+    pub fn is_usable(&mut self) -> bool {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        match self.io.tcp().poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                matches!(self.io.tcp().try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+
+    /// The buffer a request head is encoded into.
+    pub fn head_buffer(&mut self) -> &mut Vec<u8> {
+        self.head.clear();
+        &mut self.head
+    }
+
+    /// Writes the encoded head, and `body` after it when it is whole.
+    pub async fn write_head(&mut self, body: Option<Bytes>) -> io::Result<()> {
+        match body {
+            Some(body) if !body.is_empty() => {
+                let mut both = self.head.as_slice().chain(body);
+                self.io.write_all_buf(&mut both).await
+            }
+            _ => self.io.write_all(&self.head).await,
+        }
+    }
+
+    /// Writes one piece of a request body, framed as `chunked` when asked.
+    pub async fn write_body(&mut self, data: Bytes, chunked: bool) -> io::Result<()> {
+        if !chunked {
+            let mut data = data;
+            return self.io.write_all_buf(&mut data).await;
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let size = format!("{:x}\r\n", data.len());
+        let mut framed = size.as_bytes().chain(data).chain(&b"\r\n"[..]);
+        self.io.write_all_buf(&mut framed).await
+    }
+
+    /// Ends a chunked request body.
+    pub async fn end_chunked(&mut self) -> io::Result<()> {
+        self.io.write_all(b"0\r\n\r\n").await
+    }
+
+    /// Reads the response head.
+    pub async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, ConnError> {
+        loop {
+            if !self.buf.is_empty() {
+                if let Some(head) = h1::parse_response(&mut self.buf, method)? {
+                    return Ok(head);
+                }
+            }
+            self.buf.reserve(READ_CHUNK);
+            let n =
+                std::future::poll_fn(|cx| poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf))
+                    .await?;
+            if n == 0 {
+                return Err(ConnError::Closed);
+            }
+        }
+    }
+
+    /// The connection as raw bytes, for an upgrade: the stream and what was
+    /// read past the 101 head.
+    pub fn into_parts(self) -> (Io, Bytes) {
+        (self.io, self.buf.freeze())
+    }
+}
+
+/// Where a connection goes when the body it carries has ended.
+pub struct Release {
+    pub upstream: Arc<Upstream>,
+    pub replica: usize,
+}
+
+enum State {
+    Length(u64),
+    Chunked(Chunked),
+    UntilClose,
+    Done,
+}
+
+/// A response body read from an upstream connection.
+pub struct UpstreamBody {
+    conn: Option<Connection>,
+    state: State,
+    /// Whether the connection can carry another request after this body.
+    reusable: bool,
+    release: Option<Release>,
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody")
+            .field("reusable", &self.reusable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamBody {
+    pub fn new(
+        conn: Connection,
+        framing: BodyFraming,
+        keep_alive: bool,
+        release: Option<Release>,
+    ) -> UpstreamBody {
+        let state = match framing {
+            BodyFraming::Empty => State::Done,
+            BodyFraming::Length(n) => State::Length(n),
+            BodyFraming::Chunked => State::Chunked(Chunked::Size),
+            BodyFraming::UntilClose => State::UntilClose,
+        };
+        let mut body = UpstreamBody {
+            conn: Some(conn),
+            state,
+            reusable: keep_alive,
+            release,
+        };
+        // hyper does not poll a body that is already at its end.
+        if matches!(body.state, State::Done) {
+            body.finish();
+        }
+        body
+    }
+
+    /// The body has ended: the connection goes back to its pool if it can
+    /// carry another request.
+    fn finish(&mut self) {
+        self.state = State::Done;
+        let (Some(mut conn), Some(release)) = (self.conn.take(), self.release.take()) else {
+            return;
+        };
+        if self.reusable && conn.buf.is_empty() {
+            conn.served += 1;
+            let key = &release.upstream.replicas[release.replica].key;
+            release.upstream.pool.checkin(key, conn);
+        }
+    }
+
+    fn fail(
+        &mut self,
+        error: impl Into<io::Error>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        self.state = State::Done;
+        self.conn = None;
+        Poll::Ready(Some(Err(error.into())))
+    }
+}
+
+impl From<ParseError> for io::Error {
+    fn from(e: ParseError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, e)
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match &mut this.state {
+                State::Done => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                State::Length(remaining) if !conn.buf.is_empty() => {
+                    let take = usize::try_from(*remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(conn.buf.len());
+                    let data = conn.buf.split_to(take).freeze();
+                    *remaining -= take as u64;
+                    if *remaining == 0 {
+                        this.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                State::Chunked(chunked) if !conn.buf.is_empty() => {
+                    match chunked.decode(&mut conn.buf) {
+                        Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                        Ok(Decoded::Done) => {
+                            this.finish();
+                            return Poll::Ready(None);
+                        }
+                        Ok(Decoded::NeedMore) => {}
+                        Err(e) => return this.fail(e),
+                    }
+                }
+                State::UntilClose if !conn.buf.is_empty() => {
+                    let data = conn.buf.split().freeze();
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                _ => {}
+            }
+            // Nothing usable buffered: read more.
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            conn.buf.reserve(READ_CHUNK);
+            let read = ready!(poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf));
+            match read {
+                Ok(0) if matches!(this.state, State::UntilClose) => {
+                    this.reusable = false;
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(0) => {
+                    return this.fail(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "upstream closed mid-body",
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return this.fail(e),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.state {
+            State::Done => SizeHint::with_exact(0),
+            State::Length(n) => SizeHint::with_exact(n),
+            _ => SizeHint::default(),
+        }
+    }
+}
