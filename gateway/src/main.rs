@@ -11,11 +11,6 @@ use picket::config::{Config, Overrides};
 use picket::node::{self, Listeners, Node, Options};
 use picket::{demo, shutdown};
 
-/// mimalloc: the proxy allocates and frees small buffers on every request,
-/// where it is markedly cheaper than the system allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Picket: an HTTP gateway that runs as a cluster, one node per machine.
 ///
 /// Each node proxies traffic, bounds how long it waits for every upstream,

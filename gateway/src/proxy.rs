@@ -155,10 +155,10 @@ impl Proxy {
                 }
             }
         };
-        if let Some(host) = &host {
-            if !req.headers().contains_key(HOST) || req.uri().authority().is_some() {
-                req.headers_mut().insert(HOST, host.clone());
-            }
+        if let Some(host) = &host
+            && (!req.headers().contains_key(HOST) || req.uri().authority().is_some())
+        {
+            req.headers_mut().insert(HOST, host.clone());
         }
         let response = match forward::forward(&route, req, client).await {
             Ok(response) => response,

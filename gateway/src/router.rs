@@ -8,9 +8,12 @@
 //! caller answers 404 and forwards nothing (never an open proxy).
 //!
 //! The table is immutable; a reload builds a new one and swaps it whole.
+//! Its keys come from the configuration, so a fast unkeyed hash is safe:
+//! a client's host only ever probes it.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::config::HostMatch;
 
@@ -33,7 +36,7 @@ struct Entry<T> {
 impl<T> Default for RouteTable<T> {
     fn default() -> Self {
         RouteTable {
-            exact: HashMap::new(),
+            exact: HashMap::default(),
             suffix: Vec::new(),
             any: Vec::new(),
             len: 0,
@@ -74,7 +77,9 @@ impl<T> RouteTable<T> {
             .suffix
             .iter_mut()
             .for_each(|(_, g)| g.sort_by(by_length));
-        table.suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        table
+            .suffix
+            .sort_by_key(|(suffix, _)| std::cmp::Reverse(suffix.len()));
         table
     }
 
@@ -87,10 +92,11 @@ impl<T> RouteTable<T> {
                 return Some(found);
             }
             for (suffix, group) in &self.suffix {
-                if host.len() > suffix.len() && host.ends_with(&**suffix) {
-                    if let Some(found) = longest(group, path) {
-                        return Some(found);
-                    }
+                if host.len() > suffix.len()
+                    && host.ends_with(&**suffix)
+                    && let Some(found) = longest(group, path)
+                {
+                    return Some(found);
                 }
             }
         }

@@ -1,6 +1,10 @@
 //! The `picket` command as operators run it: `check` on fixture files,
 //! `--help`, `run` reloading on SIGHUP, and `demo`.
 
+// A test of the binary as a process: panicking on a failed setup step is the
+// point, and waits are on the wall clock of real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_types)]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

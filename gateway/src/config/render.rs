@@ -20,13 +20,13 @@ pub fn render(config: &Config) -> String {
     line(
         &mut out,
         "listen",
-        &quoted(&config.node.listen.value),
+        &quoted(config.node.listen.value),
         config.node.listen.from,
     );
     line(
         &mut out,
         "admin",
-        &quoted(&config.node.admin.value),
+        &quoted(config.node.admin.value),
         config.node.admin.from,
     );
     line(

@@ -145,12 +145,12 @@ pub(super) async fn forward(
         }
         let sent_at = Instant::now();
         let mut exchange = exchange(&mut attempt.conn, &mut out, bound).await;
-        if attempt.reused
-            && exchange.closed_unanswered()
-            && (replayable || out.body.is_some() || bodiless)
-        {
-            // A pooled connection the upstream closed meanwhile: once more
-            // on a new one, without spending a try.
+        // A pooled connection the upstream closed meanwhile: once more on
+        // a new one, without spending a try, when that is safe: nothing of
+        // the request can have been acted on (its body is still here), or
+        // acting twice does no harm (idempotent, no body).
+        let resendable = replayable || out.body.is_some();
+        if attempt.reused && exchange.closed_unanswered() && resendable {
             attempt = match upstream.fresh_connection(attempt.replica).await {
                 Ok(fresh) => fresh,
                 Err(failure) => return answered.ok_or(ProxyError::Unreachable(failure)),
@@ -233,10 +233,8 @@ async fn exchange(conn: &mut Connection, out: &mut Outgoing<'_>, bound: Duration
                     }
                 }
             }
-            if chunked {
-                if let Err(e) = conn.end_chunked().await {
-                    return Exchange::Failed(e.into());
-                }
+            if chunked && let Err(e) = conn.end_chunked().await {
+                return Exchange::Failed(e.into());
             }
         }
     }

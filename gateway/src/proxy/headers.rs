@@ -31,7 +31,7 @@ fn hop_by_hop() -> [&'static HeaderName; 9] {
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    hop_by_hop().iter().any(|h| *h == name)
+    hop_by_hop().contains(&name)
 }
 
 /// Removes hop-by-hop headers, including every header `Connection` names.

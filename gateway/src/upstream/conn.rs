@@ -18,8 +18,17 @@ use tokio_util::io::poll_read_buf;
 use super::Upstream;
 use super::h1::{self, BodyFraming, Chunked, Decoded, ParseError, ResponseHead};
 
-/// Bytes reserved for each read from an upstream.
+/// Bytes reserved when the read buffer runs low.
 const READ_CHUNK: usize = 8 * 1024;
+/// Spare capacity below which the read buffer grows before a read: small
+/// responses then share one allocation for many requests.
+const READ_LOW: usize = 1024;
+
+fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < READ_LOW {
+        buf.reserve(READ_CHUNK);
+    }
+}
 
 /// A plain or TLS stream to a replica.
 pub enum Io {
@@ -189,10 +198,10 @@ impl Connection {
     /// Reads the response head.
     pub async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, ConnError> {
         loop {
-            if !self.buf.is_empty() {
-                if let Some(head) = h1::parse_response(&mut self.buf, method)? {
-                    return Ok(head);
-                }
+            if !self.buf.is_empty()
+                && let Some(head) = h1::parse_response(&mut self.buf, method)?
+            {
+                return Ok(head);
             }
             self.buf.reserve(READ_CHUNK);
             let n =
@@ -347,7 +356,7 @@ impl Body for UpstreamBody {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
-            conn.buf.reserve(READ_CHUNK);
+            make_room(&mut conn.buf);
             let read = ready!(poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf));
             match read {
                 Ok(0) if matches!(this.state, State::UntilClose) => {

@@ -153,21 +153,28 @@ pub fn parse_response(
             continue;
         }
         let http10 = response.version == Some(0);
-        // Offsets of each header inside the head, so that values can share
-        // the head's bytes instead of being copied one by one.
+        // Where each header sits inside the head, so that names and values
+        // can share the head's bytes once it is frozen, with no copy and no
+        // allocation per header.
         let base = buf.as_ptr() as usize;
-        let mut fields: Vec<(HeaderName, std::ops::Range<usize>)> =
-            Vec::with_capacity(response.headers.len());
+        let mut fields = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+        let count = response.headers.len();
         let mut keep_alive = !http10;
         let mut listed: Vec<HeaderName> = Vec::new();
         let mut chunked = false;
         let mut transfer_encoding = false;
         let mut length: Option<u64> = None;
         let mut upgrade = None;
-        for h in response.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes())
-                .map_err(|_| ParseError::Head(format!("header name {:?}", h.name)))?;
-            if name == header::CONNECTION {
+        for (slot, h) in fields.iter_mut().zip(response.headers.iter()) {
+            let offset = |s: &[u8]| (s.as_ptr() as usize - base) as u32;
+            *slot = (
+                offset(h.name.as_bytes()),
+                h.name.len() as u32,
+                offset(h.value),
+                h.value.len() as u32,
+            );
+            let name = h.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"connection") {
                 for token in tokens(h.value) {
                     if token.eq_ignore_ascii_case(b"close") {
                         keep_alive = false;
@@ -177,12 +184,12 @@ pub fn parse_response(
                         listed.push(other);
                     }
                 }
-            } else if name == header::TRANSFER_ENCODING {
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
                 transfer_encoding = true;
                 chunked = tokens(h.value)
                     .next_back()
                     .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
-            } else if name == header::CONTENT_LENGTH {
+            } else if name.eq_ignore_ascii_case(b"content-length") {
                 let value = std::str::from_utf8(h.value)
                     .ok()
                     .and_then(|v| v.trim().parse::<u64>().ok())
@@ -191,15 +198,16 @@ pub fn parse_response(
                     return Err(ParseError::ContentLength);
                 }
                 length = Some(value);
-            } else if name == header::UPGRADE {
+            } else if name.eq_ignore_ascii_case(b"upgrade") {
                 upgrade = HeaderValue::from_bytes(h.value).ok();
             }
-            let start = h.value.as_ptr() as usize - base;
-            fields.push((name, start..start + h.value.len()));
         }
         let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(fields.len());
-        for (name, range) in fields {
+        let mut headers = HeaderMap::with_capacity(count);
+        for &(name_at, name_len, value_at, value_len) in &fields[..count] {
+            let name_range = name_at as usize..(name_at + name_len) as usize;
+            let name = HeaderName::from_bytes(&head[name_range])
+                .map_err(|_| ParseError::Head("invalid header name".into()))?;
             if is_hop_by_hop(&name) || listed.contains(&name) {
                 continue;
             }
@@ -207,6 +215,7 @@ pub fn parse_response(
             if transfer_encoding && name == header::CONTENT_LENGTH {
                 continue;
             }
+            let range = value_at as usize..(value_at + value_len) as usize;
             let value = HeaderValue::from_maybe_shared(head.slice(range))
                 .map_err(|_| ParseError::Head(format!("value of {name}")))?;
             headers.append(name, value);

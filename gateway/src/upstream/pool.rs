@@ -7,6 +7,8 @@
 //! checkout and by [`Pools::sweep`].
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,7 +34,8 @@ struct Idle {
 /// The idle connections of every route whose bounds are `bounds`.
 pub struct Pool {
     pub bounds: Bounds,
-    idle: Mutex<HashMap<ReplicaKey, Vec<Idle>>>,
+    /// Keyed by replicas of the configuration: a fast unkeyed hash is safe.
+    idle: Mutex<FxHashMap<ReplicaKey, Vec<Idle>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -47,7 +50,7 @@ impl Pool {
     pub fn new(bounds: Bounds) -> Pool {
         Pool {
             bounds,
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(FxHashMap::default()),
         }
     }
 
