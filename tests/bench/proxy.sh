@@ -116,7 +116,11 @@ echo "| round | target | requests/s | p50 µs | p99 µs | proxy CPU µs/request 
 echo "|---|---|---|---|---|---|"
 declare -A all
 for round in $(seq 1 "$rounds"); do
-  for target in direct nginx picket; do
+  # The order alternates, so that neither proxy always runs right after the
+  # other on this shared, noisy machine.
+  order="direct nginx picket"
+  [ $((round % 2)) = 0 ] && order="picket nginx direct"
+  for target in $order; do
     case $target in
       direct) port=$upstream_port; pid="" ;;
       nginx) port=$nginx_port; pid=$nginx_worker ;;

@@ -98,7 +98,8 @@ impl Upstream {
                 reused: true,
             });
         }
-        self.race(first, tried).await
+        // Boxed: only new connections pay for the race's state.
+        Box::pin(self.race(first, tried)).await
     }
 
     /// A new connection to one given replica, without racing: for a request
@@ -107,7 +108,7 @@ impl Upstream {
         self: &Arc<Self>,
         replica: usize,
     ) -> Result<Attempt, ConnectFailure> {
-        let (replica, result) = self.spawn_connect(replica).await;
+        let (replica, result) = Box::pin(self.spawn_connect(replica)).await;
         result.map(|conn| Attempt {
             replica,
             conn,
