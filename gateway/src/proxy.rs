@@ -181,13 +181,36 @@ fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyErr
             .map_err(|_| ProxyError::BadRequest("invalid authority"));
     }
     match req.headers().get(HOST) {
-        Some(host) if http::uri::Authority::try_from(host.as_bytes()).is_ok() => {
-            Ok(Some(host.clone()))
-        }
+        Some(host) if is_host(host.as_bytes()) => Ok(Some(host.clone())),
         Some(_) => Err(ProxyError::BadRequest("invalid Host header")),
         None if req.version() == Version::HTTP_11 => Err(ProxyError::BadRequest(
             "HTTP/1.1 request without Host header",
         )),
         None => Ok(None),
+    }
+}
+
+/// Whether `bytes` is a valid `Host` value (RFC 9110 §7.2: `uri-host
+/// [":" port]`): the characters of a name, an IPv4 address or a bracketed
+/// IPv6 literal, and a port.
+fn is_host(bytes: &[u8]) -> bool {
+    !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_host;
+
+    #[test]
+    fn host_values() {
+        for good in ["api.example.com", "api.example.com:8080", "10.0.0.1:80", "[::1]:8080", "xn--bcher-kva.example"] {
+            assert!(is_host(good.as_bytes()), "{good}");
+        }
+        for bad in ["", "bad host", "a/b", "a\tb", "a@b"] {
+            assert!(!is_host(bad.as_bytes()), "{bad}");
+        }
     }
 }

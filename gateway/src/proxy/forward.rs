@@ -36,7 +36,7 @@ use tokio::time::{Instant, timeout};
 
 use super::{ProxyError, Route, headers};
 use crate::body::GatewayBody;
-use crate::upstream::h1::{self, RequestFraming, ResponseHead};
+use crate::upstream::h1::{RequestFraming, ResponseHead};
 use crate::upstream::{Attempt, ConnError, Connection, Io, Release, Tried, UpstreamBody};
 
 fn is_idempotent(method: &Method) -> bool {
@@ -53,11 +53,12 @@ fn retryable_status(status: StatusCode) -> bool {
     )
 }
 
-/// The request as it goes upstream, encoded anew for each attempt.
+/// The request as it goes upstream, written anew for each attempt.
 struct Outgoing<'a> {
-    method: Method,
+    method: &'a Method,
     path: &'a str,
-    headers: HeaderMap,
+    headers: &'a HeaderMap,
+    forwarding: headers::Forwarding<'a>,
     framing: RequestFraming,
     /// The client's body, until it has been sent.
     body: Option<Incoming>,
@@ -95,50 +96,41 @@ pub(super) async fn forward(
     let upgrade = headers::upgrade_of(req.headers());
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
-    let mut out = Outgoing {
-        path: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-        method: parts.method,
-        headers: parts.headers,
-        framing: RequestFraming::None,
-        body: None,
-    };
-    let host = out
-        .headers
-        .get(HOST)
-        .cloned()
-        .unwrap_or(HeaderValue::from_static(""));
-    headers::to_upstream(
-        &mut out.headers,
-        client,
-        &host,
-        route.upstream_host.as_ref(),
-    );
-    if let Some(protocol) = &upgrade {
-        headers::set_upgrade(&mut out.headers, protocol.clone());
-    }
     let bodiless = body.is_end_stream();
-    out.framing = if out.headers.contains_key(CONTENT_LENGTH) {
+    let framing = if parts.headers.contains_key(CONTENT_LENGTH) {
         RequestFraming::Length
     } else if bodiless {
         RequestFraming::None
     } else {
         RequestFraming::Chunked
     };
-    if !bodiless {
-        out.body = Some(body);
-    }
-    let replayable = bodiless && upgrade.is_none() && is_idempotent(&out.method);
+    let host = parts.headers.get(HOST).map_or(&b""[..], HeaderValue::as_bytes);
+    let mut out = Outgoing {
+        method: &parts.method,
+        path: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
+        headers: &parts.headers,
+        forwarding: headers::Forwarding {
+            client,
+            host,
+            upstream_host: route.upstream_host.as_ref(),
+            upgrade: upgrade.as_ref(),
+        },
+        framing,
+        body: (!bodiless).then_some(body),
+    };
+    let replayable = bodiless && upgrade.is_none() && is_idempotent(out.method);
 
     let upstream = &route.upstream;
     let bound = upstream.pool.bounds.first_answer;
     let mut tried = Tried::default();
-    // An upstream's 502/503/504, kept while another replica is tried.
-    let mut answered: Option<Response<GatewayBody>> = None;
+    // What the client gets if no other replica can be had: the last
+    // replica's 502/503/504, or its failure.
+    let mut last: Option<Result<Response<GatewayBody>, ProxyError>> = None;
     loop {
         let before = tried.len();
         let mut attempt = match upstream.connection(&mut tried).await {
             Ok(attempt) => attempt,
-            Err(failure) => return answered.ok_or(ProxyError::Unreachable(failure)),
+            Err(failure) => return last.unwrap_or(Err(ProxyError::Unreachable(failure))),
         };
         if let Some(raced) = (tried.len() - before).checked_sub(1).filter(|n| *n > 0) {
             route.metrics.retry_connect.inc_by(raced as u64);
@@ -153,7 +145,7 @@ pub(super) async fn forward(
         if attempt.reused && exchange.closed_unanswered() && resendable {
             attempt = match upstream.fresh_connection(attempt.replica).await {
                 Ok(fresh) => fresh,
-                Err(failure) => return answered.ok_or(ProxyError::Unreachable(failure)),
+                Err(failure) => return last.unwrap_or(Err(ProxyError::Unreachable(failure))),
             };
             exchange = self::exchange(&mut attempt.conn, &mut out, bound).await;
         }
@@ -163,6 +155,7 @@ pub(super) async fn forward(
             Exchange::Failed(e) => {
                 if replayable && tried.len() < upstream.tries {
                     route.metrics.retry_answer.inc();
+                    last = Some(Err(ProxyError::Upstream(e)));
                     continue;
                 }
                 return Err(ProxyError::Upstream(e));
@@ -183,7 +176,7 @@ pub(super) async fn forward(
                 )?;
                 if retry {
                     route.metrics.retry_answer.inc();
-                    answered = Some(response.0);
+                    last = Some(Ok(response.0));
                     continue;
                 }
                 let (response, tunnel_to) = response;
@@ -199,11 +192,12 @@ pub(super) async fn forward(
 /// Sends the request on `conn` and waits for the response head within
 /// `bound`, counted from the request's last byte.
 async fn exchange(conn: &mut Connection, out: &mut Outgoing<'_>, bound: Duration) -> Exchange {
-    h1::encode_request(
+    headers::write_upstream_head(
         conn.head_buffer(),
-        &out.method,
+        out.method,
         out.path,
-        &out.headers,
+        out.headers,
+        &out.forwarding,
         out.framing,
     );
     match out.body.take() {
@@ -238,7 +232,7 @@ async fn exchange(conn: &mut Connection, out: &mut Outgoing<'_>, bound: Duration
             }
         }
     }
-    match timeout(bound, conn.read_head(&out.method)).await {
+    match timeout(bound, conn.read_head(out.method)).await {
         Ok(Ok(head)) => Exchange::Answered(head),
         Ok(Err(e)) => Exchange::Failed(e),
         Err(_) => Exchange::TimedOut,

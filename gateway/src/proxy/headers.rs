@@ -1,85 +1,22 @@
 //! Header rules of the proxy: what is hop-by-hop, what the upstream learns
 //! about the client, and what an upgrade keeps.
+//!
+//! The request head that goes upstream is written in one pass over the
+//! client's headers: hop-by-hop headers (and those the client's
+//! `Connection` names) are skipped, `Host` comes first, and the
+//! `X-Forwarded-*` headers are written at the end. The client's header map
+//! is never modified, so a retry writes the same head again.
 
 use std::net::IpAddr;
 
-use http::header::{
-    CONNECTION, HOST, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION,
-    TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
-};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue, UPGRADE};
+use http::Method;
 
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+use crate::upstream::h1::{self, RequestFraming};
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// Headers that belong to one connection and are never forwarded
-/// (RFC 9110 §7.6.1), besides those the `Connection` header names.
-fn hop_by_hop() -> [&'static HeaderName; 9] {
-    [
-        &CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &PROXY_AUTHENTICATE,
-        &PROXY_AUTHORIZATION,
-        &TE,
-        &TRAILER,
-        &TRANSFER_ENCODING,
-        &UPGRADE,
-    ]
-}
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    hop_by_hop().contains(&name)
-}
-
-/// Removes hop-by-hop headers, including every header `Connection` names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass over the names instead of a hash
-    // lookup per hop-by-hop header.
-    if !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    if let Some(listed) = connection_tokens(headers) {
-        for name in listed {
-            headers.remove(name);
-        }
-    }
-    for name in hop_by_hop() {
-        headers.remove(name);
-    }
-}
-
-fn connection_tokens(headers: &HeaderMap) -> Option<Vec<HeaderName>> {
-    let mut values = headers.get_all(CONNECTION).iter().peekable();
-    values.peek()?;
-    Some(
-        values
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-            .collect(),
-    )
-}
-
-/// The protocol a client asks to upgrade to, when its request is an upgrade.
-pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
-    let upgrade = headers.get(UPGRADE)?;
-    let asks = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
-    asks.then(|| upgrade.clone())
-}
-
-/// Marks a message as an upgrade to `protocol` again after stripping.
-pub fn set_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
-    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    headers.insert(UPGRADE, protocol);
-}
 
 /// The client of a connection, as `X-Forwarded-For` names it; made once per
 /// connection.
@@ -95,8 +32,8 @@ impl Client {
             IpAddr::V6(v6) => v6.to_canonical(),
             v4 => v4,
         };
-        let value =
-            HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"));
+        let value = HeaderValue::from_str(&ip.to_string())
+            .unwrap_or(HeaderValue::from_static("unknown"));
         Client { ip, value }
     }
 
@@ -105,44 +42,93 @@ impl Client {
     }
 }
 
-/// Prepares the headers of a request going upstream: strips hop-by-hop
-/// headers, tells the upstream who the client is, and sets `Host` to the
-/// upstream's name when it has one (the client's `Host` stays otherwise).
-pub fn to_upstream(
-    headers: &mut HeaderMap,
-    client: &Client,
-    host: &HeaderValue,
-    upstream_host: Option<&HeaderValue>,
+fn tokens(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+    value.as_bytes().split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// The protocol a client asks to upgrade to, when its request is an upgrade.
+pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
+    let upgrade = headers.get(UPGRADE)?;
+    let asks = headers
+        .get_all(CONNECTION)
+        .iter()
+        .flat_map(tokens)
+        .any(|token| token.eq_ignore_ascii_case(b"upgrade"));
+    asks.then(|| upgrade.clone())
+}
+
+/// Marks a message as an upgrade to `protocol`.
+pub fn set_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
+    headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(UPGRADE, protocol);
+}
+
+/// What the upstream is told besides the client's own headers.
+#[derive(Debug)]
+pub struct Forwarding<'a> {
+    pub client: &'a Client,
+    /// The host the client asked for.
+    pub host: &'a [u8],
+    /// The `Host` an external upstream expects; `None` keeps the client's.
+    pub upstream_host: Option<&'a HeaderValue>,
+    /// The protocol of an upgrade the client asked for.
+    pub upgrade: Option<&'a HeaderValue>,
+}
+
+/// Writes the request head that goes upstream.
+pub fn write_upstream_head(
+    out: &mut Vec<u8>,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    forwarding: &Forwarding<'_>,
+    framing: RequestFraming,
 ) {
-    strip_hop_by_hop(headers);
-    let forwarded_for = match headers.get(&X_FORWARDED_FOR) {
-        None => Some(client.value.clone()),
-        Some(_) => {
-            let mut chain: String = headers
-                .get_all(&X_FORWARDED_FOR)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .collect::<Vec<_>>()
-                .join(", ");
-            chain.push_str(", ");
-            chain.push_str(client.value.to_str().unwrap_or("unknown"));
-            HeaderValue::from_str(&chain).ok()
-        }
+    h1::write_request_line(out, method, path);
+    let host = forwarding.upstream_host.map_or(forwarding.host, HeaderValue::as_bytes);
+    h1::write_header(out, b"host", host);
+    let connection = headers.get(CONNECTION);
+    let named_by_connection = |name: &HeaderName| {
+        connection.is_some_and(|c| tokens(c).any(|t| t.eq_ignore_ascii_case(name.as_str().as_bytes())))
     };
-    if let Some(value) = forwarded_for {
-        headers.insert(&X_FORWARDED_FOR, value);
-    }
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    headers.insert(&X_FORWARDED_HOST, host.clone());
-    match upstream_host {
-        Some(upstream) => {
-            headers.insert(HOST, upstream.clone());
+    let mut forwarded_for: Option<&HeaderValue> = None;
+    let mut more_forwarded_for = false;
+    for (name, value) in headers {
+        if *name == X_FORWARDED_FOR {
+            more_forwarded_for |= forwarded_for.is_some();
+            forwarded_for.get_or_insert(value);
+            continue;
         }
-        None if !headers.contains_key(HOST) => {
-            headers.insert(HOST, host.clone());
+        let ours = *name == HOST || *name == X_FORWARDED_PROTO || *name == X_FORWARDED_HOST;
+        let framing_header = *name == CONTENT_LENGTH && framing != RequestFraming::Length;
+        if ours || framing_header || h1::is_hop_by_hop(name) || named_by_connection(name) {
+            continue;
         }
-        None => {}
+        h1::write_header(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    match forwarded_for {
+        None => h1::write_header(out, b"x-forwarded-for", forwarding.client.value.as_bytes()),
+        Some(first) => {
+            out.extend_from_slice(b"x-forwarded-for: ");
+            out.extend_from_slice(first.as_bytes());
+            if more_forwarded_for {
+                for value in headers.get_all(&X_FORWARDED_FOR).iter().skip(1) {
+                    out.extend_from_slice(b", ");
+                    out.extend_from_slice(value.as_bytes());
+                }
+            }
+            out.extend_from_slice(b", ");
+            out.extend_from_slice(forwarding.client.value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    h1::write_header(out, b"x-forwarded-proto", b"http");
+    h1::write_header(out, b"x-forwarded-host", forwarding.host);
+    if let Some(protocol) = forwarding.upgrade {
+        h1::write_header(out, b"connection", b"upgrade");
+        h1::write_header(out, b"upgrade", protocol.as_bytes());
+    }
+    h1::end_head(out, framing);
 }
 
 #[cfg(test)]
@@ -152,17 +138,21 @@ mod tests {
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         h
     }
 
+    fn head(headers: &HeaderMap, forwarding: &Forwarding<'_>, framing: RequestFraming) -> String {
+        let mut out = Vec::new();
+        write_upstream_head(&mut out, &Method::GET, "/x?y=1", headers, forwarding, framing);
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn hop_by_hop_and_connection_listed_headers_go() {
-        let mut h = map(&[
+        let headers = map(&[
+            ("host", "shop.example.com"),
             ("connection", "keep-alive, x-secret"),
             ("keep-alive", "timeout=5"),
             ("x-secret", "1"),
@@ -171,50 +161,48 @@ mod tests {
             ("proxy-authorization", "Basic x"),
             ("accept", "*/*"),
         ]);
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1, "{h:?}");
-        assert_eq!(h["accept"], "*/*");
+        let client = Client::new("10.0.0.9".parse().unwrap());
+        let forwarding = Forwarding { client: &client, host: b"shop.example.com", upstream_host: None, upgrade: None };
+        assert_eq!(
+            head(&headers, &forwarding, RequestFraming::None),
+            "GET /x?y=1 HTTP/1.1\r\nhost: shop.example.com\r\naccept: */*\r\n\
+             x-forwarded-for: 10.0.0.9\r\nx-forwarded-proto: http\r\nx-forwarded-host: shop.example.com\r\n\r\n"
+        );
     }
 
     #[test]
-    fn forwarded_headers_are_set_and_chained() {
-        let mut h = map(&[
+    fn forwarded_headers_chain_and_replace() {
+        let headers = map(&[
             ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-for", "198.51.100.1"),
             ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "spoofed"),
+            ("content-length", "3"),
         ]);
-        let host = HeaderValue::from_static("api.example.com");
-        to_upstream(
-            &mut h,
-            &Client::new("10.0.0.9".parse().unwrap()),
-            &host,
-            None,
-        );
-        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 10.0.0.9");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "api.example.com");
-        assert_eq!(h["host"], "api.example.com");
-
-        let mut h = HeaderMap::new();
+        let client = Client::new("::ffff:10.0.0.1".parse().unwrap());
         let external = HeaderValue::from_static("billing.example.net");
-        to_upstream(
-            &mut h,
-            &Client::new("::ffff:10.0.0.1".parse().unwrap()),
-            &host,
-            Some(&external),
-        );
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1");
-        assert_eq!(h["host"], "billing.example.net");
-        assert_eq!(h["x-forwarded-host"], "api.example.com");
+        let forwarding =
+            Forwarding { client: &client, host: b"api.example.com", upstream_host: Some(&external), upgrade: None };
+        let text = head(&headers, &forwarding, RequestFraming::Length);
+        assert!(text.starts_with("GET /x?y=1 HTTP/1.1\r\nhost: billing.example.net\r\n"), "{text}");
+        assert!(text.contains("content-length: 3\r\n"), "{text}");
+        assert!(text.contains("x-forwarded-for: 203.0.113.7, 198.51.100.1, 10.0.0.1\r\n"), "{text}");
+        assert!(text.contains("x-forwarded-proto: http\r\n") && !text.contains("https"), "{text}");
+        assert!(text.contains("x-forwarded-host: api.example.com\r\n") && !text.contains("spoofed"), "{text}");
+        let chunked = head(&headers, &forwarding, RequestFraming::Chunked);
+        assert!(!chunked.contains("content-length") && chunked.ends_with("transfer-encoding: chunked\r\n\r\n"), "{chunked}");
     }
 
     #[test]
-    fn upgrades_are_recognised() {
-        let ws = map(&[
-            ("connection", "keep-alive, Upgrade"),
-            ("upgrade", "websocket"),
-        ]);
-        assert_eq!(upgrade_of(&ws).unwrap(), "websocket");
+    fn upgrades_are_recognised_and_kept() {
+        let ws = map(&[("connection", "keep-alive, Upgrade"), ("upgrade", "websocket")]);
+        let protocol = upgrade_of(&ws).unwrap();
+        assert_eq!(protocol, "websocket");
         assert!(upgrade_of(&map(&[("upgrade", "websocket")])).is_none());
         assert!(upgrade_of(&map(&[("connection", "upgrade")])).is_none());
+        let client = Client::new("10.0.0.9".parse().unwrap());
+        let forwarding = Forwarding { client: &client, host: b"h", upstream_host: None, upgrade: Some(&protocol) };
+        let text = head(&ws, &forwarding, RequestFraming::None);
+        assert!(text.ends_with("connection: upgrade\r\nupgrade: websocket\r\n\r\n"), "{text}");
     }
 }

@@ -55,27 +55,24 @@ pub enum RequestFraming {
     Chunked,
 }
 
-/// Writes a request head: request line, headers, framing, blank line.
-pub fn encode_request(
-    out: &mut Vec<u8>,
-    method: &Method,
-    path_and_query: &str,
-    headers: &HeaderMap,
-    framing: RequestFraming,
-) {
+/// Writes a request line.
+pub fn write_request_line(out: &mut Vec<u8>, method: &Method, path_and_query: &str) {
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(path_and_query.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        if framing != RequestFraming::Length && name == header::CONTENT_LENGTH {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+}
+
+/// Writes one header line.
+pub fn write_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Ends a request head, declaring a chunked body when there is one.
+pub fn end_head(out: &mut Vec<u8>, framing: RequestFraming) {
     if framing == RequestFraming::Chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -105,7 +102,9 @@ pub struct ResponseHead {
     pub upgrade: Option<HeaderValue>,
 }
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+/// Headers that belong to one connection and are never forwarded (RFC 9110
+/// §7.6.1), besides those the `Connection` header names.
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     [
         header::CONNECTION,
         header::TE,
@@ -369,33 +368,15 @@ mod tests {
 
     #[test]
     fn request_heads_carry_framing() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, HeaderValue::from_static("api.example.com"));
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
         let mut out = Vec::new();
-        encode_request(
-            &mut out,
-            &Method::POST,
-            "/a?b=1",
-            &headers,
-            RequestFraming::Length,
-        );
-        assert_eq!(
-            out,
-            b"POST /a?b=1 HTTP/1.1\r\nhost: api.example.com\r\ncontent-length: 5\r\n\r\n"
-        );
+        write_request_line(&mut out, &Method::POST, "/a?b=1");
+        write_header(&mut out, b"host", b"api.example.com");
+        end_head(&mut out, RequestFraming::Chunked);
+        assert_eq!(out, b"POST /a?b=1 HTTP/1.1\r\nhost: api.example.com\r\ntransfer-encoding: chunked\r\n\r\n");
         out.clear();
-        encode_request(
-            &mut out,
-            &Method::POST,
-            "/",
-            &headers,
-            RequestFraming::Chunked,
-        );
-        assert_eq!(
-            out,
-            b"POST / HTTP/1.1\r\nhost: api.example.com\r\ntransfer-encoding: chunked\r\n\r\n"
-        );
+        write_request_line(&mut out, &Method::GET, "/");
+        end_head(&mut out, RequestFraming::None);
+        assert_eq!(out, b"GET / HTTP/1.1\r\n\r\n");
     }
 
     #[test]
