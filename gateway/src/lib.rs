@@ -14,6 +14,7 @@
 pub mod body;
 pub mod config;
 pub mod demo;
+pub mod h1;
 pub mod metrics;
 pub mod node;
 pub mod proxy;

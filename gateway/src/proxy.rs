@@ -11,25 +11,29 @@
 //! No route → 404 (nothing is forwarded: never an open proxy). `CONNECT` →
 //! 405. A request without a usable host → 400. Upstream failures are mapped
 //! to 502/504 in [`error`].
+//!
+//! The client protocols live in [`crate::server`]: each parses its
+//! requests, asks for the [`Proxy::route`], calls [`forward`] and writes
+//! the [`Answer`] out its own way.
 
 pub mod error;
-mod forward;
+pub mod forward;
 pub mod headers;
+pub mod request;
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use http::header::{HOST, HeaderValue};
-use http::{Method, Request, Response, Version};
-use hyper::body::Incoming;
+use http::header::HeaderValue;
 
-use crate::body::GatewayBody;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
 use crate::upstream::{Pools, TlsTarget, Upstream};
-pub use error::ProxyError;
+pub use error::{Page, ProxyError};
+pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
+pub use request::{BodyError, ClientRequest, Fields, RequestBody};
 
 /// A route as the data path sees it.
 #[derive(Debug)]
@@ -131,86 +135,18 @@ impl Proxy {
         self.table.store(Arc::new(table));
     }
 
-    /// Answers one client request. Never fails: every error is a response.
-    pub async fn handle(
-        &self,
-        mut req: Request<Incoming>,
-        client: &Client,
-    ) -> Response<GatewayBody> {
-        if req.method() == Method::CONNECT {
-            return ProxyError::Connect.response();
-        }
-        let host = match request_host(&req) {
-            Ok(host) => host,
-            Err(e) => return e.response(),
-        };
-        let route = {
-            let table = self.table.load();
-            let name = host.as_ref().and_then(|h| h.to_str().ok());
-            match table.find(name, req.uri().path()) {
-                Some(route) => Arc::clone(route),
-                None => {
-                    self.metrics.unrouted();
-                    return ProxyError::NoRoute.response();
-                }
+    /// The route of a request; `NoRoute` (and a count) when none matches.
+    pub fn route(&self, host: Option<&[u8]>, path: &[u8]) -> Result<Arc<Route>, ProxyError> {
+        let table = self.table.load();
+        let host = host.and_then(|h| std::str::from_utf8(h).ok());
+        let path = std::str::from_utf8(path)
+            .map_err(|_| ProxyError::BadRequest("request target is not UTF-8"))?;
+        match table.find(host, path) {
+            Some(route) => Ok(Arc::clone(route)),
+            None => {
+                self.metrics.unrouted();
+                Err(ProxyError::NoRoute)
             }
-        };
-        if let Some(host) = &host
-            && (!req.headers().contains_key(HOST) || req.uri().authority().is_some())
-        {
-            req.headers_mut().insert(HOST, host.clone());
-        }
-        let response = match forward::forward(&route, req, client).await {
-            Ok(response) => response,
-            Err(error) => {
-                tracing::debug!(route = %route.config.name, %error, "request failed");
-                error.response()
-            }
-        };
-        route.metrics.count(response.status());
-        response
-    }
-}
-
-/// The host a request is for: the URI's authority (absolute form and
-/// HTTP/2), else the `Host` header. HTTP/1.1 requires one.
-fn request_host(req: &Request<Incoming>) -> Result<Option<HeaderValue>, ProxyError> {
-    if let Some(authority) = req.uri().authority() {
-        return HeaderValue::from_str(authority.as_str())
-            .map(Some)
-            .map_err(|_| ProxyError::BadRequest("invalid authority"));
-    }
-    match req.headers().get(HOST) {
-        Some(host) if is_host(host.as_bytes()) => Ok(Some(host.clone())),
-        Some(_) => Err(ProxyError::BadRequest("invalid Host header")),
-        None if req.version() == Version::HTTP_11 => Err(ProxyError::BadRequest(
-            "HTTP/1.1 request without Host header",
-        )),
-        None => Ok(None),
-    }
-}
-
-/// Whether `bytes` is a valid `Host` value (RFC 9110 §7.2: `uri-host
-/// [":" port]`): the characters of a name, an IPv4 address or a bracketed
-/// IPv6 literal, and a port.
-fn is_host(bytes: &[u8]) -> bool {
-    !bytes.is_empty()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(b))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_host;
-
-    #[test]
-    fn host_values() {
-        for good in ["api.example.com", "api.example.com:8080", "10.0.0.1:80", "[::1]:8080", "xn--bcher-kva.example"] {
-            assert!(is_host(good.as_bytes()), "{good}");
-        }
-        for bad in ["", "bad host", "a/b", "a\tb", "a@b"] {
-            assert!(!is_host(bad.as_bytes()), "{bad}");
         }
     }
 }

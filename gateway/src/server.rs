@@ -1,47 +1,29 @@
-//! The proxy listener: accepts client connections and serves HTTP/1.1 and
-//! HTTP/2 (prior knowledge) on them, upgrades included.
+//! The proxy listener: accepts client connections and serves each with
+//! HTTP/1.x ([`h1`], Picket's own) or, when the client opens with the
+//! HTTP/2 preface, HTTP/2 ([`h2`], hyper's).
 //!
-//! Malformed requests are answered by hyper (400, 431 for oversized heads)
-//! and never reach the proxy. A client that does not finish its request
-//! head within [`HEADER_READ_TIMEOUT`] is disconnected. On shutdown the
-//! listener closes at once, connections finish the request they carry, and
-//! whatever is still open after the drain deadline is dropped.
+//! On shutdown the listener closes at once, connections finish the request
+//! they carry, and whatever is still open after the drain deadline is
+//! dropped.
 
-use std::convert::Infallible;
+pub mod h1;
+pub mod h2;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::proxy::Proxy;
+use crate::proxy::{Client, Proxy};
 use crate::shutdown::Shutdown;
 
-/// Time a client has to send a complete request head.
+/// Time a client has to send a complete request head once it started.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest request head accepted; larger ones get 431.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-
-fn builder() -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(MAX_HEAD_BYTES)
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(256)
-        .max_header_list_size(MAX_HEAD_BYTES as u32);
-    builder
-}
+/// Time an idle keep-alive connection waits for its next request.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serves the proxy on `listener` until `shutdown`, then drains for at most
 /// `drain`.
@@ -51,8 +33,7 @@ pub async fn serve(
     mut shutdown: Shutdown,
     drain: Duration,
 ) {
-    let builder = builder();
-    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
     let mut last_accept_warning: Option<Instant> = None;
     loop {
         let (stream, peer) = tokio::select! {
@@ -69,40 +50,34 @@ pub async fn serve(
                     continue;
                 }
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = shutdown.wait() => break,
         };
-        let _ = stream.set_nodelay(true);
-        let service = service(Arc::clone(&proxy), peer);
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, %error, "client connection ended with an error");
-            }
-        });
+        connections.spawn(connection(
+            stream,
+            peer,
+            Arc::clone(&proxy),
+            shutdown.clone(),
+        ));
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::info!(drain = ?drain, "drain deadline passed; closing the remaining connections");
+    let drained = tokio::time::timeout(drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::info!(drain = ?drain, open = connections.len(), "drain deadline passed; closing the remaining connections");
+        connections.abort_all();
     }
 }
 
-fn service(
-    proxy: Arc<Proxy>,
-    peer: SocketAddr,
-) -> impl hyper::service::Service<
-    http::Request<hyper::body::Incoming>,
-    Response = http::Response<crate::body::GatewayBody>,
-    Error = Infallible,
-    Future = impl Future<Output = Result<http::Response<crate::body::GatewayBody>, Infallible>> + Send,
-> + Clone {
-    let client = Arc::new(crate::proxy::Client::new(peer.ip()));
-    service_fn(move |req| {
-        let proxy = Arc::clone(&proxy);
-        let client = Arc::clone(&client);
-        async move { Ok::<_, Infallible>(proxy.handle(req, &client).await) }
-    })
+async fn connection(stream: TcpStream, peer: SocketAddr, proxy: Arc<Proxy>, shutdown: Shutdown) {
+    let _ = stream.set_nodelay(true);
+    let client = Client::new(peer.ip());
+    let mut conn = h1::ClientConn::new(stream);
+    match conn.sniff().await {
+        Some(h1::Protocol::Http2) => h2::serve(conn.into_rewind(), proxy, client, shutdown).await,
+        Some(h1::Protocol::Http1) => h1::serve(conn, &proxy, &client, shutdown).await,
+        None => {}
+    }
 }

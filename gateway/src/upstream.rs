@@ -18,7 +18,6 @@
 
 mod conn;
 mod connect;
-pub mod h1;
 pub mod health;
 mod pool;
 mod probe;

@@ -18,6 +18,25 @@ pub enum Fault {
     Downstream,
 }
 
+/// A page the gateway writes itself.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: Bytes,
+}
+
+impl Page {
+    pub fn response(self) -> Response<GatewayBody> {
+        let mut response = Response::new(GatewayBody::local(self.body));
+        *response.status_mut() = self.status;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        response
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error("no route for this host and path")]
@@ -32,8 +51,8 @@ pub enum ProxyError {
     FirstAnswerTimeout(Duration),
     #[error("{0}")]
     Upstream(crate::upstream::ConnError),
-    #[error("client request body failed: {0}")]
-    ClientBody(hyper::Error),
+    #[error(transparent)]
+    ClientBody(crate::proxy::request::BodyError),
 }
 
 impl ProxyError {
@@ -59,8 +78,8 @@ impl ProxyError {
         }
     }
 
-    /// The response the client gets: the status, and the reason in one line.
-    pub fn response(&self) -> Response<GatewayBody> {
+    /// The page the client gets: the status, and the reason in one line.
+    pub fn page(&self) -> Page {
         let status = self.status();
         let text = format!(
             "{} {}\n{}\n",
@@ -68,13 +87,16 @@ impl ProxyError {
             status.canonical_reason().unwrap_or(""),
             self
         );
-        let mut response = Response::new(GatewayBody::local(Bytes::from(text)));
-        *response.status_mut() = status;
-        response.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        response
+        Page {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: Bytes::from(text),
+        }
+    }
+
+    /// The page as a response going out through hyper.
+    pub fn response(&self) -> Response<GatewayBody> {
+        self.page().response()
     }
 }
 

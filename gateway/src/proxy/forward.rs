@@ -1,12 +1,14 @@
 //! Forwarding one request: attempts on replicas, the first-answer bound,
-//! retries, and upgrades.
+//! and retries. The answer is the upstream's response head and its body
+//! still on the wire; each client protocol writes it out its own way.
 //!
 //! ## Retries
 //! - Nothing reached the upstream (connect refused or timed out): the
 //!   request moves on at once, whatever its method.
 //! - A pooled connection the upstream had closed meanwhile: the request is
 //!   sent again on a new connection to the same replica, without spending
-//!   a try, if it is idempotent and has no body.
+//!   a try, when that is safe: nothing of its body has been read yet, or it
+//!   is idempotent without a body.
 //! - A replica answered 502/503/504, or its connection broke after the
 //!   request was written: the request moves to another replica only if its
 //!   method is idempotent and it has no body.
@@ -24,20 +26,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, HOST, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
-use http_body::Body;
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
+use http::{Method, StatusCode};
 use tokio::time::{Instant, timeout};
 
-use super::{ProxyError, Route, headers};
-use crate::body::GatewayBody;
-use crate::upstream::h1::{RequestFraming, ResponseHead};
-use crate::upstream::{Attempt, ConnError, Connection, Io, Release, Tried, UpstreamBody};
+use super::headers::{self, Client, Forwarding};
+use super::request::{ClientRequest, RequestBody};
+use super::{ProxyError, Route};
+use crate::h1::request::{BodyKind, RequestFraming};
+use crate::h1::response::ResponseHead;
+use crate::upstream::{ConnError, Connection, Io, Release, Tried, UpstreamBody};
+
+/// An upstream's answer: its head, and its body still on the wire.
+#[derive(Debug)]
+pub struct Answer {
+    pub head: ResponseHead,
+    pub body: AnswerBody,
+}
+
+#[derive(Debug)]
+pub enum AnswerBody {
+    Stream(UpstreamBody),
+    /// `101 Switching Protocols`: the upstream's connection, and the bytes
+    /// it sent after its head, for the tunnel.
+    Switched {
+        io: Io,
+        leftover: Bytes,
+    },
+}
 
 fn is_idempotent(method: &Method) -> bool {
     matches!(
@@ -53,23 +68,12 @@ fn retryable_status(status: StatusCode) -> bool {
     )
 }
 
-/// The request as it goes upstream, written anew for each attempt.
-struct Outgoing<'a> {
-    method: &'a Method,
-    path: &'a str,
-    headers: &'a HeaderMap,
-    forwarding: headers::Forwarding<'a>,
-    framing: RequestFraming,
-    /// The client's body, until it has been sent.
-    body: Option<Incoming>,
-}
-
 /// What became of one request on one connection.
 enum Exchange {
     Answered(ResponseHead),
     /// Failed before any byte of an answer arrived.
     Failed(ConnError),
-    ClientBody(hyper::Error),
+    ClientBody(super::request::BodyError),
     TimedOut,
 }
 
@@ -88,44 +92,29 @@ impl Exchange {
     }
 }
 
-pub(super) async fn forward(
+/// Forwards `req` on `route`, reading its body from `body`.
+pub async fn forward<B: RequestBody>(
     route: &Arc<Route>,
-    mut req: Request<Incoming>,
-    client: &headers::Client,
-) -> Result<Response<GatewayBody>, ProxyError> {
-    let upgrade = headers::upgrade_of(req.headers());
-    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
-    let (parts, body) = req.into_parts();
-    let bodiless = body.is_end_stream();
-    let framing = if parts.headers.contains_key(CONTENT_LENGTH) {
-        RequestFraming::Length
-    } else if bodiless {
-        RequestFraming::None
-    } else {
-        RequestFraming::Chunked
+    req: &ClientRequest<'_>,
+    body: &mut B,
+    client: &Client,
+) -> Result<Answer, ProxyError> {
+    let forwarding = Forwarding {
+        client,
+        host: req.host.unwrap_or(b""),
+        upstream_host: route.upstream_host.as_ref().map(|h| h.as_bytes()),
+        upgrade: req.upgrade,
     };
-    let host = parts.headers.get(HOST).map_or(&b""[..], HeaderValue::as_bytes);
-    let mut out = Outgoing {
-        method: &parts.method,
-        path: parts.uri.path_and_query().map_or("/", |pq| pq.as_str()),
-        headers: &parts.headers,
-        forwarding: headers::Forwarding {
-            client,
-            host,
-            upstream_host: route.upstream_host.as_ref(),
-            upgrade: upgrade.as_ref(),
-        },
-        framing,
-        body: (!bodiless).then_some(body),
-    };
-    let replayable = bodiless && upgrade.is_none() && is_idempotent(out.method);
+    let bodiless = matches!(req.body, BodyKind::None | BodyKind::Length(0));
+    let replayable = bodiless && req.upgrade.is_none() && is_idempotent(req.method);
+    let mut body_started = false;
 
     let upstream = &route.upstream;
     let bound = upstream.pool.bounds.first_answer;
     let mut tried = Tried::default();
     // What the client gets if no other replica can be had: the last
     // replica's 502/503/504, or its failure.
-    let mut last: Option<Result<Response<GatewayBody>, ProxyError>> = None;
+    let mut last: Option<Result<Answer, ProxyError>> = None;
     loop {
         let before = tried.len();
         let mut attempt = match upstream.connection(&mut tried).await {
@@ -136,18 +125,31 @@ pub(super) async fn forward(
             route.metrics.retry_connect.inc_by(raced as u64);
         }
         let sent_at = Instant::now();
-        let mut exchange = exchange(&mut attempt.conn, &mut out, bound).await;
-        // A pooled connection the upstream closed meanwhile: once more on
-        // a new one, without spending a try, when that is safe: nothing of
-        // the request can have been acted on (its body is still here), or
-        // acting twice does no harm (idempotent, no body).
-        let resendable = replayable || out.body.is_some();
-        if attempt.reused && exchange.closed_unanswered() && resendable {
+        let mut exchange = exchange(
+            &mut attempt.conn,
+            req,
+            &forwarding,
+            body,
+            &mut body_started,
+            bound,
+        )
+        .await;
+        // A pooled connection the upstream closed meanwhile: once more on a
+        // new one, without spending a try, when that is safe.
+        if attempt.reused && exchange.closed_unanswered() && (replayable || !body_started) {
             attempt = match upstream.fresh_connection(attempt.replica).await {
                 Ok(fresh) => fresh,
                 Err(failure) => return last.unwrap_or(Err(ProxyError::Unreachable(failure))),
             };
-            exchange = self::exchange(&mut attempt.conn, &mut out, bound).await;
+            exchange = self::exchange(
+                &mut attempt.conn,
+                req,
+                &forwarding,
+                body,
+                &mut body_started,
+                bound,
+            )
+            .await;
         }
         match exchange {
             Exchange::TimedOut => return Err(ProxyError::FirstAnswerTimeout(bound)),
@@ -167,23 +169,34 @@ pub(super) async fn forward(
                     .observe(sent_at.elapsed().as_secs_f64());
                 let retry =
                     replayable && retryable_status(head.status) && tried.len() < upstream.tries;
-                let response = respond(
-                    head,
-                    attempt,
-                    upstream,
-                    client_upgrade.is_some(),
-                    &route.config.name,
-                )?;
+                let switched = head.status == StatusCode::SWITCHING_PROTOCOLS;
+                if switched && req.upgrade.is_none() {
+                    return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(
+                        "upstream switched protocols unasked",
+                    ))));
+                }
+                let body = if switched {
+                    let (io, leftover) = attempt.conn.into_parts();
+                    AnswerBody::Switched { io, leftover }
+                } else {
+                    let release = Release {
+                        upstream: Arc::clone(upstream),
+                        replica: attempt.replica,
+                    };
+                    AnswerBody::Stream(UpstreamBody::new(
+                        attempt.conn,
+                        head.framing,
+                        head.keep_alive,
+                        Some(release),
+                    ))
+                };
+                let answer = Answer { head, body };
                 if retry {
                     route.metrics.retry_answer.inc();
-                    last = Some(Ok(response.0));
+                    last = Some(Ok(answer));
                     continue;
                 }
-                let (response, tunnel_to) = response;
-                if let (Some(client_side), Some((io, leftover))) = (client_upgrade, tunnel_to) {
-                    tunnel(client_side, io, leftover, &route.config.name);
-                }
-                return Ok(response);
+                return Ok(answer);
             }
         }
     }
@@ -191,118 +204,58 @@ pub(super) async fn forward(
 
 /// Sends the request on `conn` and waits for the response head within
 /// `bound`, counted from the request's last byte.
-async fn exchange(conn: &mut Connection, out: &mut Outgoing<'_>, bound: Duration) -> Exchange {
-    headers::write_upstream_head(
-        conn.head_buffer(),
-        out.method,
-        out.path,
-        out.headers,
-        &out.forwarding,
-        out.framing,
-    );
-    match out.body.take() {
-        None => {
-            if let Err(e) = conn.write_head(None).await {
-                return Exchange::Failed(e.into());
+async fn exchange<B: RequestBody>(
+    conn: &mut Connection,
+    req: &ClientRequest<'_>,
+    forwarding: &Forwarding<'_>,
+    body: &mut B,
+    body_started: &mut bool,
+    bound: Duration,
+) -> Exchange {
+    let framing = RequestFraming::from(req.body);
+    headers::write_upstream_head(conn.head_buffer(), req, forwarding, framing);
+    let write = async {
+        match req.body {
+            BodyKind::None | BodyKind::Length(0) => {
+                conn.write_head(None).await.map_err(Exchange::from_io)
             }
-        }
-        Some(mut body) => {
-            let chunked = out.framing == RequestFraming::Chunked;
-            if let Err(e) = conn.write_head(None).await {
-                // Nothing of the body was read: it can go on another connection.
-                out.body = Some(body);
-                return Exchange::Failed(e.into());
-            }
-            loop {
-                match body.frame().await {
-                    None => break,
-                    Some(Err(e)) => return Exchange::ClientBody(e),
-                    Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else {
-                            continue;
-                        };
-                        if let Err(e) = conn.write_body(data, chunked).await {
-                            return Exchange::Failed(e.into());
-                        }
-                    }
+            BodyKind::Length(_) | BodyKind::Chunked => {
+                let chunked = framing == RequestFraming::Chunked;
+                // The first piece goes with the head, in one write.
+                *body_started = true;
+                let first = match body.next().await {
+                    Some(Ok(data)) => Some(data),
+                    Some(Err(e)) => return Err(Exchange::ClientBody(e)),
+                    None => None,
+                };
+                conn.write_head_and_body(first, chunked)
+                    .await
+                    .map_err(Exchange::from_io)?;
+                while let Some(piece) = body.next().await {
+                    let data = piece.map_err(Exchange::ClientBody)?;
+                    conn.write_body(data, chunked)
+                        .await
+                        .map_err(Exchange::from_io)?;
                 }
-            }
-            if chunked && let Err(e) = conn.end_chunked().await {
-                return Exchange::Failed(e.into());
+                if chunked {
+                    conn.end_chunked().await.map_err(Exchange::from_io)?;
+                }
+                Ok(())
             }
         }
+    };
+    if let Err(failed) = write.await {
+        return failed;
     }
-    match timeout(bound, conn.read_head(out.method)).await {
+    match timeout(bound, conn.read_head(req.method)).await {
         Ok(Ok(head)) => Exchange::Answered(head),
         Ok(Err(e)) => Exchange::Failed(e),
         Err(_) => Exchange::TimedOut,
     }
 }
 
-type Tunnel = (Io, Bytes);
-
-/// The client's response from the upstream's head; the connection is lent
-/// to the body, or, for a `101`, handed over for the tunnel.
-fn respond(
-    head: ResponseHead,
-    attempt: Attempt,
-    upstream: &Arc<crate::upstream::Upstream>,
-    client_asked_upgrade: bool,
-    route: &str,
-) -> Result<(Response<GatewayBody>, Option<Tunnel>), ProxyError> {
-    let ResponseHead {
-        status,
-        headers,
-        framing,
-        keep_alive,
-        upgrade,
-    } = head;
-    let mut response = Response::new(GatewayBody::empty());
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    if status == StatusCode::SWITCHING_PROTOCOLS {
-        if !client_asked_upgrade {
-            return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(
-                "upstream switched protocols unasked",
-            ))));
-        }
-        if let Some(protocol) = upgrade {
-            headers::set_upgrade(response.headers_mut(), protocol);
-        }
-        tracing::debug!(route, "upgrade accepted by the upstream");
-        return Ok((response, Some(attempt.conn.into_parts())));
+impl Exchange {
+    fn from_io(e: std::io::Error) -> Exchange {
+        Exchange::Failed(ConnError::Io(e))
     }
-    let release = Release {
-        upstream: Arc::clone(upstream),
-        replica: attempt.replica,
-    };
-    *response.body_mut() = GatewayBody::Upstream(UpstreamBody::new(
-        attempt.conn,
-        framing,
-        keep_alive,
-        Some(release),
-    ));
-    Ok((response, None))
-}
-
-/// Joins the client's upgraded connection to the upstream's once the
-/// client side has switched, and copies bytes both ways until either
-/// closes. Bytes the upstream sent right after its 101 go first.
-fn tunnel(client: OnUpgrade, mut upstream: Io, leftover: Bytes, route: &str) {
-    let route = route.to_string();
-    tokio::spawn(async move {
-        let mut client = match client.await {
-            Ok(upgraded) => TokioIo::new(upgraded),
-            Err(e) => {
-                tracing::debug!(route, error = %e, "client upgrade did not complete");
-                return;
-            }
-        };
-        if !leftover.is_empty() && client.write_all(&leftover).await.is_err() {
-            return;
-        }
-        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-            tracing::debug!(route, error = %e, "upgraded connection ended");
-        }
-    });
 }

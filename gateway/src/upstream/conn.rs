@@ -16,7 +16,8 @@ use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
 
 use super::Upstream;
-use super::h1::{self, BodyFraming, Chunked, Decoded, ParseError, ResponseHead};
+use crate::h1::response::{self, BodyFraming, ResponseHead};
+use crate::h1::{self, Chunked, Decoded, ParseError};
 
 /// Bytes reserved when the read buffer runs low.
 const READ_CHUNK: usize = 8 * 1024;
@@ -31,6 +32,7 @@ fn make_room(buf: &mut BytesMut) {
 }
 
 /// A plain or TLS stream to a replica.
+#[derive(Debug)]
 pub enum Io {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
@@ -165,14 +167,34 @@ impl Connection {
         &mut self.head
     }
 
-    /// Writes the encoded head, and `body` after it when it is whole.
-    pub async fn write_head(&mut self, body: Option<Bytes>) -> io::Result<()> {
-        match body {
-            Some(body) if !body.is_empty() => {
-                let mut both = self.head.as_slice().chain(body);
-                self.io.write_all_buf(&mut both).await
+    /// Writes the encoded head alone.
+    pub async fn write_head(&mut self, _: Option<Bytes>) -> io::Result<()> {
+        self.io.write_all(&self.head).await
+    }
+
+    /// Writes the encoded head and the first piece of the body, in one
+    /// write when the stream takes vectors.
+    pub async fn write_head_and_body(
+        &mut self,
+        first: Option<Bytes>,
+        chunked: bool,
+    ) -> io::Result<()> {
+        match first {
+            None => self.io.write_all(&self.head).await,
+            Some(data) if chunked && !data.is_empty() => {
+                let size = h1::chunk_size_line(data.len());
+                let mut all = self
+                    .head
+                    .as_slice()
+                    .chain(&size[..])
+                    .chain(data)
+                    .chain(&b"\r\n"[..]);
+                self.io.write_all_buf(&mut all).await
             }
-            _ => self.io.write_all(&self.head).await,
+            Some(data) => {
+                let mut all = self.head.as_slice().chain(data);
+                self.io.write_all_buf(&mut all).await
+            }
         }
     }
 
@@ -185,21 +207,21 @@ impl Connection {
         if data.is_empty() {
             return Ok(());
         }
-        let size = format!("{:x}\r\n", data.len());
-        let mut framed = size.as_bytes().chain(data).chain(&b"\r\n"[..]);
+        let size = h1::chunk_size_line(data.len());
+        let mut framed = size.as_slice().chain(data).chain(&b"\r\n"[..]);
         self.io.write_all_buf(&mut framed).await
     }
 
     /// Ends a chunked request body.
     pub async fn end_chunked(&mut self) -> io::Result<()> {
-        self.io.write_all(b"0\r\n\r\n").await
+        self.io.write_all(h1::LAST_CHUNK).await
     }
 
     /// Reads the response head.
     pub async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, ConnError> {
         loop {
             if !self.buf.is_empty()
-                && let Some(head) = h1::parse_response(&mut self.buf, method)?
+                && let Some(head) = response::parse_response(&mut self.buf, method)?
             {
                 return Ok(head);
             }
@@ -300,9 +322,65 @@ impl UpstreamBody {
     }
 }
 
-impl From<ParseError> for io::Error {
-    fn from(e: ParseError) -> io::Error {
-        io::Error::new(io::ErrorKind::InvalidData, e)
+/// What the bytes already read hold of the body.
+enum Buffered {
+    Data(Bytes),
+    /// Read more.
+    Nothing,
+    End,
+}
+
+impl UpstreamBody {
+    /// The next piece of the body among the bytes already read, without
+    /// reading: a response that arrived whole goes out with its head.
+    pub fn next_buffered(&mut self) -> io::Result<Option<Bytes>> {
+        match self.buffered()? {
+            Buffered::Data(data) => Ok(Some(data)),
+            Buffered::Nothing | Buffered::End => Ok(None),
+        }
+    }
+
+    fn buffered(&mut self) -> io::Result<Buffered> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(Buffered::End);
+        };
+        let found = match &mut self.state {
+            State::Done => Buffered::End,
+            State::Length(remaining) if !conn.buf.is_empty() => {
+                let take = usize::try_from(*remaining)
+                    .unwrap_or(usize::MAX)
+                    .min(conn.buf.len());
+                let data = conn.buf.split_to(take).freeze();
+                *remaining -= take as u64;
+                if *remaining == 0 {
+                    self.state = State::Done;
+                }
+                Buffered::Data(data)
+            }
+            State::Chunked(chunked) if !conn.buf.is_empty() => {
+                match chunked.decode(&mut conn.buf) {
+                    Ok(Decoded::Data(data)) => Buffered::Data(data),
+                    Ok(Decoded::Done) => {
+                        self.state = State::Done;
+                        Buffered::End
+                    }
+                    Ok(Decoded::NeedMore) => Buffered::Nothing,
+                    Err(e) => {
+                        self.state = State::Done;
+                        self.conn = None;
+                        return Err(e.into());
+                    }
+                }
+            }
+            State::UntilClose if !conn.buf.is_empty() => Buffered::Data(conn.buf.split().freeze()),
+            _ => Buffered::Nothing,
+        };
+        // The end is known as soon as the last byte is taken: the
+        // connection goes back to the pool before the data is even written.
+        if matches!(self.state, State::Done) {
+            self.finish();
+        }
+        Ok(found)
     }
 }
 
@@ -316,43 +394,12 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
         loop {
-            let Some(conn) = this.conn.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match &mut this.state {
-                State::Done => {
-                    this.finish();
-                    return Poll::Ready(None);
-                }
-                State::Length(remaining) if !conn.buf.is_empty() => {
-                    let take = usize::try_from(*remaining)
-                        .unwrap_or(usize::MAX)
-                        .min(conn.buf.len());
-                    let data = conn.buf.split_to(take).freeze();
-                    *remaining -= take as u64;
-                    if *remaining == 0 {
-                        this.finish();
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                State::Chunked(chunked) if !conn.buf.is_empty() => {
-                    match chunked.decode(&mut conn.buf) {
-                        Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                        Ok(Decoded::Done) => {
-                            this.finish();
-                            return Poll::Ready(None);
-                        }
-                        Ok(Decoded::NeedMore) => {}
-                        Err(e) => return this.fail(e),
-                    }
-                }
-                State::UntilClose if !conn.buf.is_empty() => {
-                    let data = conn.buf.split().freeze();
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                _ => {}
+            match this.buffered() {
+                Ok(Buffered::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(Buffered::End) => return Poll::Ready(None),
+                Ok(Buffered::Nothing) => {}
+                Err(e) => return Poll::Ready(Some(Err(e))),
             }
-            // Nothing usable buffered: read more.
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };

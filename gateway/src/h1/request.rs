@@ -1,0 +1,413 @@
+//! Request heads: parsed from clients, written to upstreams.
+//!
+//! ## What a client's head must be
+//! - HTTP/1.0 or HTTP/1.1; at most one `Host`, and a valid one.
+//! - A body is framed by `Content-Length` or by `Transfer-Encoding:
+//!   chunked`, never both (the classic request-smuggling ambiguity is
+//!   refused, not resolved); no other transfer coding is accepted.
+//! - The request target is origin-form (`/path?q`), absolute-form
+//!   (`http://host/path`, whose host then wins over `Host`), `*` for
+//!   `OPTIONS`, or authority-form for `CONNECT` (which the proxy refuses).
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Version};
+
+use super::{FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, names, tokens};
+
+/// How a request body is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    None,
+    Length(u64),
+    /// Chunked from the client, or of unknown length (HTTP/2).
+    Chunked,
+}
+
+/// How a request body is framed towards the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFraming {
+    /// No body.
+    None,
+    /// The `Content-Length` header the request carries.
+    Length,
+    Chunked,
+}
+
+impl From<BodyKind> for RequestFraming {
+    fn from(kind: BodyKind) -> RequestFraming {
+        match kind {
+            BodyKind::None => RequestFraming::None,
+            BodyKind::Length(_) => RequestFraming::Length,
+            BodyKind::Chunked => RequestFraming::Chunked,
+        }
+    }
+}
+
+/// A client's request head; header lines stay ranges of `head`.
+#[derive(Debug)]
+pub struct RequestParts {
+    pub head: Bytes,
+    pub method: Method,
+    pub version: Version,
+    /// Origin form: path and query (`*` for `OPTIONS *`).
+    pub path: Bytes,
+    /// From an absolute-form target, else the `Host` header.
+    pub host: Option<Bytes>,
+    pub fields: Vec<FieldAt>,
+    pub body: BodyKind,
+    /// The client allows another request on this connection afterwards.
+    pub keep_alive: bool,
+    pub expect_continue: bool,
+    /// The protocol of an upgrade the client asks for.
+    pub upgrade: Option<Bytes>,
+}
+
+impl RequestParts {
+    /// Each header as (name, value).
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields
+            .iter()
+            .map(|f| (f.name(&self.head), f.value(&self.head)))
+    }
+
+    /// The first value of a header, `name` in lower case.
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// Gives back the field list's allocation for the next request.
+    pub fn into_fields(self) -> Vec<FieldAt> {
+        let mut fields = self.fields;
+        fields.clear();
+        fields
+    }
+}
+
+/// Whether `bytes` is a valid `Host` value (RFC 9110 §7.2: `uri-host
+/// [":" port]`): the characters of a name, an IPv4 address or a bracketed
+/// IPv6 literal, and a port.
+pub fn is_host(bytes: &[u8]) -> bool {
+    !bytes.is_empty()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(b))
+}
+
+/// Parses a request head from the start of `buf`. Returns `Ok(None)` when
+/// more bytes are needed; on success the head is taken out of `buf` and
+/// what follows (a body, or the next request) stays. The allocation of
+/// `fields` moves into the result, so that a connection reuses one list.
+pub fn parse_request(
+    buf: &mut BytesMut,
+    fields: &mut Vec<FieldAt>,
+) -> Result<Option<RequestParts>, ParseError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(ParseError::HeadTooLarge);
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
+        Err(e) => return Err(ParseError::Head(e.to_string())),
+    };
+    if len > MAX_HEAD {
+        return Err(ParseError::HeadTooLarge);
+    }
+    let method = Method::from_bytes(request.method.unwrap_or("").as_bytes())
+        .map_err(|_| ParseError::Head("invalid method".into()))?;
+    let version = if request.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let target = request.path.unwrap_or("");
+    let head_view: &[u8] = buf;
+    fields.clear();
+    let mut length = None;
+    let mut chunked = false;
+    let mut host_field = None;
+    let mut connection: Option<&[u8]> = None;
+    let mut upgrade_field = None;
+    let mut expect_continue = false;
+    for h in request.headers.iter() {
+        let field = FieldAt::of(head_view, h.name.as_bytes(), h.value);
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            length = Some(content_length(length, h.value)?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // Only `chunked`, alone and once: anything else is ambiguous.
+            if chunked || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Err(ParseError::TransferEncoding);
+            }
+            chunked = true;
+        } else if name.eq_ignore_ascii_case(b"host") {
+            if host_field.is_some() || !is_host(h.value) {
+                return Err(ParseError::Head("invalid or repeated Host".into()));
+            }
+            host_field = Some(field);
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            connection = Some(h.value);
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            upgrade_field = Some(field);
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            expect_continue = h.value.eq_ignore_ascii_case(b"100-continue");
+        }
+        fields.push(field);
+    }
+    if chunked && (length.is_some() || version == Version::HTTP_10) {
+        return Err(ParseError::TransferEncoding);
+    }
+    let keep_alive = if version == Version::HTTP_10 {
+        names(connection, b"keep-alive")
+    } else {
+        !names(connection, b"close")
+    };
+    // `Upgrade: h2c` asks for HTTP/2 over this connection: the proxy does
+    // not switch, and the request is answered over HTTP/1.1.
+    let upgrades = upgrade_field.is_some()
+        && names(connection, b"upgrade")
+        && upgrade_field
+            .is_some_and(|f| !tokens(f.value(head_view)).any(|t| t.eq_ignore_ascii_case(b"h2c")));
+    let target_start = target.as_ptr() as usize - head_view.as_ptr() as usize;
+    let target_range = target_start..target_start + target.len();
+    let head = buf.split_to(len).freeze();
+    let target = head.slice(target_range);
+    let (path, absolute_host) = split_target(&target, &method)?;
+    let host = match absolute_host {
+        Some(host) => Some(host),
+        None => host_field.map(|f| f.value_bytes(&head)),
+    };
+    let body = match (chunked, length) {
+        (true, _) => BodyKind::Chunked,
+        (false, Some(0)) | (false, None) => BodyKind::None,
+        (false, Some(n)) => BodyKind::Length(n),
+    };
+    // A zero Content-Length is still sent on, so that the upstream sees
+    // what the client said.
+    let body = match (body, length) {
+        (BodyKind::None, Some(0)) => BodyKind::Length(0),
+        (body, _) => body,
+    };
+    Ok(Some(RequestParts {
+        upgrade: if upgrades {
+            upgrade_field.map(|f| f.value_bytes(&head))
+        } else {
+            None
+        },
+        head,
+        method,
+        version,
+        path,
+        host,
+        fields: std::mem::take(fields),
+        body,
+        keep_alive,
+        expect_continue: expect_continue && version == Version::HTTP_11,
+    }))
+}
+
+/// Splits a request target into its origin-form path and, for the
+/// absolute form, its host.
+fn split_target(target: &Bytes, method: &Method) -> Result<(Bytes, Option<Bytes>), ParseError> {
+    let bad = || ParseError::Head("invalid request target".into());
+    if target.starts_with(b"/") {
+        return Ok((target.clone(), None));
+    }
+    if target.as_ref() == b"*" && *method == Method::OPTIONS {
+        return Ok((target.clone(), None));
+    }
+    if *method == Method::CONNECT {
+        return Ok((Bytes::from_static(b"/"), Some(target.clone())));
+    }
+    let scheme_end = [&b"http://"[..], b"https://"]
+        .iter()
+        .find(|s| target.len() > s.len() && target[..s.len()].eq_ignore_ascii_case(s))
+        .map(|s| s.len())
+        .ok_or_else(bad)?;
+    let rest = &target[scheme_end..];
+    let authority_len = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    let authority = target.slice(scheme_end..scheme_end + authority_len);
+    if !is_host(&authority) || authority.contains(&b'@') {
+        return Err(bad());
+    }
+    let path = match rest.get(authority_len) {
+        Some(b'/') => target.slice(scheme_end + authority_len..),
+        Some(_) => Bytes::from([&b"/"[..], &rest[authority_len..]].concat()),
+        None => Bytes::from_static(b"/"),
+    };
+    Ok((path, Some(authority)))
+}
+
+/// Writes a request line.
+pub fn write_request_line(out: &mut Vec<u8>, method: &Method, path_and_query: &[u8]) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path_and_query);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+}
+
+/// Ends a request head, declaring a chunked body when there is one.
+pub fn end_head(out: &mut Vec<u8>, framing: RequestFraming) {
+    if framing == RequestFraming::Chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Option<RequestParts>, ParseError> {
+        let mut buf = BytesMut::from(text);
+        parse_request(&mut buf, &mut Vec::new())
+    }
+
+    #[test]
+    fn heads_and_what_follows() {
+        let mut buf = BytesMut::from(
+            "POST /a?b=1 HTTP/1.1\r\nHost: API.example.com\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhelloGET",
+        );
+        let parts = parse_request(&mut buf, &mut Vec::new()).unwrap().unwrap();
+        assert_eq!(parts.method, Method::POST);
+        assert_eq!(parts.version, Version::HTTP_11);
+        assert_eq!(&parts.path[..], b"/a?b=1");
+        assert_eq!(parts.host.as_deref(), Some(&b"API.example.com"[..]));
+        assert_eq!(parts.body, BodyKind::Length(5));
+        assert_eq!(parts.get(b"x-a"), Some(&b"1"[..]));
+        assert!(parts.keep_alive);
+        assert_eq!(&buf[..], b"helloGET");
+    }
+
+    #[test]
+    fn framing_and_keep_alive() {
+        let cases: &[(&str, BodyKind, bool)] = &[
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", BodyKind::None, true),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                BodyKind::None,
+                false,
+            ),
+            ("GET / HTTP/1.0\r\n\r\n", BodyKind::None, false),
+            (
+                "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                BodyKind::None,
+                true,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                BodyKind::Chunked,
+                true,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+                BodyKind::Length(0),
+                true,
+            ),
+        ];
+        for (text, body, keep_alive) in cases {
+            let parts = parse(text).unwrap().unwrap();
+            assert_eq!(parts.body, *body, "{text:?}");
+            assert_eq!(parts.keep_alive, *keep_alive, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        let refused = [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: bad host\r\n\r\n",
+            "GET nowhere HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET http://user@evil/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GARBAGE\r\n\r\n",
+        ];
+        for text in refused {
+            assert!(parse(text).is_err(), "{text:?}");
+        }
+        let many: String = (0..MAX_HEADERS + 1)
+            .map(|i| format!("X-{i}: 1\r\n"))
+            .collect();
+        assert_eq!(
+            parse(&format!("GET / HTTP/1.1\r\n{many}\r\n")).unwrap_err(),
+            ParseError::TooManyHeaders
+        );
+        let huge = format!("GET / HTTP/1.1\r\nX: {}", "y".repeat(MAX_HEAD + 1));
+        assert_eq!(parse(&huge).unwrap_err(), ParseError::HeadTooLarge);
+    }
+
+    #[test]
+    fn request_targets() {
+        let parts = parse("GET http://Other.example:8080/p?q HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(parts.host.as_deref(), Some(&b"Other.example:8080"[..]));
+        assert_eq!(&parts.path[..], b"/p?q");
+        let parts = parse("GET http://h.example?q=1 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&parts.path[..], b"/?q=1");
+        let parts = parse("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&parts.path[..], b"*");
+        let parts = parse("CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(parts.method, Method::CONNECT);
+    }
+
+    #[test]
+    fn upgrades_and_expectations() {
+        let ws = parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(ws.upgrade.as_deref(), Some(&b"websocket"[..]));
+        let h2c = parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h2c.upgrade, None);
+        let unasked = parse("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(unasked.upgrade, None);
+        let expect =
+            parse("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert!(expect.expect_continue);
+    }
+
+    #[test]
+    fn partial_heads_wait() {
+        assert!(parse("GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        assert!(parse("GE").unwrap().is_none());
+    }
+
+    #[test]
+    fn hosts() {
+        for good in [
+            "api.example.com",
+            "api.example.com:8080",
+            "10.0.0.1:80",
+            "[::1]:8080",
+        ] {
+            assert!(is_host(good.as_bytes()), "{good}");
+        }
+        for bad in ["", "bad host", "a/b", "a\tb"] {
+            assert!(!is_host(bad.as_bytes()), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! HTTP/1.x clients: one loop per connection reads a request head, has it
+//! forwarded, and writes the answer; keep-alive and pipelining included.
+//!
+//! Nothing is translated through a header map: the request's header lines
+//! go upstream as they arrived (less what must not cross), and the
+//! upstream's come back the same way. A response that arrived whole leaves
+//! in one write with its head.
+//!
+//! ## Connection rules
+//! - A client has [`HEADER_READ_TIMEOUT`] to finish a head it started, and
+//!   an idle keep-alive connection [`IDLE_TIMEOUT`] to start the next one;
+//!   past either, the connection is closed.
+//! - A malformed head gets 400 (431 when too large) and the connection is
+//!   closed; nothing of it is forwarded.
+//! - The connection is kept only when both sides allow it and the request
+//!   body was read to its end.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, StatusCode, Version};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep_until};
+
+use super::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT};
+use crate::h1::request::{BodyKind, RequestParts, parse_request};
+use crate::h1::response::{ClientFraming, end_response_head, write_status_line};
+use crate::h1::{self, Chunked, Decoded, FieldAt, ParseError};
+use crate::proxy::{
+    Answer, AnswerBody, BodyError, Client, ClientRequest, Fields, Page, Proxy, ProxyError,
+    RequestBody, forward,
+};
+use crate::shutdown::Shutdown;
+use crate::upstream::{Io, UpstreamBody};
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Bytes reserved when the read buffer runs low.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// What a client speaks, told from its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// A client connection and its buffers, kept across its requests.
+pub struct ClientConn {
+    io: TcpStream,
+    /// Bytes read and not yet used.
+    buf: BytesMut,
+    /// The response head being written.
+    out: Vec<u8>,
+    /// The header list of the last request, for its allocation.
+    fields: Vec<FieldAt>,
+}
+
+impl ClientConn {
+    pub fn new(io: TcpStream) -> ClientConn {
+        ClientConn {
+            io,
+            buf: BytesMut::new(),
+            out: Vec::new(),
+            fields: Vec::new(),
+        }
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(READ_CHUNK);
+        }
+        self.io.read_buf(&mut self.buf).await
+    }
+
+    /// Reads until the protocol is known: the HTTP/2 preface, or anything
+    /// else. `None` when the client goes away or stays silent.
+    pub async fn sniff(&mut self) -> Option<Protocol> {
+        let deadline = Instant::now() + HEADER_READ_TIMEOUT;
+        loop {
+            let n = self.buf.len().min(H2_PREFACE.len());
+            if self.buf[..n] != H2_PREFACE[..n] {
+                return Some(Protocol::Http1);
+            }
+            if n == H2_PREFACE.len() {
+                return Some(Protocol::Http2);
+            }
+            tokio::select! {
+                read = self.fill() => match read {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                },
+                () = sleep_until(deadline) => return None,
+            }
+        }
+    }
+
+    /// The stream with the bytes read so far put back in front, for hyper.
+    pub fn into_rewind(self) -> Rewind {
+        Rewind {
+            prefix: self.buf.freeze(),
+            io: self.io,
+        }
+    }
+}
+
+/// A stream whose first bytes were already read.
+pub struct Rewind {
+    prefix: Bytes,
+    io: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// What the connection does after a request.
+enum Next {
+    KeepAlive,
+    Close,
+    /// The upstream switched protocols: the connection becomes a tunnel.
+    Tunnel {
+        upstream: Io,
+        leftover: Bytes,
+    },
+}
+
+enum Read {
+    Request(RequestParts),
+    /// Closed, timed out, or shutting down while idle.
+    Gone,
+    Refused(ParseError),
+}
+
+/// Serves requests on `conn` until either side closes it.
+pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shutdown: Shutdown) {
+    loop {
+        let parts = match read_request(&mut conn, &mut shutdown).await {
+            Read::Request(parts) => parts,
+            Read::Gone => return,
+            Read::Refused(error) => {
+                let status = match error {
+                    ParseError::HeadTooLarge | ParseError::TooManyHeaders => {
+                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+                    }
+                    ParseError::TransferEncoding => StatusCode::NOT_IMPLEMENTED,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                let body = format!(
+                    "{} {}\n{error}\n",
+                    status.as_u16(),
+                    status.canonical_reason().unwrap_or("")
+                );
+                let page = Page {
+                    status,
+                    content_type: "text/plain; charset=utf-8",
+                    body: body.into(),
+                };
+                let _ = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
+                return;
+            }
+        };
+        match one(&mut conn, parts, proxy, client).await {
+            Next::KeepAlive if !shutdown.is_fired() => {}
+            Next::Tunnel { upstream, leftover } => return tunnel(conn, upstream, leftover).await,
+            Next::KeepAlive | Next::Close => {
+                let _ = conn.io.shutdown().await;
+                return;
+            }
+        }
+    }
+}
+
+async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
+    let mut deadline = Instant::now() + IDLE_TIMEOUT;
+    let mut started = false;
+    loop {
+        if !conn.buf.is_empty() {
+            match parse_request(&mut conn.buf, &mut conn.fields) {
+                Ok(Some(parts)) => return Read::Request(parts),
+                Ok(None) => {}
+                Err(error) => return Read::Refused(error),
+            }
+            if !started {
+                started = true;
+                deadline = Instant::now() + HEADER_READ_TIMEOUT;
+            }
+        }
+        let idle = conn.buf.is_empty();
+        tokio::select! {
+            read = conn.fill() => match read {
+                Ok(0) | Err(_) => return Read::Gone,
+                Ok(_) => {}
+            },
+            () = sleep_until(deadline) => return Read::Gone,
+            () = shutdown.wait(), if idle => return Read::Gone,
+        }
+    }
+}
+
+/// Serves one request.
+async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: &Client) -> Next {
+    let version = parts.version;
+    let head_request = parts.method == Method::HEAD;
+    let route = if parts.method == Method::CONNECT {
+        Err(ProxyError::Connect)
+    } else if version == Version::HTTP_11 && parts.host.is_none() {
+        Err(ProxyError::BadRequest(
+            "HTTP/1.1 request without Host header",
+        ))
+    } else {
+        proxy.route(parts.host.as_deref(), &parts.path)
+    };
+    let route = match route {
+        Ok(route) => route,
+        Err(error) => {
+            // The body, if any, was not read: the connection cannot go on.
+            let keep = parts.keep_alive && parts.body == BodyKind::None;
+            let written = write_page(conn, &error.page(), version, keep, head_request).await;
+            conn.fields = parts.into_fields();
+            return if keep && written.is_ok() {
+                Next::KeepAlive
+            } else {
+                Next::Close
+            };
+        }
+    };
+    let req = ClientRequest {
+        method: &parts.method,
+        path: &parts.path,
+        host: parts.host.as_deref(),
+        fields: Fields::Raw(&parts),
+        upgrade: parts.upgrade.as_deref(),
+        body: parts.body,
+    };
+    let mut body = ClientBody::new(
+        &mut conn.io,
+        &mut conn.buf,
+        parts.body,
+        parts.expect_continue,
+    );
+    let result = forward(&route, &req, &mut body, client).await;
+    let body_done = body.is_done();
+    let keep = parts.keep_alive && body_done;
+    let next = match result {
+        Ok(answer) => {
+            route.metrics.count(answer.head.status);
+            write_answer(conn, answer, version, keep, head_request).await
+        }
+        Err(error) => {
+            tracing::debug!(route = %route.config.name, %error, "request failed");
+            let page = error.page();
+            route.metrics.count(page.status);
+            match write_page(conn, &page, version, keep, head_request).await {
+                Ok(()) if keep => Next::KeepAlive,
+                _ => Next::Close,
+            }
+        }
+    };
+    conn.fields = parts.into_fields();
+    next
+}
+
+/// Writes a page the gateway made.
+async fn write_page(
+    conn: &mut ClientConn,
+    page: &Page,
+    version: Version,
+    keep: bool,
+    head_request: bool,
+) -> io::Result<()> {
+    conn.out.clear();
+    write_status_line(&mut conn.out, page.status);
+    h1::write_header(&mut conn.out, b"content-type", page.content_type.as_bytes());
+    h1::write_header(
+        &mut conn.out,
+        b"content-length",
+        page.body.len().to_string().as_bytes(),
+    );
+    end_response_head(&mut conn.out, ClientFraming::Length, keep, version);
+    if !head_request {
+        conn.out.extend_from_slice(&page.body);
+    }
+    conn.io.write_all(&conn.out).await
+}
+
+/// Writes an upstream's answer: its head, then its body as it arrives.
+async fn write_answer(
+    conn: &mut ClientConn,
+    answer: Answer,
+    version: Version,
+    keep: bool,
+    head_request: bool,
+) -> Next {
+    let Answer { head, body } = answer;
+    conn.out.clear();
+    write_status_line(&mut conn.out, head.status);
+    for (name, value) in head.fields() {
+        h1::write_header(&mut conn.out, name, value);
+    }
+    let mut body = match body {
+        AnswerBody::Switched { io, leftover } => {
+            if let Some(protocol) = &head.upgrade {
+                h1::write_header(&mut conn.out, b"connection", b"upgrade");
+                h1::write_header(&mut conn.out, b"upgrade", protocol);
+            }
+            conn.out.extend_from_slice(b"\r\n");
+            if conn.io.write_all(&conn.out).await.is_err() {
+                return Next::Close;
+            }
+            return Next::Tunnel {
+                upstream: io,
+                leftover,
+            };
+        }
+        AnswerBody::Stream(body) => body,
+    };
+    let framing = if head_request {
+        ClientFraming::None
+    } else {
+        ClientFraming::for_client(head.framing, version)
+    };
+    let keep = keep && framing != ClientFraming::UntilClose;
+    end_response_head(&mut conn.out, framing, keep, version);
+    if write_body(conn, &mut body, framing).await.is_err() {
+        return Next::Close;
+    }
+    if keep { Next::KeepAlive } else { Next::Close }
+}
+
+async fn write_body(
+    conn: &mut ClientConn,
+    body: &mut UpstreamBody,
+    framing: ClientFraming,
+) -> io::Result<()> {
+    let chunked = framing == ClientFraming::Chunked;
+    // What already arrived goes out with the head, in one write.
+    let first = body.next_buffered()?;
+    let mut ended = http_body::Body::is_end_stream(body);
+    write_framed(&mut conn.io, &conn.out, first, chunked, ended).await?;
+    while !ended {
+        match body.frame().await {
+            None => {
+                ended = true;
+                if chunked {
+                    conn.io.write_all(h1::LAST_CHUNK).await?;
+                }
+            }
+            Some(Err(e)) => return Err(e),
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                ended = http_body::Body::is_end_stream(body);
+                write_framed(&mut conn.io, &[], Some(data), chunked, ended).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `head` (may be empty), then `data` framed as asked, and the last
+/// chunk if `last`, in one write.
+async fn write_framed(
+    io: &mut TcpStream,
+    head: &[u8],
+    data: Option<Bytes>,
+    chunked: bool,
+    last: bool,
+) -> io::Result<()> {
+    let data = data.filter(|d| !d.is_empty());
+    let end: &[u8] = if chunked && last { h1::LAST_CHUNK } else { &[] };
+    match data {
+        None => {
+            let mut all = Buf::chain(head, end);
+            io.write_all_buf(&mut all).await
+        }
+        Some(data) if chunked => {
+            let size = h1::chunk_size_line(data.len());
+            let mut all = Buf::chain(head, &size[..])
+                .chain(data)
+                .chain(&b"\r\n"[..])
+                .chain(end);
+            io.write_all_buf(&mut all).await
+        }
+        Some(data) => {
+            let mut all = Buf::chain(head, data);
+            io.write_all_buf(&mut all).await
+        }
+    }
+}
+
+/// Joins the client's connection to the upstream's after a 101, and copies
+/// bytes both ways until either closes. What either side sent past its
+/// head goes first.
+async fn tunnel(conn: ClientConn, mut upstream: Io, leftover: Bytes) {
+    let ClientConn { mut io, buf, .. } = conn;
+    if !buf.is_empty() && upstream.write_all(&buf).await.is_err() {
+        return;
+    }
+    if !leftover.is_empty() && io.write_all(&leftover).await.is_err() {
+        return;
+    }
+    if let Err(error) = tokio::io::copy_bidirectional(&mut io, &mut upstream).await {
+        tracing::debug!(%error, "upgraded connection ended");
+    }
+}
+
+/// A request body read from the client connection.
+struct ClientBody<'a> {
+    io: &'a mut TcpStream,
+    buf: &'a mut BytesMut,
+    state: BodyState,
+    /// The client waits for `100 Continue` before sending its body.
+    continue_pending: bool,
+}
+
+enum BodyState {
+    Length(u64),
+    Chunked(Chunked),
+    Done,
+}
+
+impl<'a> ClientBody<'a> {
+    fn new(
+        io: &'a mut TcpStream,
+        buf: &'a mut BytesMut,
+        kind: BodyKind,
+        expect_continue: bool,
+    ) -> ClientBody<'a> {
+        let state = match kind {
+            BodyKind::None | BodyKind::Length(0) => BodyState::Done,
+            BodyKind::Length(n) => BodyState::Length(n),
+            BodyKind::Chunked => BodyState::Chunked(Chunked::Size),
+        };
+        let continue_pending = expect_continue && !matches!(state, BodyState::Done);
+        ClientBody {
+            io,
+            buf,
+            state,
+            continue_pending,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(self.state, BodyState::Done)
+    }
+
+    fn error(
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Option<Result<Bytes, BodyError>> {
+        Some(Err(BodyError(e.into())))
+    }
+}
+
+impl RequestBody for ClientBody<'_> {
+    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        if self.continue_pending {
+            self.continue_pending = false;
+            if self.buf.is_empty()
+                && let Err(e) = self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await
+            {
+                return Self::error(e);
+            }
+        }
+        loop {
+            match &mut self.state {
+                BodyState::Done => return None,
+                BodyState::Length(remaining) if !self.buf.is_empty() => {
+                    let take = usize::try_from(*remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(self.buf.len());
+                    let data = self.buf.split_to(take).freeze();
+                    *remaining -= take as u64;
+                    if *remaining == 0 {
+                        self.state = BodyState::Done;
+                    }
+                    return Some(Ok(data));
+                }
+                BodyState::Chunked(chunked) if !self.buf.is_empty() => {
+                    match chunked.decode(self.buf) {
+                        Ok(Decoded::Data(data)) => return Some(Ok(data)),
+                        Ok(Decoded::Done) => {
+                            self.state = BodyState::Done;
+                            return None;
+                        }
+                        Ok(Decoded::NeedMore) => {}
+                        Err(e) => return Self::error(e),
+                    }
+                }
+                _ => {}
+            }
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            match self.io.read_buf(self.buf).await {
+                Ok(0) => {
+                    return Self::error(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "client closed mid-body",
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return Self::error(e),
+            }
+        }
+    }
+}
