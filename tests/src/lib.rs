@@ -11,6 +11,7 @@ pub mod client;
 pub mod netns;
 pub mod node;
 pub mod upstream;
+pub mod wire;
 
 /// Whether the test runs in CI, where nothing may be skipped.
 pub fn in_ci() -> bool {

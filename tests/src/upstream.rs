@@ -195,3 +195,57 @@ pub async fn refused_addr() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     listener.local_addr().expect("local address")
 }
+
+/// An upstream that answers every request head with fixed bytes, then
+/// closes: for responses hyper would not write (close-delimited bodies,
+/// odd framing).
+#[derive(Debug)]
+pub struct RawUpstream {
+    pub addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl RawUpstream {
+    pub async fn start(answer: &'static [u8]) -> RawUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a test upstream");
+        let addr = listener.local_addr().expect("local address");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&hits);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let counter = Arc::clone(&counter);
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(n) if n > 0 => seen.extend_from_slice(&buf[..n]),
+                            _ => return,
+                        }
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream.write_all(answer).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        RawUpstream { addr, hits, task }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for RawUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
