@@ -145,7 +145,8 @@ echo "| target | median requests/s | median p50 µs | median p99 µs | median CP
 echo "|---|---|---|---|---|"
 for target in direct nginx picket; do
   row=${all[$target]}
-  echo "| $target | $(echo "$row" | column 1) | $(echo "$row" | column 2) | $(echo "$row" | column 3) | $(echo "$row" | column 4) |"
+  cpu=$(echo "$row" | column 4); [ "$target" = direct ] && cpu="-"
+  echo "| $target | $(echo "$row" | column 1) | $(echo "$row" | column 2) | $(echo "$row" | column 3) | $cpu |"
 done
 p_rps=$(echo "${all[picket]}" | column 1); n_rps=$(echo "${all[nginx]}" | column 1); d_rps=$(echo "${all[direct]}" | column 1)
 p_p99=$(echo "${all[picket]}" | column 3); n_p99=$(echo "${all[nginx]}" | column 3)

@@ -217,7 +217,7 @@ async fn exchange<B: RequestBody>(
     let write = async {
         match req.body {
             BodyKind::None | BodyKind::Length(0) => {
-                conn.write_head(None).await.map_err(Exchange::from_io)
+                conn.write_head().await.map_err(Exchange::from_io)
             }
             BodyKind::Length(_) | BodyKind::Chunked => {
                 let chunked = framing == RequestFraming::Chunked;

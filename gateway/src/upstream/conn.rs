@@ -168,7 +168,7 @@ impl Connection {
     }
 
     /// Writes the encoded head alone.
-    pub async fn write_head(&mut self, _: Option<Bytes>) -> io::Result<()> {
+    pub async fn write_head(&mut self) -> io::Result<()> {
         self.io.write_all(&self.head).await
     }
 
