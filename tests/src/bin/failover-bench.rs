@@ -28,7 +28,9 @@ struct Nginx(Child);
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // SIGTERM: the master stops its workers before it exits (a SIGKILL
+        // would leave them listening).
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
         let _ = self.0.wait();
     }
 }
