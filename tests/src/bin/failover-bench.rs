@@ -30,7 +30,9 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         // SIGTERM: the master stops its workers before it exits (a SIGKILL
         // would leave them listening).
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
         let _ = self.0.wait();
     }
 }
