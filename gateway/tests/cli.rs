@@ -297,13 +297,16 @@ fn sighup_reloads_the_configuration() {
     std::fs::write(&target, config(listen, admin, a)).unwrap();
     let path = dir.path().join("picket.toml");
     std::os::unix::fs::symlink(&target, &path).unwrap();
+    // Outside the watched directory: writing the log must not look like
+    // a change there.
+    let log = hidden.path().join("picket.log");
     let child = Command::new(PICKET)
-        .args(["run", "--config"])
+        .args(["run", "--log-format", "json", "--config"])
         .arg(&path)
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let process = Process(child);
+    let mut process = Process(child);
     wait_until("the node answers", Duration::from_secs(10), || {
         get(listen, "/").is_some_and(|(_, b)| b == "from a")
     });
@@ -330,6 +333,38 @@ fn sighup_reloads_the_configuration() {
     assert!(
         metrics.contains("picket_config_reloads_total{result=\"applied\"} 1"),
         "{metrics}"
+    );
+    // Requests leave no log line; the reload leaves one, as JSON.
+    for _ in 0..20 {
+        get(listen, "/").unwrap();
+    }
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let _ = process.0.wait();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let messages: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["fields"]["message"].as_str())
+        .collect();
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| **m == "configuration reloaded")
+            .count(),
+        1,
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages,
+        [
+            "node serving",
+            "configuration reloaded",
+            "stop signal received; draining",
+            "node stopped"
+        ]
     );
 }
 
