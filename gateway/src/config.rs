@@ -34,6 +34,10 @@ pub const DEFAULT_FIRST_ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 pub const DEFAULT_EJECT_FOR: Duration = Duration::from_secs(10);
 /// The default number of attempts is the number of replicas, at most this.
 pub const DEFAULT_MAX_TRIES: u32 = 3;
+/// Product default: consecutive failures that open a circuit.
+pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
+/// Product default: how long an open circuit refuses.
+pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(15);
 
 /// A fully validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +93,27 @@ pub struct GlobalSettings {
     pub connect_timeout: Setting<Duration>,
     pub first_answer_timeout: Setting<Duration>,
     pub eject_for: Setting<Duration>,
+    pub breaker: BreakerSettings,
+}
+
+/// A route's circuit breaker; each field is inherited on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    pub enabled: Setting<bool>,
+    /// Consecutive failures that open the circuit.
+    pub failures: Setting<u32>,
+    /// How long an open circuit refuses before one trial request.
+    pub cooldown: Setting<Duration>,
+}
+
+impl BreakerSettings {
+    /// The breaker's settings when it is enabled.
+    pub fn active(&self) -> Option<crate::breaker::Settings> {
+        self.enabled.value.then_some(crate::breaker::Settings {
+            failures: self.failures.value,
+            cooldown: self.cooldown.value,
+        })
+    }
 }
 
 /// The two waits a node bounds for every upstream request.
@@ -114,6 +139,7 @@ pub struct RouteConfig {
     /// Attempts per request, each on a different replica.
     pub tries: Setting<u32>,
     pub eject_for: Setting<Duration>,
+    pub breaker: BreakerSettings,
 }
 
 impl RouteConfig {

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod body;
+pub mod breaker;
 pub mod config;
 pub mod demo;
 pub mod h1;

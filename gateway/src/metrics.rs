@@ -35,6 +35,12 @@ struct RetryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    route: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -58,6 +64,23 @@ pub struct Metrics {
     retries: Family<RetryLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     unrouted: Counter,
+    breaker_transitions: Family<StateLabels, Counter>,
+    breaker_refused: Family<RouteLabels, Counter>,
+    breaker_state: Family<StateLabels, Gauge>,
+}
+
+/// The states of a circuit, as metric labels, in the order of
+/// [`BreakerMetrics`]' arrays.
+pub const CIRCUIT_STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+/// A route's breaker metric handles.
+#[derive(Debug, Clone)]
+pub struct BreakerMetrics {
+    /// Transitions into each state of [`CIRCUIT_STATES`].
+    pub transitions: [Counter; 3],
+    pub refused: Counter,
+    /// 1 for the current state of [`CIRCUIT_STATES`], 0 for the others.
+    pub state: [Gauge; 3],
 }
 
 /// The status classes a response is counted under.
@@ -137,6 +160,24 @@ impl Metrics {
             "Requests that matched no route and got 404",
             unrouted.clone(),
         );
+        let breaker_transitions = Family::<StateLabels, Counter>::default();
+        registry.register(
+            "breaker_transitions",
+            "Circuit breaker transitions, by route and the state entered",
+            breaker_transitions.clone(),
+        );
+        let breaker_refused = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "breaker_refused_requests",
+            "Requests answered 503 at once because the route's circuit is open",
+            breaker_refused.clone(),
+        );
+        let breaker_state = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "breaker_state",
+            "Current state of each route's circuit on this node: 1 for the state it is in",
+            breaker_state.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -147,6 +188,28 @@ impl Metrics {
             retries,
             reloads,
             unrouted,
+            breaker_transitions,
+            breaker_refused,
+            breaker_state,
+        }
+    }
+
+    /// The breaker metric handles of one route.
+    pub fn breaker(&self, route: &str) -> BreakerMetrics {
+        let labels = |state: &str| StateLabels {
+            route: route.into(),
+            state: state.into(),
+        };
+        BreakerMetrics {
+            transitions: CIRCUIT_STATES
+                .map(|s| self.breaker_transitions.get_or_create(&labels(s)).clone()),
+            refused: self
+                .breaker_refused
+                .get_or_create(&RouteLabels {
+                    route: route.into(),
+                })
+                .clone(),
+            state: CIRCUIT_STATES.map(|s| self.breaker_state.get_or_create(&labels(s)).clone()),
         }
     }
 

@@ -102,6 +102,7 @@ impl Node {
     pub fn new(config: Config, options: Options) -> Arc<Node> {
         let metrics = Arc::new(Metrics::new());
         let ctx = RouteContext {
+            node: config.node.name.value.as_str().into(),
             pools: Arc::new(Pools::default()),
             metrics: Arc::clone(&metrics),
             tls: Arc::clone(&options.tls),
@@ -111,10 +112,12 @@ impl Node {
             .config_path
             .as_ref()
             .and_then(|p| std::fs::read_to_string(p).ok());
+        let proxy = Arc::new(Proxy::new(table, Arc::clone(&metrics)));
+        let admin = AdminState::new(&config.node.name.value, metrics, Arc::clone(&proxy));
         Arc::new(Node {
-            proxy: Arc::new(Proxy::new(table, Arc::clone(&metrics))),
+            proxy,
             ctx,
-            admin: Arc::new(AdminState::new(metrics)),
+            admin: Arc::new(admin),
             current: Mutex::new(Current { config, text }),
             options,
         })

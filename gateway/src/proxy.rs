@@ -16,6 +16,7 @@
 //! requests, asks for the [`Proxy::route`], calls [`forward`] and writes
 //! the [`Answer`] out its own way.
 
+pub mod circuit;
 pub mod error;
 pub mod forward;
 pub mod headers;
@@ -30,6 +31,7 @@ use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
 use crate::upstream::{Pools, TlsTarget, Upstream};
+pub use circuit::{Circuit, CircuitView, TransitionView};
 pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
@@ -43,6 +45,8 @@ pub struct Route {
     pub metrics: RouteMetrics,
     /// The `Host` sent to an external upstream; `None` keeps the client's.
     pub upstream_host: Option<HeaderValue>,
+    /// This node's circuit breaker of the route, when enabled.
+    pub circuit: Option<Circuit>,
 }
 
 /// The route table of a node.
@@ -51,6 +55,8 @@ pub type Table = RouteTable<Arc<Route>>;
 /// What building a route needs besides its configuration.
 #[derive(Clone)]
 pub struct RouteContext {
+    /// The node's name, for logs.
+    pub node: Arc<str>,
     pub pools: Arc<Pools>,
     pub metrics: Arc<Metrics>,
     pub tls: Arc<rustls::ClientConfig>,
@@ -78,11 +84,20 @@ impl Route {
         };
         let pool = ctx.pools.get(config.bounds());
         let upstream = Upstream::new(&config, pool, tls, &ctx.metrics);
+        let circuit = config.breaker.active().map(|settings| {
+            Circuit::new(
+                &config.name,
+                &ctx.node,
+                settings,
+                ctx.metrics.breaker(&config.name),
+            )
+        });
         Route {
             metrics: ctx.metrics.route(&config.name),
             config,
             upstream,
             upstream_host,
+            circuit,
         }
     }
 }

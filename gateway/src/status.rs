@@ -1,4 +1,5 @@
-//! The admin listener: `/healthz`, `/readyz` and `/metrics`.
+//! The admin listener: `/healthz`, `/readyz`, `/metrics`, and the status
+//! API (`/v1/routes`).
 //!
 //! Every answer comes from state already in memory: nothing here waits on
 //! a probe, an upstream or a peer. The listener runs on a thread and
@@ -20,8 +21,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
+use crate::proxy::Proxy;
 use crate::server::HEADER_READ_TIMEOUT;
 use crate::shutdown::Shutdown;
+
+pub mod routes;
 
 /// What the admin endpoints report.
 #[derive(Debug)]
@@ -29,11 +33,16 @@ pub struct AdminState {
     /// True once the node serves traffic; false again while it drains.
     pub ready: AtomicBool,
     pub metrics: Arc<Metrics>,
+    pub node: String,
+    /// Read only: the route table and what hangs on it.
+    pub proxy: Arc<Proxy>,
 }
 
 impl AdminState {
-    pub fn new(metrics: Arc<Metrics>) -> AdminState {
+    pub fn new(node: &str, metrics: Arc<Metrics>, proxy: Arc<Proxy>) -> AdminState {
         AdminState {
+            node: node.to_string(),
+            proxy,
             ready: AtomicBool::new(false),
             metrics,
         }
@@ -59,7 +68,25 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
             );
             response
         }
+        "/v1/routes" => json(&routes::routes(&state.node, &state.proxy.table())),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn json(value: &impl serde::Serialize) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(value) {
+        Ok(mut body) => {
+            body.push(b'\n');
+            let mut response = Response::new(Full::new(Bytes::from(body)));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot encode the answer\n",
+        ),
     }
 }
 
@@ -109,7 +136,12 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let state = AdminState::new(Arc::new(Metrics::new()));
+        let metrics = Arc::new(Metrics::new());
+        let proxy = Arc::new(Proxy::new(
+            crate::router::RouteTable::default(),
+            Arc::clone(&metrics),
+        ));
+        let state = AdminState::new("n1", metrics, proxy);
         assert_eq!(
             answer(&state, &Method::GET, "/healthz").status(),
             StatusCode::OK

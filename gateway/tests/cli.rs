@@ -142,6 +142,35 @@ fn check_shows_each_bound_inherited_separately() {
 }
 
 #[test]
+fn check_shows_breaker_settings_inherited_field_by_field() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/breaker.toml");
+    let out = check(&file, &[]);
+    let output = String::from_utf8(out.stdout).unwrap();
+    let api = route_lines(&output, "api");
+    for line in [
+        "enabled = true # inherited from [global]",
+        "failures = 3 # inherited from [global]",
+        "cooldown = \"30s\" # set on the route",
+    ] {
+        assert!(
+            api.contains(&line.to_string()),
+            "api lacks {line:?}: {api:#?}"
+        );
+    }
+    let off = route_lines(&output, "static");
+    for line in [
+        "enabled = false # set on the route",
+        "failures = 3 # inherited from [global]",
+        "cooldown = \"15s\" # default",
+    ] {
+        assert!(
+            off.contains(&line.to_string()),
+            "static lacks {line:?}: {off:#?}"
+        );
+    }
+}
+
+#[test]
 fn environment_overrides_show_in_check() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/minimal.toml");
     let out = check(

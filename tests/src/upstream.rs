@@ -38,6 +38,33 @@ pub enum Behaviour {
     Delay(Duration),
     /// A WebSocket server that echoes every message.
     WebSocket,
+    /// Answers with the status and after the delay the test sets now.
+    Controlled(Control),
+}
+
+/// The knobs of a [`Behaviour::Controlled`] upstream.
+#[derive(Debug, Clone)]
+pub struct Control {
+    status: Arc<std::sync::atomic::AtomicU16>,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Control {
+    pub fn new(status: u16) -> Control {
+        Control {
+            status: Arc::new(status.into()),
+            delay_ms: Arc::new(0.into()),
+        }
+    }
+
+    pub fn set_status(&self, status: u16) {
+        self.status.store(status, Ordering::SeqCst);
+    }
+
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
 }
 
 /// A running test upstream.
@@ -172,6 +199,13 @@ async fn answer(
             Response::new(BodyExt::boxed(StreamBody::new(stream)))
         }
         Behaviour::WebSocket => text(500, "not a websocket request".into()),
+        Behaviour::Controlled(control) => {
+            let delay = control.delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            text(control.status.load(Ordering::SeqCst), summary)
+        }
     })
 }
 

@@ -31,6 +31,15 @@ pub struct RawGlobal {
     pub connect_timeout: Option<Spanned<String>>,
     pub first_answer_timeout: Option<Spanned<String>>,
     pub eject_for: Option<Spanned<String>>,
+    pub breaker: Option<RawBreaker>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBreaker {
+    pub enabled: Option<Spanned<bool>>,
+    pub failures: Option<Spanned<i64>>,
+    pub cooldown: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -45,4 +54,5 @@ pub struct RawRoute {
     pub first_answer_timeout: Option<Spanned<String>>,
     pub tries: Option<Spanned<i64>>,
     pub eject_for: Option<Spanned<String>>,
+    pub breaker: Option<RawBreaker>,
 }

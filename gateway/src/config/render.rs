@@ -4,52 +4,71 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{Config, Origin, RouteConfig, Setting, UpstreamConfig};
+use super::{BreakerSettings, Config, Origin, RouteConfig, Setting, UpstreamConfig};
 
 /// Renders `config` as TOML with an origin comment on each inherited value.
 pub fn render(config: &Config) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# effective configuration of {}", config.source);
+    let node = &config.node;
     out.push_str("\n[node]\n");
-    line(
-        &mut out,
-        "name",
-        &quoted(&config.node.name.value),
-        config.node.name.from,
-    );
+    line(&mut out, "name", &quoted(&node.name.value), node.name.from);
     line(
         &mut out,
         "listen",
-        &quoted(config.node.listen.value),
-        config.node.listen.from,
+        &quoted(node.listen.value),
+        node.listen.from,
     );
     line(
         &mut out,
         "admin",
-        &quoted(config.node.admin.value),
-        config.node.admin.from,
+        &quoted(node.admin.value),
+        node.admin.from,
     );
     line(
         &mut out,
         "workers",
-        &config.node.workers.value.to_string(),
-        config.node.workers.from,
+        &node.workers.value.to_string(),
+        node.workers.from,
     );
 
+    // In `[global]` itself, a value from `[global]` is simply the file's.
+    let global = &config.global;
     out.push_str("\n[global]\n");
-    duration(&mut out, "connect_timeout", &config.global.connect_timeout);
+    duration(
+        &mut out,
+        "connect_timeout",
+        &in_global(&global.connect_timeout),
+    );
     duration(
         &mut out,
         "first_answer_timeout",
-        &config.global.first_answer_timeout,
+        &in_global(&global.first_answer_timeout),
     );
-    duration(&mut out, "eject_for", &config.global.eject_for);
+    duration(&mut out, "eject_for", &in_global(&global.eject_for));
+    out.push_str("\n[global.breaker]\n");
+    breaker(
+        &mut out,
+        &BreakerSettings {
+            enabled: in_global(&global.breaker.enabled),
+            failures: in_global(&global.breaker.failures),
+            cooldown: in_global(&global.breaker.cooldown),
+        },
+    );
 
     for route in &config.routes {
         out.push('\n');
         render_route(&mut out, route);
     }
     out
+}
+
+fn in_global<T: Clone>(setting: &Setting<T>) -> Setting<T> {
+    let from = match setting.from {
+        Origin::Global => Origin::File,
+        other => other,
+    };
+    Setting::new(setting.value.clone(), from)
 }
 
 fn render_route(out: &mut String, route: &RouteConfig) {
@@ -85,6 +104,20 @@ fn render_route(out: &mut String, route: &RouteConfig) {
         route.tries.from,
     );
     duration(out, "eject_for", &route.eject_for);
+    // A sub-table of the route just written.
+    out.push_str("[route.breaker]\n");
+    breaker(out, &route.breaker);
+}
+
+fn breaker(out: &mut String, b: &BreakerSettings) {
+    line(out, "enabled", &b.enabled.value.to_string(), b.enabled.from);
+    line(
+        out,
+        "failures",
+        &b.failures.value.to_string(),
+        b.failures.from,
+    );
+    duration(out, "cooldown", &b.cooldown);
 }
 
 fn duration(out: &mut String, key: &str, setting: &Setting<Duration>) {

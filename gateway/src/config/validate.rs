@@ -9,11 +9,12 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::error::{Positions, Problem};
-use super::raw::{RawConfig, RawGlobal, RawNode, RawRoute};
+use super::raw::{RawBreaker, RawConfig, RawGlobal, RawNode, RawRoute};
 use super::{
-    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
-    DEFAULT_MAX_TRIES, ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig,
-    Setting, UpstreamConfig,
+    BreakerSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_MAX_TRIES,
+    ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, Setting,
+    UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -23,6 +24,8 @@ pub(super) const CONNECT_RANGE: (Duration, Duration) = (SECOND, Duration::from_s
 pub(super) const FIRST_ANSWER_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const EJECT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(3600));
 pub(super) const TRIES_RANGE: RangeInclusive<i64> = 1..=10;
+pub(super) const BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 2..=100;
+pub(super) const BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
 pub(super) const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
 
 pub(super) const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -134,6 +137,12 @@ impl Validator<'_> {
     }
 
     fn global(&mut self, raw: &RawGlobal) -> GlobalSettings {
+        let defaults = BreakerSettings {
+            enabled: Setting::new(false, Origin::Default),
+            failures: Setting::new(DEFAULT_BREAKER_FAILURES, Origin::Default),
+            cooldown: Setting::new(DEFAULT_BREAKER_COOLDOWN, Origin::Default),
+        };
+        let breaker = self.breaker(raw.breaker.as_ref(), &defaults, Origin::Global);
         let mut inherited = |raw: &Option<Spanned<String>>, field, range, default| match raw {
             Some(value) => Setting::new(
                 self.duration(value, field, range).unwrap_or(default),
@@ -155,6 +164,52 @@ impl Validator<'_> {
                 DEFAULT_FIRST_ANSWER_TIMEOUT,
             ),
             eject_for: inherited(&raw.eject_for, "eject_for", EJECT_RANGE, DEFAULT_EJECT_FOR),
+            breaker,
+        }
+    }
+
+    /// Breaker settings: each field given, else `inherited`'s.
+    fn breaker(
+        &mut self,
+        raw: Option<&RawBreaker>,
+        inherited: &BreakerSettings,
+        from: Origin,
+    ) -> BreakerSettings {
+        let Some(raw) = raw else {
+            return inherited.clone();
+        };
+        let enabled = match &raw.enabled {
+            Some(e) => Setting::new(*e.get_ref(), from),
+            None => inherited.enabled.clone(),
+        };
+        let failures = match &raw.failures {
+            Some(f) if BREAKER_FAILURES_RANGE.contains(f.get_ref()) => Setting::new(
+                u32::try_from(*f.get_ref()).unwrap_or(DEFAULT_BREAKER_FAILURES),
+                from,
+            ),
+            Some(f) => {
+                self.problem(
+                    f.span(),
+                    format!(
+                        "breaker failures = {} is out of range: 2 to 100",
+                        f.get_ref()
+                    ),
+                );
+                inherited.failures.clone()
+            }
+            None => inherited.failures.clone(),
+        };
+        let cooldown = match &raw.cooldown {
+            Some(c) => match self.duration(c, "breaker cooldown", BREAKER_COOLDOWN_RANGE) {
+                Some(d) => Setting::new(d, from),
+                None => inherited.cooldown.clone(),
+            },
+            None => inherited.cooldown.clone(),
+        };
+        BreakerSettings {
+            enabled,
+            failures,
+            cooldown,
         }
     }
 
@@ -232,6 +287,7 @@ impl Validator<'_> {
             &global.first_answer_timeout,
         );
         let eject_for = self.inherit(&raw.eject_for, "eject_for", EJECT_RANGE, &global.eject_for);
+        let breaker = self.breaker(raw.breaker.as_ref(), &global.breaker, Origin::Route);
         let tries = match &raw.tries {
             Some(t) if TRIES_RANGE.contains(t.get_ref()) => {
                 Setting::new(u32::try_from(*t.get_ref()).unwrap_or(1), Origin::Route)
@@ -257,6 +313,7 @@ impl Validator<'_> {
             first_answer_timeout: first_answer_timeout?,
             tries,
             eject_for: eject_for?,
+            breaker,
         })
     }
 

@@ -1,44 +1,27 @@
 //! Why a request could not be proxied, whose fault it was, and the one
-//! place that turns that into a response.
+//! place that turns that into the page the client gets.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use crate::body::GatewayBody;
 use crate::upstream::ConnectFailure;
 
-/// Whose fault a failed request was. Only upstream faults will ever count
-/// against an upstream (breaker, verdict).
+/// Whose fault a failed request was. Only upstream faults count against
+/// an upstream (breaker, verdict).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     Upstream,
     Downstream,
 }
 
-/// A page the gateway writes itself.
-#[derive(Debug, Clone)]
-pub struct Page {
-    pub status: StatusCode,
-    pub content_type: &'static str,
-    pub body: Bytes,
-}
-
-impl Page {
-    pub fn response(self) -> Response<GatewayBody> {
-        let mut response = Response::new(GatewayBody::local(self.body));
-        *response.status_mut() = self.status;
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
-        response
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
+    #[error("the route's circuit is open on this node")]
+    Unavailable { retry_after: Duration },
     #[error("no route for this host and path")]
     NoRoute,
     #[error("bad request: {0}")]
@@ -55,6 +38,38 @@ pub enum ProxyError {
     ClientBody(crate::proxy::request::BodyError),
 }
 
+/// A page the gateway writes itself.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    /// Seconds for `Retry-After`.
+    pub retry_after: Option<u64>,
+}
+
+impl Page {
+    /// The page as a response going out through hyper.
+    pub fn response(self) -> Response<GatewayBody> {
+        let mut response = Response::new(GatewayBody::local(self.body));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        if let Some(seconds) = self.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// Whether a client's `Accept` asks for JSON.
+fn wants_json(accept: Option<&[u8]>) -> bool {
+    accept.is_some_and(|a| {
+        a.windows(16)
+            .any(|w| w.eq_ignore_ascii_case(b"application/json"))
+    })
+}
+
 impl ProxyError {
     pub fn fault(&self) -> Fault {
         match self {
@@ -62,7 +77,8 @@ impl ProxyError {
             | ProxyError::BadRequest(_)
             | ProxyError::Connect
             | ProxyError::ClientBody(_) => Fault::Downstream,
-            ProxyError::Unreachable(_)
+            ProxyError::Unavailable { .. }
+            | ProxyError::Unreachable(_)
             | ProxyError::FirstAnswerTimeout(_)
             | ProxyError::Upstream(_) => Fault::Upstream,
         }
@@ -70,6 +86,7 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
+            ProxyError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::BadRequest(_) | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::Connect => StatusCode::METHOD_NOT_ALLOWED,
@@ -78,9 +95,40 @@ impl ProxyError {
         }
     }
 
-    /// The page the client gets: the status, and the reason in one line.
-    pub fn page(&self) -> Page {
+    /// The page the client gets, given its `Accept` header: the status and
+    /// the reason in one line; for an open circuit, a small page in JSON or
+    /// HTML and the seconds to wait.
+    pub fn page(&self, accept: Option<&[u8]>) -> Page {
         let status = self.status();
+        if let ProxyError::Unavailable { retry_after } = self {
+            // Whole seconds, rounded up: a client that waits that long
+            // finds the cool-down over.
+            let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            let seconds = seconds.max(1);
+            return if wants_json(accept) {
+                let body = format!(
+                    "{{\"status\":503,\"error\":\"unavailable\",\"message\":\"the circuit of this route is open on this node\",\"retry_after_s\":{seconds}}}\n"
+                );
+                Page {
+                    status,
+                    content_type: "application/json",
+                    body: body.into(),
+                    retry_after: Some(seconds),
+                }
+            } else {
+                let body = format!(
+                    "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>503 Service Unavailable</title></head>\n\
+                     <body><h1>Service unavailable</h1><p>This service is failing and is given a rest. \
+                     Try again in {seconds} s.</p></body></html>\n"
+                );
+                Page {
+                    status,
+                    content_type: "text/html; charset=utf-8",
+                    body: body.into(),
+                    retry_after: Some(seconds),
+                }
+            };
+        }
         let text = format!(
             "{} {}\n{}\n",
             status.as_u16(),
@@ -91,12 +139,13 @@ impl ProxyError {
             status,
             content_type: "text/plain; charset=utf-8",
             body: Bytes::from(text),
+            retry_after: None,
         }
     }
 
     /// The page as a response going out through hyper.
-    pub fn response(&self) -> Response<GatewayBody> {
-        self.page().response()
+    pub fn response(&self, accept: Option<&[u8]>) -> Response<GatewayBody> {
+        self.page(accept).response()
     }
 }
 
@@ -107,6 +156,13 @@ mod tests {
     #[test]
     fn statuses_and_faults() {
         let cases = [
+            (
+                ProxyError::Unavailable {
+                    retry_after: Duration::from_secs(3),
+                },
+                StatusCode::SERVICE_UNAVAILABLE,
+                Fault::Upstream,
+            ),
             (
                 ProxyError::NoRoute,
                 StatusCode::NOT_FOUND,
@@ -146,7 +202,29 @@ mod tests {
         for (error, status, fault) in cases {
             assert_eq!(error.status(), status, "{error}");
             assert_eq!(error.fault(), fault, "{error}");
-            assert_eq!(error.response().status(), status);
+            assert_eq!(error.page(None).status, status);
         }
+    }
+
+    #[test]
+    fn the_unavailable_page_speaks_json_or_html_and_says_when() {
+        let open = ProxyError::Unavailable {
+            retry_after: Duration::from_millis(11_200),
+        };
+        let json = open.page(Some(b"application/json, text/plain"));
+        assert_eq!(
+            (json.content_type, json.retry_after),
+            ("application/json", Some(12))
+        );
+        let value: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
+        assert_eq!(value["retry_after_s"], 12);
+        let html = open.page(Some(b"text/html,application/xhtml+xml"));
+        assert!(html.content_type.starts_with("text/html"));
+        assert!(String::from_utf8_lossy(&html.body).contains("12 s"));
+        let soon = ProxyError::Unavailable {
+            retry_after: Duration::ZERO,
+        }
+        .page(None);
+        assert_eq!(soon.retry_after, Some(1), "never zero");
     }
 }

@@ -29,9 +29,11 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use tokio::time::{Instant, timeout};
 
+use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
 use super::request::{ClientRequest, RequestBody};
 use super::{ProxyError, Route};
+use crate::breaker::Outcome;
 use crate::h1::request::{BodyKind, RequestFraming};
 use crate::h1::response::ResponseHead;
 use crate::upstream::{ConnError, Connection, Io, Release, Tried, UpstreamBody};
@@ -92,8 +94,44 @@ impl Exchange {
     }
 }
 
-/// Forwards `req` on `route`, reading its body from `body`.
+/// Forwards `req` on `route`, reading its body from `body`, through the
+/// route's circuit breaker when it has one: an open circuit refuses at
+/// once, and the request's outcome, after its retries, is the breaker's
+/// only input.
 pub async fn forward<B: RequestBody>(
+    route: &Arc<Route>,
+    req: &ClientRequest<'_>,
+    body: &mut B,
+    client: &Client,
+) -> Result<Answer, ProxyError> {
+    let ticket = match &route.circuit {
+        Some(circuit) => match circuit.admit() {
+            Ok(ticket) => Some(ticket),
+            Err(retry_after) => return Err(ProxyError::Unavailable { retry_after }),
+        },
+        None => None,
+    };
+    let result = attempts(route, req, body, client).await;
+    if let Some(ticket) = ticket {
+        ticket.record(outcome(&result));
+    }
+    result
+}
+
+/// What a request's result says of its upstream.
+fn outcome(result: &Result<Answer, ProxyError>) -> Outcome {
+    match result {
+        Ok(answer) if retryable_status(answer.head.status) => Outcome::Failure,
+        Ok(_) => Outcome::Success,
+        Err(error) => match error.fault() {
+            Fault::Upstream => Outcome::Failure,
+            Fault::Downstream => Outcome::Abandoned,
+        },
+    }
+}
+
+/// The attempts of one request on the route's replicas.
+async fn attempts<B: RequestBody>(
     route: &Arc<Route>,
     req: &ClientRequest<'_>,
     body: &mut B,

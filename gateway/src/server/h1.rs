@@ -201,6 +201,7 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
                     status,
                     content_type: "text/plain; charset=utf-8",
                     body: body.into(),
+                    retry_after: None,
                 };
                 let _ = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
                 return;
@@ -262,7 +263,8 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
         Err(error) => {
             // The body, if any, was not read: the connection cannot go on.
             let keep = parts.keep_alive && parts.body == BodyKind::None;
-            let written = write_page(conn, &error.page(), version, keep, head_request).await;
+            let page = error.page(parts.get(b"accept"));
+            let written = write_page(conn, &page, version, keep, head_request).await;
             conn.fields = parts.into_fields();
             return if keep && written.is_ok() {
                 Next::KeepAlive
@@ -295,7 +297,7 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
         }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
-            let page = error.page();
+            let page = error.page(parts.get(b"accept"));
             route.metrics.count(page.status);
             match write_page(conn, &page, version, keep, head_request).await {
                 Ok(()) if keep => Next::KeepAlive,
@@ -323,6 +325,13 @@ async fn write_page(
         b"content-length",
         page.body.len().to_string().as_bytes(),
     );
+    if let Some(seconds) = page.retry_after {
+        h1::write_header(
+            &mut conn.out,
+            b"retry-after",
+            seconds.to_string().as_bytes(),
+        );
+    }
     end_response_head(&mut conn.out, ClientFraming::Length, keep, version);
     if !head_request {
         conn.out.extend_from_slice(&page.body);

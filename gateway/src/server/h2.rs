@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, HOST};
+use http::header::{ACCEPT, CONTENT_LENGTH, HOST};
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -52,15 +52,16 @@ pub async fn serve(io: Rewind, proxy: Arc<Proxy>, client: Client, mut shutdown: 
 /// Answers one HTTP/2 request. Never fails: every error is a response.
 async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Response<GatewayBody> {
     let (parts, body) = req.into_parts();
+    let accept = parts.headers.get(ACCEPT).map(|v| v.as_bytes());
     if parts.method == Method::CONNECT {
-        return ProxyError::Connect.response();
+        return ProxyError::Connect.response(accept);
     }
     let host = match parts.uri.authority() {
         Some(authority) => Some(authority.as_str().as_bytes()),
         None => parts.headers.get(HOST).map(|h| h.as_bytes()),
     };
     if host.is_some_and(|h| !is_host(h)) {
-        return ProxyError::BadRequest("invalid host").response();
+        return ProxyError::BadRequest("invalid host").response(accept);
     }
     let path = parts
         .uri
@@ -68,7 +69,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         .map_or(&b"/"[..], |pq| pq.as_str().as_bytes());
     let route = match proxy.route(host, path) {
         Ok(route) => route,
-        Err(error) => return error.response(),
+        Err(error) => return error.response(accept),
     };
     let kind = if http_body::Body::is_end_stream(&body) {
         BodyKind::None
@@ -103,7 +104,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
-            error.response()
+            error.response(accept)
         }
     };
     route.metrics.count(response.status());

@@ -1,0 +1,135 @@
+//! `/v1/routes`: this node's own view of each of its routes, read from
+//! the route table the proxy uses. Reading it changes nothing.
+
+use serde::Serialize;
+
+use crate::config::UpstreamConfig;
+use crate::proxy::{Route, Table};
+use crate::upstream::health::Health;
+
+#[derive(Debug, Serialize)]
+pub struct RoutesView {
+    pub node: String,
+    pub routes: Vec<RouteView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RouteView {
+    pub name: String,
+    pub host: Option<String>,
+    pub path_prefix: String,
+    /// `https://…` for an external host, `replicas` for a static list.
+    pub upstream: String,
+    pub connect_timeout_ms: u64,
+    pub first_answer_timeout_ms: u64,
+    pub tries: usize,
+    pub replicas: Vec<ReplicaView>,
+    pub breaker: BreakerView,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReplicaView {
+    pub address: String,
+    /// `in_rotation`, `stalled` or `ejected`.
+    pub state: &'static str,
+    /// Why it is ejected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BreakerView {
+    pub enabled: bool,
+    /// `disabled`, `closed`, `open` or `half_open`.
+    pub state: String,
+    pub consecutive_failures: u32,
+    pub failures_to_open: u32,
+    pub cooldown_ms: u64,
+    /// Until an open circuit lets its one trial request through.
+    pub time_left_ms: u64,
+    pub last_transition: Option<TransitionJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TransitionJson {
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+    pub at_unix_ms: u64,
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn route(route: &Route) -> RouteView {
+    let config = &route.config;
+    let breaker = match &route.circuit {
+        Some(circuit) => {
+            let view = circuit.view();
+            BreakerView {
+                enabled: true,
+                state: view.phase.to_string(),
+                consecutive_failures: view.consecutive_failures,
+                failures_to_open: view.settings.failures,
+                cooldown_ms: millis(view.settings.cooldown),
+                time_left_ms: millis(view.time_left),
+                last_transition: view.last_transition.map(|t| TransitionJson {
+                    from: t.from.to_string(),
+                    to: t.to.to_string(),
+                    reason: t.reason,
+                    at_unix_ms: t.unix_ms,
+                }),
+            }
+        }
+        None => BreakerView {
+            enabled: false,
+            state: "disabled".into(),
+            consecutive_failures: 0,
+            failures_to_open: config.breaker.failures.value,
+            cooldown_ms: millis(config.breaker.cooldown.value),
+            time_left_ms: 0,
+            last_transition: None,
+        },
+    };
+    RouteView {
+        name: config.name.clone(),
+        host: config.host.as_ref().map(ToString::to_string),
+        path_prefix: config.path_prefix.clone(),
+        upstream: match &config.upstream {
+            UpstreamConfig::Replicas(_) => "replicas".into(),
+            UpstreamConfig::External(host) => host.to_string(),
+        },
+        connect_timeout_ms: millis(config.connect_timeout.value),
+        first_answer_timeout_ms: millis(config.first_answer_timeout.value),
+        tries: route.upstream.tries,
+        replicas: route
+            .upstream
+            .replicas
+            .iter()
+            .map(|r| {
+                let (state, reason) = match r.health() {
+                    Health::InRotation => ("in_rotation", None),
+                    Health::Stalled { .. } => ("stalled", None),
+                    Health::Ejected { reason, .. } => ("ejected", Some(reason.to_string())),
+                };
+                ReplicaView {
+                    address: r.label.clone(),
+                    state,
+                    reason,
+                }
+            })
+            .collect(),
+        breaker,
+    }
+}
+
+/// Every route of `table`, by name.
+pub fn routes(node: &str, table: &Table) -> RoutesView {
+    let mut routes: Vec<RouteView> = table.values().map(|r| route(r)).collect();
+    routes.sort_by(|a, b| a.name.cmp(&b.name));
+    RoutesView {
+        node: node.to_string(),
+        routes,
+    }
+}
