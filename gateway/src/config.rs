@@ -46,6 +46,7 @@ pub struct Config {
     pub source: String,
     pub node: NodeSettings,
     pub global: GlobalSettings,
+    pub runtime: RuntimeSettings,
     pub routes: Vec<RouteConfig>,
 }
 
@@ -176,6 +177,77 @@ pub enum UpstreamConfig {
     Replicas(Vec<SocketAddr>),
     /// An external host, reached by name.
     External(ExternalHost),
+    /// A service the runtime runs; its replicas come from the runtime.
+    Service { name: String, port: ServicePort },
+}
+
+/// The port of a runtime service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServicePort {
+    Number(u16),
+    /// A Kubernetes Service's port by name.
+    Name(String),
+}
+
+impl fmt::Display for ServicePort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServicePort::Number(n) => write!(f, "{n}"),
+            ServicePort::Name(name) => write!(f, "{name:?}"),
+        }
+    }
+}
+
+/// Which runtime tells the node where a service's replicas are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RuntimeKind {
+    None,
+    Docker,
+    Swarm,
+    Kubernetes,
+}
+
+impl fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RuntimeKind::None => "none",
+            RuntimeKind::Docker => "docker",
+            RuntimeKind::Swarm => "swarm",
+            RuntimeKind::Kubernetes => "kubernetes",
+        })
+    }
+}
+
+/// `[runtime]`: where runtime services are looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeSettings {
+    pub kind: RuntimeKind,
+    /// Docker: the engine (`unix:///var/run/docker.sock`, `tcp://host:2375`);
+    /// `None`: `DOCKER_HOST`, else the local socket.
+    pub endpoint: Option<String>,
+    /// Kubernetes: the namespace; `None`: the pod's own.
+    pub namespace: Option<String>,
+    /// Kubernetes: the API server; `None`: in-cluster, else kubeconfig.
+    pub api: Option<String>,
+    /// Swarm: every engine's socket proxy (`host:port`; a name may resolve
+    /// to many).
+    pub proxies: Vec<String>,
+    /// Docker and Swarm: the network whose address of a container is used;
+    /// `None`: the container's first.
+    pub network: Option<String>,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        RuntimeSettings {
+            kind: RuntimeKind::None,
+            endpoint: None,
+            namespace: None,
+            api: None,
+            proxies: Vec::new(),
+            network: None,
+        }
+    }
 }
 
 /// `http://host:port` or `https://host:port`.

@@ -256,6 +256,16 @@ impl Metrics {
         )
     }
 
+    /// Drops the series of a replica that left its route.
+    pub fn forget_replica(&self, route: &str, replica: &str) {
+        let labels = ReplicaLabels {
+            route: route.into(),
+            replica: replica.into(),
+        };
+        self.ejections.remove(&labels);
+        self.readmissions.remove(&labels);
+    }
+
     pub fn replicas_in_rotation(&self, route: &str) -> Gauge {
         self.in_rotation
             .get_or_create(&RouteLabels {

@@ -104,6 +104,7 @@ impl Node {
         let ctx = RouteContext {
             node: config.node.name.value.as_str().into(),
             pools: Arc::new(Pools::default()),
+            changes: Arc::new(tokio::sync::Notify::new()),
             metrics: Arc::clone(&metrics),
             tls: Arc::clone(&options.tls),
         };

@@ -59,6 +59,8 @@ pub struct RouteContext {
     pub node: Arc<str>,
     pub pools: Arc<Pools>,
     pub metrics: Arc<Metrics>,
+    /// Woken by every change that can move a verdict.
+    pub changes: Arc<tokio::sync::Notify>,
     pub tls: Arc<rustls::ClientConfig>,
 }
 
@@ -80,10 +82,10 @@ impl Route {
                 });
                 (tls, HeaderValue::from_str(&authority).ok())
             }
-            UpstreamConfig::Replicas(_) => (None, None),
+            UpstreamConfig::Replicas(_) | UpstreamConfig::Service { .. } => (None, None),
         };
         let pool = ctx.pools.get(config.bounds());
-        let upstream = Upstream::new(&config, pool, tls, &ctx.metrics);
+        let upstream = Upstream::new(&config, pool, tls, &ctx.metrics, Arc::clone(&ctx.changes));
         let circuit = config.breaker.active().map(|settings| {
             Circuit::new(
                 &config.name,

@@ -1,10 +1,19 @@
 //! Upstreams and their replicas: which replica a request goes to, and how
-//! this node keeps replicas that fail to connect out of its rotation.
+//! this node keeps replicas out of its rotation.
 //!
-//! ## Balancing
-//! Round robin over the replicas in rotation, skipping those a request has
-//! already tried. A stalled replica (a connect to it is overdue) is chosen
-//! only when no replica is in rotation; an ejected one never is.
+//! ## The replica set
+//! A static route's replicas come from the configuration; a service's come
+//! from the runtime and change as it reports ([`Upstream::set_endpoints`]):
+//! a new ready replica joins at once, a replica reported stopped or not
+//! ready leaves the rotation before any request fails on it. The set is
+//! swapped whole; a request reads one snapshot of it.
+//!
+//! ## Rotation
+//! A replica takes requests when the runtime (or the connect check) says
+//! it is ready *and* this node has not ejected it. Round robin over those,
+//! skipping replicas a request has already tried. A stalled replica (a
+//! connect to it is overdue) is chosen only when no replica is in
+//! rotation; an ejected one never is.
 //!
 //! ## Ejection and re-admission
 //! A failed connect ejects the replica ([`health`]); a background probe
@@ -12,9 +21,10 @@
 //! after the ejection and every period after that until it answers.
 //!
 //! ## Data path reads, policy writes
-//! A request reads one atomic per replica. The health state machine sits
-//! behind a mutex that only connect outcomes and probes take, never across
-//! an `.await`.
+//! A request reads one snapshot of the set and two atomics per replica.
+//! The health state machine sits behind a mutex that only connect outcomes
+//! and probes take, never across an `.await`. Every change that can move a
+//! verdict wakes the node's verdict task through `changes`.
 
 mod conn;
 mod connect;
@@ -22,16 +32,19 @@ pub mod health;
 mod pool;
 mod probe;
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use conn::{ConnError, Connection, Io, Release, UpstreamBody};
-pub use connect::{Attempt, ConnectFailure, TlsTarget};
+pub use connect::{Attempt, ConnectFailure, TlsTarget, tcp_connect};
 pub use pool::{Pool, Pools};
 
 use crate::config::{RouteConfig, UpstreamConfig};
@@ -46,7 +59,7 @@ pub const RACE_DELAY: Duration = Duration::from_millis(150);
 /// Where a replica is reached.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
-    Addr(std::net::SocketAddr),
+    Addr(SocketAddr),
     /// A name resolved at every connect.
     Named {
         host: Arc<str>,
@@ -65,23 +78,60 @@ const IN_ROTATION: u8 = 0;
 const STALLED: u8 = 1;
 const EJECTED: u8 = 2;
 
-/// One address of an upstream, with this node's view of it.
+/// One address of an upstream: what the runtime says of it, and this
+/// node's own view of it.
 #[derive(Debug)]
 pub struct Replica {
     pub key: ReplicaKey,
     /// As shown in logs and metrics: `10.0.0.7:8080` or `billing.example.net:443`.
     pub label: String,
+    /// Ready, as the runtime or the connect check last said.
+    ready: AtomicBool,
+    /// The image it runs, when the runtime tells.
+    image: Mutex<Option<Arc<str>>>,
     /// Mirror of `health` for the data path.
     state: AtomicU8,
     health: Mutex<Health>,
-    probing: std::sync::atomic::AtomicBool,
+    probing: AtomicBool,
     ejections: Counter,
     readmissions: Counter,
 }
 
 impl Replica {
+    fn new(
+        key: ReplicaKey,
+        label: String,
+        ready: bool,
+        image: Option<&str>,
+        route: &str,
+        metrics: &Metrics,
+    ) -> Arc<Replica> {
+        let (ejections, readmissions) = metrics.replica(route, &label);
+        Arc::new(Replica {
+            key,
+            label,
+            ready: AtomicBool::new(ready),
+            image: Mutex::new(image.map(Into::into)),
+            state: AtomicU8::new(IN_ROTATION),
+            health: Mutex::new(Health::InRotation),
+            probing: false.into(),
+            ejections,
+            readmissions,
+        })
+    }
+
+    /// Takes requests: ready, and not stalled or ejected by this node.
     pub fn in_rotation(&self) -> bool {
-        self.state.load(Ordering::Relaxed) == IN_ROTATION
+        self.ready() && self.state.load(Ordering::Relaxed) == IN_ROTATION
+    }
+
+    /// Ready, as the runtime or the connect check last said.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn image(&self) -> Option<Arc<str>> {
+        self.image.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn health(&self) -> Health {
@@ -89,19 +139,32 @@ impl Replica {
     }
 }
 
-/// The replicas a request has tried, at most [`MAX_TRIES`].
-#[derive(Debug, Default)]
-pub struct Tried {
-    replicas: [usize; MAX_TRIES],
-    len: usize,
+/// A replica as a runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub ready: bool,
+    pub image: Option<String>,
 }
 
 /// The highest `tries` a route can be configured with.
 pub const MAX_TRIES: usize = 10;
 
+/// The replicas a request has tried, at most [`MAX_TRIES`].
+#[derive(Debug, Default)]
+pub struct Tried {
+    /// Identities (addresses) of the replicas.
+    replicas: [usize; MAX_TRIES],
+    len: usize,
+}
+
 impl Tried {
-    pub fn contains(&self, replica: usize) -> bool {
-        self.replicas[..self.len].contains(&replica)
+    fn id(replica: &Arc<Replica>) -> usize {
+        Arc::as_ptr(replica) as usize
+    }
+
+    pub fn contains(&self, replica: &Arc<Replica>) -> bool {
+        self.replicas[..self.len].contains(&Tried::id(replica))
     }
 
     pub fn len(&self) -> usize {
@@ -112,26 +175,41 @@ impl Tried {
         self.len == 0
     }
 
-    fn push(&mut self, replica: usize) {
+    fn push(&mut self, replica: &Arc<Replica>) {
         if self.len < MAX_TRIES {
-            self.replicas[self.len] = replica;
+            self.replicas[self.len] = Tried::id(replica);
             self.len += 1;
         }
     }
+}
+
+/// Where an upstream's replicas come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `replicas = [...]`: checked by TCP connect.
+    Static,
+    /// `upstream = "https://..."`: checked by TCP connect.
+    External,
+    /// `service = "..."`: reported by the runtime.
+    Runtime,
 }
 
 /// A route's upstream on this node.
 #[derive(Debug)]
 pub struct Upstream {
     pub route: Arc<str>,
-    pub replicas: Vec<Arc<Replica>>,
+    pub source: Source,
+    replicas: ArcSwap<Vec<Arc<Replica>>>,
     pub pool: Arc<Pool>,
     pub tls: Option<TlsTarget>,
-    /// Attempts per request, never more than there are replicas.
-    pub tries: usize,
+    /// Attempts per request as configured; never more than the replicas.
+    tries: usize,
     pub eject_for: Duration,
     next: AtomicUsize,
     in_rotation: Gauge,
+    metrics: Arc<Metrics>,
+    /// Wakes the node's verdict task.
+    changes: Arc<Notify>,
     this: Weak<Upstream>,
 }
 
@@ -140,89 +218,100 @@ impl Upstream {
         route: &RouteConfig,
         pool: Arc<Pool>,
         tls: Option<TlsTarget>,
-        metrics: &Metrics,
+        metrics: &Arc<Metrics>,
+        changes: Arc<Notify>,
     ) -> Arc<Upstream> {
-        let keys: Vec<(ReplicaKey, String)> = match &route.upstream {
-            UpstreamConfig::Replicas(list) => list
-                .iter()
-                .map(|addr| {
-                    let key = ReplicaKey {
-                        target: Target::Addr(*addr),
-                        tls: false,
-                    };
-                    (key, addr.to_string())
-                })
-                .collect(),
+        let name = route.name.as_str();
+        let (source, replicas): (Source, Vec<Arc<Replica>>) = match &route.upstream {
+            UpstreamConfig::Replicas(list) => (
+                Source::Static,
+                list.iter()
+                    .map(|addr| {
+                        let key = ReplicaKey {
+                            target: Target::Addr(*addr),
+                            tls: false,
+                        };
+                        Replica::new(key, addr.to_string(), true, None, name, metrics)
+                    })
+                    .collect(),
+            ),
             UpstreamConfig::External(ext) => {
                 let target = Target::Named {
                     host: ext.host.as_str().into(),
                     port: ext.port,
                 };
-                vec![(
-                    ReplicaKey {
-                        target,
-                        tls: ext.tls,
-                    },
-                    format!("{}:{}", ext.host, ext.port),
-                )]
+                let label = format!("{}:{}", ext.host, ext.port);
+                (
+                    Source::External,
+                    vec![Replica::new(
+                        ReplicaKey {
+                            target,
+                            tls: ext.tls,
+                        },
+                        label,
+                        true,
+                        None,
+                        name,
+                        metrics,
+                    )],
+                )
             }
+            // Empty until the runtime reports.
+            UpstreamConfig::Service { .. } => (Source::Runtime, Vec::new()),
         };
-        let replicas: Vec<Arc<Replica>> = keys
-            .into_iter()
-            .map(|(key, label)| {
-                let (ejections, readmissions) = metrics.replica(&route.name, &label);
-                Arc::new(Replica {
-                    key,
-                    label,
-                    state: AtomicU8::new(IN_ROTATION),
-                    health: Mutex::new(Health::InRotation),
-                    probing: false.into(),
-                    ejections,
-                    readmissions,
-                })
-            })
-            .collect();
-        let in_rotation = metrics.replicas_in_rotation(&route.name);
+        let in_rotation = metrics.replicas_in_rotation(name);
         in_rotation.set(i64::try_from(replicas.len()).unwrap_or(i64::MAX));
         Arc::new_cyclic(|this| Upstream {
-            route: route.name.as_str().into(),
-            tries: (route.tries.value as usize).clamp(1, replicas.len().clamp(1, MAX_TRIES)),
-            replicas,
+            route: name.into(),
+            source,
+            tries: (route.tries.value as usize).clamp(1, MAX_TRIES),
+            replicas: ArcSwap::from_pointee(replicas),
             pool,
             tls,
             eject_for: route.eject_for.value,
             next: AtomicUsize::new(0),
             in_rotation,
+            metrics: Arc::clone(metrics),
+            changes,
             this: this.clone(),
         })
     }
 
+    /// The replica set now.
+    pub fn replicas(&self) -> Arc<Vec<Arc<Replica>>> {
+        self.replicas.load_full()
+    }
+
+    /// Attempts a request may make now: the configured tries, never more
+    /// than there are replicas.
+    pub fn tries(&self) -> usize {
+        self.tries.min(self.replicas.load().len()).max(1)
+    }
+
     /// The next replica for a request, recorded in `tried`; `None` when the
     /// request used up its tries or no untried replica is available.
-    pub fn next_untried(&self, tried: &mut Tried) -> Option<usize> {
-        if tried.len() >= self.tries {
+    pub fn next_untried(&self, tried: &mut Tried) -> Option<Arc<Replica>> {
+        let replicas = self.replicas.load();
+        if tried.len() >= self.tries.min(replicas.len()) {
             return None;
         }
-        let n = self.replicas.len();
+        let n = replicas.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let states = |wanted: u8| {
-            (0..n).map(move |i| (start + i) % n).find(|&i| {
-                !tried.contains(i) && self.replicas[i].state.load(Ordering::Relaxed) == wanted
+        let pick = |wanted: u8| {
+            (0..n).map(|i| &replicas[(start + i) % n]).find(|r| {
+                r.ready() && r.state.load(Ordering::Relaxed) == wanted && !tried.contains(r)
             })
         };
-        let chosen = states(IN_ROTATION).or_else(|| states(STALLED))?;
-        tried.push(chosen);
+        let chosen = Arc::clone(pick(IN_ROTATION).or_else(|| pick(STALLED))?);
+        tried.push(&chosen);
         Some(chosen)
     }
 
     /// Feeds one observation of a replica to its health state machine and
     /// carries out the change: one log line, metrics, a probe on ejection.
-    pub fn observe(&self, replica: usize, observation: Observation) {
-        let Some(r) = self.replicas.get(replica) else {
-            return;
-        };
+    pub fn observe(&self, replica: &Arc<Replica>, observation: Observation) {
         let change = {
-            let mut health = r.health.lock().unwrap_or_else(|e| e.into_inner());
+            let mut health = replica.health.lock().unwrap_or_else(|e| e.into_inner());
             let (next, change) = health.observe(observation, Instant::now());
             *health = next;
             let state = match next {
@@ -230,47 +319,123 @@ impl Upstream {
                 Health::Stalled { .. } => STALLED,
                 Health::Ejected { .. } => EJECTED,
             };
-            r.state.store(state, Ordering::Relaxed);
+            replica.state.store(state, Ordering::Relaxed);
             change
         };
         let Some(change) = change else { return };
         let route = &*self.route;
-        let replica_label = r.label.as_str();
+        let label = replica.label.as_str();
         match change {
             Change::Stalled => {
                 tracing::debug!(
                     route,
-                    replica = replica_label,
+                    replica = label,
                     "connect overdue; replica avoided until it ends"
                 );
             }
             Change::Unstalled => {
-                tracing::debug!(route, replica = replica_label, "overdue connect succeeded");
+                tracing::debug!(route, replica = label, "overdue connect succeeded");
             }
             Change::Ejected(reason) => {
-                r.ejections.inc();
+                replica.ejections.inc();
                 tracing::warn!(
                     route,
-                    replica = replica_label,
+                    replica = label,
                     %reason,
                     eject_for = %humantime::format_duration(self.eject_for),
                     "replica ejected"
                 );
-                if !r.probing.swap(true, Ordering::AcqRel) {
-                    probe::spawn(self.this.clone(), replica);
+                if !replica.probing.swap(true, Ordering::AcqRel) {
+                    probe::spawn(self.this.clone(), Arc::downgrade(replica));
                 }
             }
             Change::Readmitted => {
-                r.readmissions.inc();
+                replica.readmissions.inc();
                 tracing::info!(
                     route,
-                    replica = replica_label,
+                    replica = label,
                     "replica re-admitted after a successful probe"
                 );
             }
         }
-        let ready = self.replicas.iter().filter(|r| r.in_rotation()).count();
+        self.changed();
+    }
+
+    /// Records what the connect check found of a static or external replica.
+    pub fn set_ready(&self, replica: &Replica, ready: bool) {
+        if replica.ready.swap(ready, Ordering::Relaxed) != ready {
+            let (route, label) = (&*self.route, replica.label.as_str());
+            if ready {
+                tracing::info!(route, replica = label, "connect check passes again");
+            } else {
+                tracing::warn!(
+                    route,
+                    replica = label,
+                    "connect check fails: replica out of rotation"
+                );
+            }
+            self.changed();
+        }
+    }
+
+    /// Replaces the replica set with what the runtime reports. Replicas
+    /// that stay keep this node's view of them (ejections, connections).
+    pub fn set_endpoints(&self, endpoints: &[Endpoint]) {
+        let current = self.replicas.load_full();
+        let mut changed = endpoints.len() != current.len();
+        let next: Vec<Arc<Replica>> = endpoints
+            .iter()
+            .map(|endpoint| {
+                let target = Target::Addr(endpoint.addr);
+                match current.iter().find(|r| r.key.target == target) {
+                    Some(existing) => {
+                        changed |= existing.ready.swap(endpoint.ready, Ordering::Relaxed)
+                            != endpoint.ready;
+                        let mut image = existing.image.lock().unwrap_or_else(|e| e.into_inner());
+                        if image.as_deref() != endpoint.image.as_deref() {
+                            *image = endpoint.image.as_deref().map(Into::into);
+                            changed = true;
+                        }
+                        Arc::clone(existing)
+                    }
+                    None => {
+                        changed = true;
+                        let key = ReplicaKey { target, tls: false };
+                        Replica::new(
+                            key,
+                            endpoint.addr.to_string(),
+                            endpoint.ready,
+                            endpoint.image.as_deref(),
+                            &self.route,
+                            &self.metrics,
+                        )
+                    }
+                }
+            })
+            .collect();
+        for gone in current
+            .iter()
+            .filter(|r| !next.iter().any(|n| Arc::ptr_eq(n, r)))
+        {
+            self.metrics.forget_replica(&self.route, &gone.label);
+        }
+        if changed {
+            tracing::debug!(
+                route = &*self.route,
+                replicas = next.len(),
+                "replica set from the runtime"
+            );
+            self.replicas.store(Arc::new(next));
+            self.changed();
+        }
+    }
+
+    /// Something that can move the verdict changed.
+    fn changed(&self) {
+        let replicas = self.replicas.load();
+        let ready = replicas.iter().filter(|r| r.in_rotation()).count();
         self.in_rotation
             .set(i64::try_from(ready).unwrap_or(i64::MAX));
+        self.changes.notify_one();
     }
 }

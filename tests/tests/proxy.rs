@@ -297,7 +297,7 @@ async fn connections_to_upstreams_are_pooled() {
         .find(Some("a"), "/")
         .cloned()
         .unwrap();
-    let key = &route.upstream.replicas[0].key;
+    let key = &route.upstream.replicas()[0].key.clone();
     assert_eq!(
         route.upstream.pool.idle(key),
         1,

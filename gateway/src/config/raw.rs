@@ -12,6 +12,8 @@ pub struct RawConfig {
     pub node: RawNode,
     #[serde(default)]
     pub global: RawGlobal,
+    #[serde(default)]
+    pub runtime: RawRuntime,
     #[serde(default, rename = "route")]
     pub routes: Vec<Spanned<RawRoute>>,
 }
@@ -36,6 +38,30 @@ pub struct RawGlobal {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct RawRuntime {
+    pub kind: Option<Spanned<String>>,
+    /// Docker: the engine's address.
+    pub endpoint: Option<Spanned<String>>,
+    /// Kubernetes: the namespace watched.
+    pub namespace: Option<Spanned<String>>,
+    /// Kubernetes: the API server's URL.
+    pub api: Option<Spanned<String>>,
+    /// Swarm: the socket proxies of the swarm's engines.
+    pub proxies: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Docker and Swarm: the network whose address of a container is used.
+    pub network: Option<Spanned<String>>,
+}
+
+/// A service's port: a number, or (Kubernetes) a port's name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawPort {
+    Number(i64),
+    Name(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawBreaker {
     pub enabled: Option<Spanned<bool>>,
     pub failures: Option<Spanned<i64>>,
@@ -50,6 +76,8 @@ pub struct RawRoute {
     pub path_prefix: Option<Spanned<String>>,
     pub upstream: Option<Spanned<String>>,
     pub replicas: Option<Spanned<Vec<Spanned<String>>>>,
+    pub service: Option<Spanned<String>>,
+    pub port: Option<Spanned<RawPort>>,
     pub connect_timeout: Option<Spanned<String>>,
     pub first_answer_timeout: Option<Spanned<String>>,
     pub tries: Option<Spanned<i64>>,

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{BreakerSettings, Config, Origin, RouteConfig, Setting, UpstreamConfig};
+use super::{BreakerSettings, Config, Origin, RouteConfig, RuntimeKind, Setting, UpstreamConfig};
 
 /// Renders `config` as TOML with an origin comment on each inherited value.
 pub fn render(config: &Config) -> String {
@@ -31,6 +31,34 @@ pub fn render(config: &Config) -> String {
         &node.workers.value.to_string(),
         node.workers.from,
     );
+
+    let runtime = &config.runtime;
+    out.push_str("\n[runtime]\n");
+    let kind_from = if runtime.kind == RuntimeKind::None {
+        Origin::Default
+    } else {
+        Origin::File
+    };
+    line(&mut out, "kind", &quoted(runtime.kind), kind_from);
+    for (key, value) in [
+        ("endpoint", &runtime.endpoint),
+        ("namespace", &runtime.namespace),
+        ("api", &runtime.api),
+        ("network", &runtime.network),
+    ] {
+        if let Some(value) = value {
+            line(&mut out, key, &quoted(value), Origin::File);
+        }
+    }
+    if !runtime.proxies.is_empty() {
+        let list: Vec<String> = runtime.proxies.iter().map(quoted).collect();
+        line(
+            &mut out,
+            "proxies",
+            &format!("[{}]", list.join(", ")),
+            Origin::File,
+        );
+    }
 
     // In `[global]` itself, a value from `[global]` is simply the file's.
     let global = &config.global;
@@ -94,6 +122,10 @@ fn render_route(out: &mut String, route: &RouteConfig) {
             );
         }
         UpstreamConfig::External(host) => line(out, "upstream", &quoted(host), Origin::File),
+        UpstreamConfig::Service { name, port } => {
+            line(out, "service", &quoted(name), Origin::File);
+            line(out, "port", &port.to_string(), Origin::File);
+        }
     }
     duration(out, "connect_timeout", &route.connect_timeout);
     duration(out, "first_answer_timeout", &route.first_answer_timeout);

@@ -9,12 +9,12 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::error::{Positions, Problem};
-use super::raw::{RawBreaker, RawConfig, RawGlobal, RawNode, RawRoute};
+use super::raw::{RawBreaker, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime};
 use super::{
     BreakerSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_MAX_TRIES,
-    ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, Setting,
-    UpstreamConfig,
+    ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeKind,
+    RuntimeSettings, ServicePort, Setting, UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -43,10 +43,11 @@ pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
     };
     let node = v.node(&raw.node);
     let global = v.global(&raw.global);
+    let runtime = v.runtime(&raw.runtime);
     let routes: Vec<RouteConfig> = raw
         .routes
         .iter()
-        .filter_map(|route| v.route(route, &global))
+        .filter_map(|route| v.route(route, &global, &runtime))
         .collect();
     v.unique(&raw.routes);
     if v.problems.is_empty() {
@@ -54,6 +55,7 @@ pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
             source: file.to_string(),
             node,
             global,
+            runtime,
             routes,
         })
     } else {
@@ -258,7 +260,108 @@ impl Validator<'_> {
         }
     }
 
-    fn route(&mut self, raw: &Spanned<RawRoute>, global: &GlobalSettings) -> Option<RouteConfig> {
+    fn runtime(&mut self, raw: &RawRuntime) -> RuntimeSettings {
+        let kind = match &raw.kind {
+            None => RuntimeKind::None,
+            Some(kind) => match kind.get_ref().as_str() {
+                "none" => RuntimeKind::None,
+                "docker" => RuntimeKind::Docker,
+                "swarm" => RuntimeKind::Swarm,
+                "kubernetes" => RuntimeKind::Kubernetes,
+                other => {
+                    self.problem(
+                        kind.span(),
+                        format!("runtime kind {other:?} is not one of \"kubernetes\", \"docker\", \"swarm\", \"none\""),
+                    );
+                    RuntimeKind::None
+                }
+            },
+        };
+        let mut only_for = |field: &Option<Spanned<String>>, name: &str, kinds: &[RuntimeKind]| {
+            let value = field.as_ref()?;
+            if !kinds.contains(&kind) {
+                self.problem(
+                    value.span(),
+                    format!("`{name}` has no meaning for runtime kind \"{kind}\""),
+                );
+            }
+            Some(value.get_ref().clone())
+        };
+        let endpoint = only_for(&raw.endpoint, "endpoint", &[RuntimeKind::Docker]);
+        let namespace = only_for(&raw.namespace, "namespace", &[RuntimeKind::Kubernetes]);
+        let api = only_for(&raw.api, "api", &[RuntimeKind::Kubernetes]);
+        let network = only_for(
+            &raw.network,
+            "network",
+            &[RuntimeKind::Docker, RuntimeKind::Swarm],
+        );
+        if let (Some(raw), Some(endpoint)) = (&raw.endpoint, &endpoint)
+            && !["unix://", "tcp://", "http://"]
+                .iter()
+                .any(|s| endpoint.starts_with(s))
+        {
+            self.problem(
+                raw.span(),
+                format!("endpoint {endpoint:?} must start with unix://, tcp:// or http://"),
+            );
+        }
+        if let (Some(raw), Some(api)) = (&raw.api, &api)
+            && !(api.starts_with("https://") || api.starts_with("http://"))
+        {
+            self.problem(
+                raw.span(),
+                format!("api {api:?} must be an http:// or https:// URL"),
+            );
+        }
+        let mut proxies = Vec::new();
+        if let Some(list) = &raw.proxies {
+            if kind != RuntimeKind::Swarm {
+                self.problem(
+                    list.span(),
+                    format!("`proxies` has no meaning for runtime kind \"{kind}\""),
+                );
+            }
+            for entry in list.get_ref() {
+                let valid = entry
+                    .get_ref()
+                    .rsplit_once(':')
+                    .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+                if valid {
+                    proxies.push(entry.get_ref().clone());
+                } else {
+                    self.problem(
+                        entry.span(),
+                        format!(
+                            "proxy {:?} is not a host:port such as \"tasks.socket-proxy:2375\"",
+                            entry.get_ref()
+                        ),
+                    );
+                }
+            }
+        }
+        if kind == RuntimeKind::Swarm && proxies.is_empty() {
+            let span = raw.kind.as_ref().map_or(0..0, |k| k.span());
+            self.problem(
+                span,
+                "runtime kind \"swarm\" needs `proxies`: the socket proxy of every engine",
+            );
+        }
+        RuntimeSettings {
+            kind,
+            endpoint,
+            namespace,
+            api,
+            proxies,
+            network,
+        }
+    }
+
+    fn route(
+        &mut self,
+        raw: &Spanned<RawRoute>,
+        global: &GlobalSettings,
+        runtime: &RuntimeSettings,
+    ) -> Option<RouteConfig> {
         let raw = raw.get_ref();
         let before = self.problems.len();
         let name = raw.name.get_ref().clone();
@@ -273,7 +376,7 @@ impl Validator<'_> {
             Some(p) => self.path_prefix(p),
             None => "/".to_string(),
         };
-        let upstream = self.upstream(raw);
+        let upstream = self.upstream(raw, runtime);
         let connect_timeout = self.inherit(
             &raw.connect_timeout,
             "connect_timeout",
@@ -360,28 +463,96 @@ impl Validator<'_> {
         p.clone()
     }
 
-    fn upstream(&mut self, raw: &RawRoute) -> Option<UpstreamConfig> {
-        match (&raw.upstream, &raw.replicas) {
-            (Some(_), Some(replicas)) => {
-                self.problem(
-                    replicas.span(),
-                    "a route has either `upstream` or `replicas`, not both",
-                );
-                None
-            }
-            (None, None) => {
-                self.problem(
-                    raw.name.span(),
-                    format!(
-                        "route {:?} needs an upstream: `upstream = \"http://host:port\"` or `replicas = [\"10.0.0.7:8080\"]`",
-                        raw.name.get_ref()
-                    ),
-                );
-                None
-            }
-            (Some(url), None) => self.external(url).map(UpstreamConfig::External),
-            (None, Some(list)) => self.replicas(list).map(UpstreamConfig::Replicas),
+    fn upstream(&mut self, raw: &RawRoute, runtime: &RuntimeSettings) -> Option<UpstreamConfig> {
+        let given = [
+            raw.upstream.is_some(),
+            raw.replicas.is_some(),
+            raw.service.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            self.problem(
+                raw.name.span(),
+                format!(
+                    "route {:?} has more than one of `upstream`, `replicas` and `service`; it takes one",
+                    raw.name.get_ref()
+                ),
+            );
+            return None;
         }
+        if let (Some(port), None) = (&raw.port, &raw.service) {
+            self.problem(port.span(), "`port` goes with `service`");
+            return None;
+        }
+        if let Some(url) = &raw.upstream {
+            return self.external(url).map(UpstreamConfig::External);
+        }
+        if let Some(list) = &raw.replicas {
+            return self.replicas(list).map(UpstreamConfig::Replicas);
+        }
+        let Some(service) = &raw.service else {
+            self.problem(
+                raw.name.span(),
+                format!(
+                    "route {:?} needs an upstream: `service = \"api\"` with a `port`, `upstream = \"http://host:port\"` or `replicas = [\"10.0.0.7:8080\"]`",
+                    raw.name.get_ref()
+                ),
+            );
+            return None;
+        };
+        let name = service.get_ref();
+        if !is_name(name) {
+            self.problem(
+                service.span(),
+                format!("service {name:?} must be 1 to 63 letters, digits, '.', '_' or '-'"),
+            );
+            return None;
+        }
+        if runtime.kind == RuntimeKind::None {
+            self.problem(
+                service.span(),
+                format!(
+                    "service {name:?} needs a runtime: set `[runtime] kind` to \"kubernetes\", \"docker\" or \"swarm\""
+                ),
+            );
+            return None;
+        }
+        let Some(port) = &raw.port else {
+            self.problem(service.span(), format!("service {name:?} needs a `port`"));
+            return None;
+        };
+        let port = match port.get_ref() {
+            RawPort::Number(n) => match u16::try_from(*n) {
+                Ok(n) if n > 0 => ServicePort::Number(n),
+                _ => {
+                    self.problem(
+                        port.span(),
+                        format!("port = {n} is out of range: 1 to 65535"),
+                    );
+                    return None;
+                }
+            },
+            RawPort::Name(named) if runtime.kind == RuntimeKind::Kubernetes => {
+                if named.is_empty() || named.len() > 15 {
+                    self.problem(
+                        port.span(),
+                        format!("port name {named:?} must be 1 to 15 characters"),
+                    );
+                    return None;
+                }
+                ServicePort::Name(named.clone())
+            }
+            RawPort::Name(named) => {
+                self.problem(
+                    port.span(),
+                    format!("port {named:?}: ports by name are for Kubernetes; give a number"),
+                );
+                return None;
+            }
+        };
+        Some(UpstreamConfig::Service {
+            name: name.clone(),
+            port,
+        })
     }
 
     fn replicas(&mut self, list: &Spanned<Vec<Spanned<String>>>) -> Option<Vec<SocketAddr>> {
@@ -513,6 +684,8 @@ fn default_tries(upstream: Option<&UpstreamConfig>) -> u32 {
         Some(UpstreamConfig::Replicas(list)) => u32::try_from(list.len())
             .unwrap_or(u32::MAX)
             .clamp(1, DEFAULT_MAX_TRIES),
+        // As many as the runtime has replicas, at most this.
+        Some(UpstreamConfig::Service { .. }) => DEFAULT_MAX_TRIES,
         _ => 1,
     }
 }

@@ -193,7 +193,7 @@ async fn attempts<B: RequestBody>(
             Exchange::TimedOut => return Err(ProxyError::FirstAnswerTimeout(bound)),
             Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
             Exchange::Failed(e) => {
-                if replayable && tried.len() < upstream.tries {
+                if replayable && tried.len() < upstream.tries() {
                     route.metrics.retry_answer.inc();
                     last = Some(Err(ProxyError::Upstream(e)));
                     continue;
@@ -206,7 +206,7 @@ async fn attempts<B: RequestBody>(
                     .first_answer
                     .observe(sent_at.elapsed().as_secs_f64());
                 let retry =
-                    replayable && retryable_status(head.status) && tried.len() < upstream.tries;
+                    replayable && retryable_status(head.status) && tried.len() < upstream.tries();
                 let switched = head.status == StatusCode::SWITCHING_PROTOCOLS;
                 if switched && req.upgrade.is_none() {
                     return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(

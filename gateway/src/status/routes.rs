@@ -99,13 +99,14 @@ fn route(route: &Route) -> RouteView {
         upstream: match &config.upstream {
             UpstreamConfig::Replicas(_) => "replicas".into(),
             UpstreamConfig::External(host) => host.to_string(),
+            UpstreamConfig::Service { name, port } => format!("service {name}, port {port}"),
         },
         connect_timeout_ms: millis(config.connect_timeout.value),
         first_answer_timeout_ms: millis(config.first_answer_timeout.value),
-        tries: route.upstream.tries,
+        tries: route.upstream.tries(),
         replicas: route
             .upstream
-            .replicas
+            .replicas()
             .iter()
             .map(|r| {
                 let (state, reason) = match r.health() {

@@ -245,7 +245,7 @@ impl Connection {
 /// Where a connection goes when the body it carries has ended.
 pub struct Release {
     pub upstream: Arc<Upstream>,
-    pub replica: usize,
+    pub replica: Arc<super::Replica>,
 }
 
 enum State {
@@ -307,8 +307,7 @@ impl UpstreamBody {
         };
         if self.reusable && conn.buf.is_empty() {
             conn.served += 1;
-            let key = &release.upstream.replicas[release.replica].key;
-            release.upstream.pool.checkin(key, conn);
+            release.upstream.pool.checkin(&release.replica.key, conn);
         }
     }
 

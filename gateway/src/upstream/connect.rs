@@ -25,7 +25,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use super::conn::{Connection, Io};
 use super::health::{EjectReason, Observation};
-use super::{RACE_DELAY, ReplicaKey, Target, Tried, Upstream};
+use super::{RACE_DELAY, Replica, ReplicaKey, Target, Tried, Upstream};
 
 /// TLS settings of an `https://` upstream.
 #[derive(Clone)]
@@ -46,7 +46,7 @@ impl std::fmt::Debug for TlsTarget {
 /// A connection ready for one request.
 #[derive(Debug)]
 pub struct Attempt {
-    pub replica: usize,
+    pub replica: Arc<Replica>,
     pub conn: Connection,
     /// Taken from the idle pool rather than opened for this request.
     pub reused: bool,
@@ -91,7 +91,7 @@ impl Upstream {
         tried: &mut Tried,
     ) -> Result<Attempt, ConnectFailure> {
         let first = self.next_untried(tried).ok_or(ConnectFailure::NoReplica)?;
-        if let Some(conn) = self.pool.checkout(&self.replicas[first].key) {
+        if let Some(conn) = self.pool.checkout(&first.key) {
             return Ok(Attempt {
                 replica: first,
                 conn,
@@ -106,7 +106,7 @@ impl Upstream {
     /// whose pooled connection the upstream had closed.
     pub async fn fresh_connection(
         self: &Arc<Self>,
-        replica: usize,
+        replica: Arc<Replica>,
     ) -> Result<Attempt, ConnectFailure> {
         let (replica, result) = Box::pin(self.spawn_connect(replica)).await;
         result.map(|conn| Attempt {
@@ -118,7 +118,7 @@ impl Upstream {
 
     async fn race(
         self: &Arc<Self>,
-        first: usize,
+        first: Arc<Replica>,
         tried: &mut Tried,
     ) -> Result<Attempt, ConnectFailure> {
         let deadline = Instant::now() + self.pool.bounds.connect;
@@ -156,19 +156,20 @@ impl Upstream {
     /// recorded even when the request that asked has moved on.
     fn spawn_connect(
         self: &Arc<Self>,
-        replica: usize,
-    ) -> impl Future<Output = (usize, Result<Connection, ConnectFailure>)> + use<> {
+        replica: Arc<Replica>,
+    ) -> impl Future<Output = (Arc<Replica>, Result<Connection, ConnectFailure>)> + use<> {
         let (tx, rx) = oneshot::channel();
         let upstream = Arc::clone(self);
+        let task_replica = Arc::clone(&replica);
         tokio::spawn(async move {
+            let replica = task_replica;
             let bound = upstream.pool.bounds.connect;
-            let key = upstream.replicas[replica].key.clone();
-            let open = open(&key, upstream.tls.as_ref());
+            let open = open(&replica.key, upstream.tls.as_ref());
             tokio::pin!(open);
             let result = match timeout(RACE_DELAY.min(bound), &mut open).await {
                 Ok(result) => result,
                 Err(_) => {
-                    upstream.observe(replica, Observation::ConnectOverdue);
+                    upstream.observe(&replica, Observation::ConnectOverdue);
                     let rest = bound.saturating_sub(RACE_DELAY);
                     timeout(rest, open)
                         .await
@@ -177,13 +178,13 @@ impl Upstream {
             };
             match result {
                 Ok(conn) => {
-                    upstream.observe(replica, Observation::ConnectOk);
+                    upstream.observe(&replica, Observation::ConnectOk);
                     if let Err(Ok(conn)) = tx.send(Ok(conn)) {
-                        upstream.pool.checkin(&key, conn);
+                        upstream.pool.checkin(&replica.key, conn);
                     }
                 }
                 Err(failure) => {
-                    upstream.observe(replica, Observation::ConnectFailed(failure.reason()));
+                    upstream.observe(&replica, Observation::ConnectFailed(failure.reason()));
                     let _ = tx.send(Err(failure));
                 }
             }

@@ -13,11 +13,11 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
 
-use super::Upstream;
 use super::connect::{ConnectFailure, tcp_connect};
 use super::health::{EjectReason, Observation};
+use super::{Replica, Upstream};
 
-pub(super) fn spawn(upstream: Weak<Upstream>, replica: usize) {
+pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
     let Some(period) = upstream.upgrade().map(|u| u.eject_for) else {
         return;
     };
@@ -26,26 +26,26 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: usize) {
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let Some(up) = upstream.upgrade() else { return };
-            let Some(target) = up.replicas.get(replica).map(|r| r.key.target.clone()) else {
+            // The route or the replica is gone: nothing to re-admit.
+            let (Some(up), Some(replica)) = (upstream.upgrade(), replica.upgrade()) else {
                 return;
             };
             let bound = up.pool.bounds.connect.min(period);
-            let observation = match timeout(bound, tcp_connect(&target)).await {
+            let observation = match timeout(bound, tcp_connect(&replica.key.target)).await {
                 Ok(Ok(_stream)) => Observation::ProbeOk,
                 Ok(Err(ConnectFailure::Refused)) => Observation::ProbeFailed(EjectReason::Refused),
                 Ok(Err(_)) => Observation::ProbeFailed(EjectReason::Unreachable),
                 Err(_) => Observation::ProbeFailed(EjectReason::TimedOut),
             };
-            tracing::debug!(route = &*up.route, replica, ?observation, "probe");
+            tracing::debug!(route = &*up.route, replica = %replica.label, ?observation, "probe");
             if observation == Observation::ProbeOk {
                 // Cleared first, so that an ejection right after the
                 // re-admission starts a probe of its own.
-                up.replicas[replica].probing.store(false, Ordering::Release);
-                up.observe(replica, observation);
+                replica.probing.store(false, Ordering::Release);
+                up.observe(&replica, observation);
                 return;
             }
-            up.observe(replica, observation);
+            up.observe(&replica, observation);
         }
     });
 }
