@@ -26,3 +26,4 @@ pub mod shutdown;
 pub mod status;
 pub mod tls;
 pub mod upstream;
+pub mod verdict;

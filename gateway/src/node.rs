@@ -18,6 +18,7 @@ use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::status::AdminState;
 use crate::upstream::Pools;
+use crate::verdict::board::{self, Board};
 use crate::{reload, server, status};
 
 /// How long a stopping node lets requests in flight finish.
@@ -84,6 +85,7 @@ struct Current {
 pub struct Node {
     proxy: Arc<Proxy>,
     ctx: RouteContext,
+    board: Arc<Board>,
     admin: Arc<AdminState>,
     current: Mutex<Current>,
     options: Options,
@@ -114,10 +116,17 @@ impl Node {
             .as_ref()
             .and_then(|p| std::fs::read_to_string(p).ok());
         let proxy = Arc::new(Proxy::new(table, Arc::clone(&metrics)));
-        let admin = AdminState::new(&config.node.name.value, metrics, Arc::clone(&proxy));
+        let board = Arc::new(Board::default());
+        let admin = AdminState::new(
+            &config.node.name.value,
+            metrics,
+            Arc::clone(&proxy),
+            Arc::clone(&board),
+        );
         Arc::new(Node {
             proxy,
             ctx,
+            board,
             admin: Arc::new(admin),
             current: Mutex::new(Current { config, text }),
             options,
@@ -134,6 +143,11 @@ impl Node {
 
     pub fn pools(&self) -> &Arc<Pools> {
         &self.ctx.pools
+    }
+
+    /// This node's verdicts.
+    pub fn board(&self) -> &Arc<Board> {
+        &self.board
     }
 
     /// The configuration in force.
@@ -189,6 +203,7 @@ impl Node {
         self.proxy.swap(table);
         current.config = config;
         drop(current);
+        self.ctx.changes.notify_one();
         self.ctx.metrics.reload(true);
         tracing::info!(
             added = plan.added.len(),
@@ -246,6 +261,12 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         reload::spawn(Arc::clone(&node), path, shutdown.clone());
     }
     spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone());
+    board::spawn(
+        Arc::clone(&node.board),
+        Arc::clone(&node.proxy),
+        Arc::clone(&node.ctx.changes),
+        shutdown.clone(),
+    );
     {
         let admin = Arc::clone(&node.admin);
         let mut shutdown = shutdown.clone();

@@ -92,6 +92,7 @@ impl Route {
                 &ctx.node,
                 settings,
                 ctx.metrics.breaker(&config.name),
+                Arc::clone(&ctx.changes),
             )
         });
         Route {

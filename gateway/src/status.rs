@@ -24,6 +24,7 @@ use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::server::HEADER_READ_TIMEOUT;
 use crate::shutdown::Shutdown;
+use crate::verdict::board::Board;
 
 pub mod routes;
 
@@ -36,11 +37,19 @@ pub struct AdminState {
     pub node: String,
     /// Read only: the route table and what hangs on it.
     pub proxy: Arc<Proxy>,
+    /// Read only: this node's verdicts.
+    pub board: Arc<Board>,
 }
 
 impl AdminState {
-    pub fn new(node: &str, metrics: Arc<Metrics>, proxy: Arc<Proxy>) -> AdminState {
+    pub fn new(
+        node: &str,
+        metrics: Arc<Metrics>,
+        proxy: Arc<Proxy>,
+        board: Arc<Board>,
+    ) -> AdminState {
         AdminState {
+            board,
             node: node.to_string(),
             proxy,
             ready: AtomicBool::new(false),
@@ -68,7 +77,11 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
             );
             response
         }
-        "/v1/routes" => json(&routes::routes(&state.node, &state.proxy.table())),
+        "/v1/routes" => json(&routes::routes(
+            &state.node,
+            &state.proxy.table(),
+            &state.board.snapshot(),
+        )),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -141,7 +154,7 @@ mod tests {
             crate::router::RouteTable::default(),
             Arc::clone(&metrics),
         ));
-        let state = AdminState::new("n1", metrics, proxy);
+        let state = AdminState::new("n1", metrics, proxy, Arc::new(Board::default()));
         assert_eq!(
             answer(&state, &Method::GET, "/healthz").status(),
             StatusCode::OK

@@ -142,6 +142,7 @@ mod tests {
                 }],
                 circuit: Circuit::Closed,
                 since_unix_ms: 1_790_000_000_000,
+                runtime_stale_since_unix_ms: None,
             }],
         }
     }

@@ -48,6 +48,8 @@ pub struct Verdict {
     pub circuit: Circuit,
     /// When the heart or reason last changed, in milliseconds since the Unix epoch.
     pub since_unix_ms: u64,
+    /// Since when the runtime's data is stale (its API unreachable), if it is.
+    pub runtime_stale_since_unix_ms: Option<u64>,
 }
 
 /// Every verdict of one node.

@@ -32,7 +32,8 @@ fn main() {
         cooldown: Duration::from_secs(15),
     };
     let metrics = Metrics::new();
-    let circuit = Circuit::new("bench", "n1", settings, metrics.breaker("bench"));
+    let changes = std::sync::Arc::new(tokio::sync::Notify::new());
+    let circuit = Circuit::new("bench", "n1", settings, metrics.breaker("bench"), changes);
 
     let empty = best_of_five(|| {
         for i in 0..REQUESTS {

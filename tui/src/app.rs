@@ -89,6 +89,7 @@ mod tests {
             images: vec![],
             circuit: Circuit::Closed,
             since_unix_ms: 0,
+            runtime_stale_since_unix_ms: None,
         }
     }
 

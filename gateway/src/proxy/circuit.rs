@@ -6,10 +6,11 @@
 //! are private to this module tree); everything else, the status API
 //! included, reads a [`CircuitView`].
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::breaker::{Breaker, Gate, Outcome, Phase, Settings, State, Transition};
@@ -51,6 +52,8 @@ pub struct Circuit {
     phase: AtomicU8,
     failures: AtomicU32,
     metrics: BreakerMetrics,
+    /// Woken on every transition: the route's verdict may change.
+    changes: Arc<Notify>,
 }
 
 /// Admission of one request; its outcome is recorded through it. Dropped
@@ -82,7 +85,13 @@ pub struct TransitionView {
 }
 
 impl Circuit {
-    pub fn new(route: &str, node: &str, settings: Settings, metrics: BreakerMetrics) -> Circuit {
+    pub fn new(
+        route: &str,
+        node: &str,
+        settings: Settings,
+        metrics: BreakerMetrics,
+        changes: Arc<Notify>,
+    ) -> Circuit {
         metrics.state[0].set(1);
         Circuit {
             route: route.to_string(),
@@ -94,6 +103,7 @@ impl Circuit {
             phase: AtomicU8::new(CLOSED),
             failures: AtomicU32::new(0),
             metrics,
+            changes,
         }
     }
 
@@ -152,6 +162,7 @@ impl Circuit {
         self.failures.store(failures, Ordering::Release);
         let Some(transition) = transition else { return };
         self.phase.store(code(transition.to), Ordering::Release);
+        self.changes.notify_one();
         let unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);

@@ -1,6 +1,8 @@
 //! `/v1/routes`: this node's own view of each of its routes, read from
-//! the route table the proxy uses. Reading it changes nothing.
+//! the route table the proxy uses and the node's verdict board. Reading it
+//! changes nothing.
 
+use picket_proto::Verdict;
 use serde::Serialize;
 
 use crate::config::UpstreamConfig;
@@ -18,23 +20,29 @@ pub struct RouteView {
     pub name: String,
     pub host: Option<String>,
     pub path_prefix: String,
-    /// `https://…` for an external host, `replicas` for a static list.
+    /// `replicas`, the external host's URL, or the runtime service.
     pub upstream: String,
     pub connect_timeout_ms: u64,
     pub first_answer_timeout_ms: u64,
     pub tries: usize,
     pub replicas: Vec<ReplicaView>,
     pub breaker: BreakerView,
+    /// This node's verdict on the route, as last judged.
+    pub verdict: Option<Verdict>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct ReplicaView {
     pub address: String,
-    /// `in_rotation`, `stalled` or `ejected`.
+    /// Ready, as the runtime or the connect check says.
+    pub ready: bool,
+    /// This node's view: `in_rotation`, `stalled` or `ejected`.
     pub state: &'static str,
     /// Why it is ejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,36 +70,56 @@ fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn route(route: &Route) -> RouteView {
-    let config = &route.config;
-    let breaker = match &route.circuit {
-        Some(circuit) => {
-            let view = circuit.view();
-            BreakerView {
-                enabled: true,
-                state: view.phase.to_string(),
-                consecutive_failures: view.consecutive_failures,
-                failures_to_open: view.settings.failures,
-                cooldown_ms: millis(view.settings.cooldown),
-                time_left_ms: millis(view.time_left),
-                last_transition: view.last_transition.map(|t| TransitionJson {
-                    from: t.from.to_string(),
-                    to: t.to.to_string(),
-                    reason: t.reason,
-                    at_unix_ms: t.unix_ms,
-                }),
-            }
-        }
-        None => BreakerView {
+fn breaker(route: &Route) -> BreakerView {
+    let Some(circuit) = &route.circuit else {
+        return BreakerView {
             enabled: false,
             state: "disabled".into(),
             consecutive_failures: 0,
-            failures_to_open: config.breaker.failures.value,
-            cooldown_ms: millis(config.breaker.cooldown.value),
+            failures_to_open: route.config.breaker.failures.value,
+            cooldown_ms: millis(route.config.breaker.cooldown.value),
             time_left_ms: 0,
             last_transition: None,
-        },
+        };
     };
+    let view = circuit.view();
+    BreakerView {
+        enabled: true,
+        state: view.phase.to_string(),
+        consecutive_failures: view.consecutive_failures,
+        failures_to_open: view.settings.failures,
+        cooldown_ms: millis(view.settings.cooldown),
+        time_left_ms: millis(view.time_left),
+        last_transition: view.last_transition.map(|t| TransitionJson {
+            from: t.from.to_string(),
+            to: t.to.to_string(),
+            reason: t.reason,
+            at_unix_ms: t.unix_ms,
+        }),
+    }
+}
+
+fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
+    let config = &route.config;
+    let replicas = route
+        .upstream
+        .replicas()
+        .iter()
+        .map(|r| {
+            let (state, reason) = match r.health() {
+                Health::InRotation => ("in_rotation", None),
+                Health::Stalled { .. } => ("stalled", None),
+                Health::Ejected { reason, .. } => ("ejected", Some(reason.to_string())),
+            };
+            ReplicaView {
+                address: r.label.clone(),
+                ready: r.ready(),
+                state,
+                reason,
+                image: r.image().map(|i| i.to_string()),
+            }
+        })
+        .collect();
     RouteView {
         name: config.name.clone(),
         host: config.host.as_ref().map(ToString::to_string),
@@ -104,30 +132,15 @@ fn route(route: &Route) -> RouteView {
         connect_timeout_ms: millis(config.connect_timeout.value),
         first_answer_timeout_ms: millis(config.first_answer_timeout.value),
         tries: route.upstream.tries(),
-        replicas: route
-            .upstream
-            .replicas()
-            .iter()
-            .map(|r| {
-                let (state, reason) = match r.health() {
-                    Health::InRotation => ("in_rotation", None),
-                    Health::Stalled { .. } => ("stalled", None),
-                    Health::Ejected { reason, .. } => ("ejected", Some(reason.to_string())),
-                };
-                ReplicaView {
-                    address: r.label.clone(),
-                    state,
-                    reason,
-                }
-            })
-            .collect(),
-        breaker,
+        replicas,
+        breaker: breaker(route),
+        verdict: verdicts.iter().find(|v| v.route == config.name).cloned(),
     }
 }
 
 /// Every route of `table`, by name.
-pub fn routes(node: &str, table: &Table) -> RoutesView {
-    let mut routes: Vec<RouteView> = table.values().map(|r| route(r)).collect();
+pub fn routes(node: &str, table: &Table, verdicts: &[Verdict]) -> RoutesView {
+    let mut routes: Vec<RouteView> = table.values().map(|r| route(r, verdicts)).collect();
     routes.sort_by(|a, b| a.name.cmp(&b.name));
     RoutesView {
         node: node.to_string(),

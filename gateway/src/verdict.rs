@@ -1,0 +1,447 @@
+//! A node's verdict on a route, as a pure function of what it knows: the
+//! replicas' states (from the runtime or the connect checks, and this
+//! node's own ejections) and its circuit.
+//!
+//! ## Hearts
+//! - green: every replica is ready (an external host accepts connections);
+//! - orange: some replicas are ready, not all;
+//! - red: none is ready, the service is scaled to zero, the host refuses,
+//!   or the circuit is open — whatever the runtime says: real traffic wins.
+//!
+//! A replica this node ejected counts as not ready here: that is how "red
+//! on n3 only" shows.
+
+pub mod board;
+
+use std::collections::BTreeMap;
+
+use picket_proto::{Circuit, Heart, ImageCount, Verdict};
+
+use crate::breaker::Phase;
+use crate::upstream::Source;
+use crate::upstream::health::EjectReason;
+
+/// What a node knows of one replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaFacts<'a> {
+    /// Ready, as the runtime or the connect check says.
+    pub ready: bool,
+    /// Ejected by this node, and why.
+    pub ejected: Option<EjectReason>,
+    pub image: Option<&'a str>,
+}
+
+/// A route's circuit, as the verdict needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CircuitFacts {
+    Disabled,
+    State {
+        phase: Phase,
+        reason: Option<String>,
+    },
+}
+
+/// Everything of a verdict but its time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judgement {
+    pub heart: Heart,
+    pub reason: String,
+    pub ready: u32,
+    pub total: u32,
+    pub images: Vec<ImageCount>,
+    pub circuit: Circuit,
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Judges a route.
+pub fn judge(source: Source, replicas: &[ReplicaFacts<'_>], circuit: &CircuitFacts) -> Judgement {
+    let total = replicas.len();
+    let usable = replicas
+        .iter()
+        .filter(|r| r.ready && r.ejected.is_none())
+        .count();
+    let not_ready = replicas.iter().filter(|r| !r.ready).count();
+    let ejected: Vec<EjectReason> = replicas
+        .iter()
+        .filter(|r| r.ready)
+        .filter_map(|r| r.ejected)
+        .collect();
+    let mut images: BTreeMap<&str, u32> = BTreeMap::new();
+    for image in replicas.iter().filter_map(|r| r.image) {
+        *images.entry(image).or_default() += 1;
+    }
+    let mut images: Vec<ImageCount> = images
+        .into_iter()
+        .map(|(image, replicas)| ImageCount {
+            image: image.to_string(),
+            replicas,
+        })
+        .collect();
+    images.sort_by(|a, b| {
+        b.replicas
+            .cmp(&a.replicas)
+            .then_with(|| a.image.cmp(&b.image))
+    });
+
+    let circuit_state = match circuit {
+        CircuitFacts::Disabled => Circuit::Disabled,
+        CircuitFacts::State {
+            phase: Phase::Closed,
+            ..
+        } => Circuit::Closed,
+        CircuitFacts::State {
+            phase: Phase::Open, ..
+        } => Circuit::Open,
+        CircuitFacts::State {
+            phase: Phase::HalfOpen,
+            ..
+        } => Circuit::HalfOpen,
+    };
+    let details = || {
+        let mut parts = Vec::new();
+        if not_ready > 0 {
+            parts.push(format!("{not_ready} not ready"));
+        }
+        if let Some(first) = ejected.first() {
+            parts.push(format!("{} ejected by this node: {first}", ejected.len()));
+        }
+        parts.join("; ")
+    };
+    let (heart, reason) = match (circuit, source) {
+        (
+            CircuitFacts::State {
+                phase: Phase::Open,
+                reason,
+            },
+            _,
+        ) => (
+            Heart::Red,
+            format!(
+                "circuit open: {}",
+                reason.as_deref().unwrap_or("too many failures")
+            ),
+        ),
+        (
+            CircuitFacts::State {
+                phase: Phase::HalfOpen,
+                ..
+            },
+            _,
+        ) => (
+            Heart::Red,
+            "circuit half-open: one trial request under way".to_string(),
+        ),
+        _ if total == 0 && source == Source::Runtime => (Heart::Red, "scaled to zero".to_string()),
+        _ if total == 0 => (Heart::Red, "no replicas".to_string()),
+        (_, Source::External) if usable == 0 => {
+            let why = ejected
+                .first()
+                .map_or("connect check fails".to_string(), ToString::to_string);
+            (
+                Heart::Red,
+                format!("host does not accept connections: {why}"),
+            )
+        }
+        (_, Source::External) => (Heart::Green, "host accepts connections".to_string()),
+        _ if usable == 0 => (Heart::Red, format!("none ready ({})", details())),
+        _ if usable < total => (
+            Heart::Orange,
+            format!("{usable} of {total} ready ({})", details()),
+        ),
+        _ => (Heart::Green, format!("all {total} ready")),
+    };
+    Judgement {
+        heart,
+        reason,
+        ready: count(usable),
+        total: count(total),
+        images,
+        circuit: circuit_state,
+    }
+}
+
+/// How an image is shown: its last path part and tag, or the start of its
+/// digest when the tag is `latest` or missing.
+pub fn image_label(reference: &str, digest: Option<&str>) -> String {
+    let short = reference.rsplit('/').next().unwrap_or(reference);
+    if let Some((name, digest)) = short.split_once('@') {
+        return format!("{name}@{}", digest_start(digest));
+    }
+    let (name, tag) = match short.rsplit_once(':') {
+        Some((name, tag)) => (name, Some(tag)),
+        None => (short, None),
+    };
+    match (tag, digest) {
+        (Some(tag), _) if tag != "latest" => format!("{name}:{tag}"),
+        (_, Some(digest)) => format!("{name}@{}", digest_start(digest)),
+        _ => format!("{name}:latest"),
+    }
+}
+
+/// `sha256:4c0f12ab9d2e…` → `sha256:4c0f12ab9d2e`.
+fn digest_start(digest: &str) -> String {
+    let digest = digest.rsplit('@').next().unwrap_or(digest);
+    match digest.split_once(':') {
+        Some((algorithm, hex)) => format!("{algorithm}:{}", hex.get(..12).unwrap_or(hex)),
+        None => digest.get(..12).unwrap_or(digest).to_string(),
+    }
+}
+
+/// Every route's verdict on this node, with when each last changed.
+#[derive(Debug, Default, Clone)]
+pub struct Verdicts {
+    by_route: BTreeMap<String, Verdict>,
+}
+
+impl Verdicts {
+    /// Records a route's judgement at `now_unix_ms`; its time moves only
+    /// when its heart or reason changes. Returns whether anything changed.
+    pub fn update(
+        &mut self,
+        route: &str,
+        judgement: Judgement,
+        stale_since: Option<u64>,
+        now_unix_ms: u64,
+    ) -> bool {
+        let Judgement {
+            heart,
+            reason,
+            ready,
+            total,
+            images,
+            circuit,
+        } = judgement;
+        match self.by_route.get_mut(route) {
+            Some(v) => {
+                let moved = v.heart != heart || v.reason != reason;
+                let changed = moved
+                    || v.ready != ready
+                    || v.total != total
+                    || v.images != images
+                    || v.circuit != circuit
+                    || v.runtime_stale_since_unix_ms != stale_since;
+                if moved {
+                    v.since_unix_ms = now_unix_ms;
+                }
+                (v.heart, v.reason, v.ready, v.total, v.images, v.circuit) =
+                    (heart, reason, ready, total, images, circuit);
+                v.runtime_stale_since_unix_ms = stale_since;
+                changed
+            }
+            None => {
+                let verdict = Verdict {
+                    route: route.to_string(),
+                    heart,
+                    reason,
+                    ready,
+                    total,
+                    images,
+                    circuit,
+                    since_unix_ms: now_unix_ms,
+                    runtime_stale_since_unix_ms: stale_since,
+                };
+                self.by_route.insert(route.to_string(), verdict);
+                true
+            }
+        }
+    }
+
+    /// Forgets routes no longer configured; returns whether any was.
+    pub fn retain(&mut self, routes: &[&str]) -> bool {
+        let before = self.by_route.len();
+        self.by_route
+            .retain(|name, _| routes.contains(&name.as_str()));
+        self.by_route.len() != before
+    }
+
+    /// Every verdict, by route name.
+    pub fn all(&self) -> Vec<Verdict> {
+        self.by_route.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(
+        ready: bool,
+        ejected: Option<EjectReason>,
+        image: Option<&'static str>,
+    ) -> ReplicaFacts<'static> {
+        ReplicaFacts {
+            ready,
+            ejected,
+            image,
+        }
+    }
+
+    const CLOSED: CircuitFacts = CircuitFacts::State {
+        phase: Phase::Closed,
+        reason: None,
+    };
+
+    #[test]
+    fn hearts() {
+        let up = facts(true, None, None);
+        let down = facts(false, None, None);
+        let ejected = facts(true, Some(EjectReason::Refused), None);
+        let cases: &[(Source, Vec<ReplicaFacts>, CircuitFacts, Heart, &str)] = &[
+            (
+                Source::Runtime,
+                vec![up.clone(), up.clone(), up.clone()],
+                CLOSED,
+                Heart::Green,
+                "all 3 ready",
+            ),
+            (
+                Source::Runtime,
+                vec![up.clone(), up.clone(), down.clone()],
+                CLOSED,
+                Heart::Orange,
+                "2 of 3 ready (1 not ready)",
+            ),
+            (
+                Source::Runtime,
+                vec![down.clone(), down.clone()],
+                CLOSED,
+                Heart::Red,
+                "none ready (2 not ready)",
+            ),
+            (
+                Source::Runtime,
+                vec![],
+                CircuitFacts::Disabled,
+                Heart::Red,
+                "scaled to zero",
+            ),
+            (
+                Source::Static,
+                vec![up.clone(), ejected.clone()],
+                CircuitFacts::Disabled,
+                Heart::Orange,
+                "1 of 2 ready (1 ejected by this node: connect refused)",
+            ),
+            (
+                Source::External,
+                vec![up.clone()],
+                CircuitFacts::Disabled,
+                Heart::Green,
+                "host accepts connections",
+            ),
+            (
+                Source::External,
+                vec![down.clone()],
+                CircuitFacts::Disabled,
+                Heart::Red,
+                "host does not accept connections: connect check fails",
+            ),
+            (
+                Source::Runtime,
+                vec![up.clone(), up.clone()],
+                CircuitFacts::State {
+                    phase: Phase::Open,
+                    reason: Some("5 consecutive failures".into()),
+                },
+                Heart::Red,
+                "circuit open: 5 consecutive failures",
+            ),
+            (
+                Source::External,
+                vec![up.clone()],
+                CircuitFacts::State {
+                    phase: Phase::HalfOpen,
+                    reason: None,
+                },
+                Heart::Red,
+                "circuit half-open: one trial request under way",
+            ),
+        ];
+        for (source, replicas, circuit, heart, reason) in cases {
+            let j = judge(*source, replicas, circuit);
+            assert_eq!(
+                (j.heart, j.reason.as_str()),
+                (*heart, *reason),
+                "{replicas:?} {circuit:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_and_images() {
+        let replicas = [
+            facts(true, None, Some("api:1.4")),
+            facts(true, None, Some("api:1.5")),
+            facts(true, None, Some("api:1.4")),
+            facts(false, None, Some("api:1.5")),
+        ];
+        let j = judge(Source::Runtime, &replicas, &CircuitFacts::Disabled);
+        assert_eq!((j.ready, j.total), (3, 4));
+        assert_eq!(
+            j.images,
+            [
+                ImageCount {
+                    image: "api:1.4".into(),
+                    replicas: 2
+                },
+                ImageCount {
+                    image: "api:1.5".into(),
+                    replicas: 2
+                },
+            ]
+        );
+        assert_eq!(j.circuit, Circuit::Disabled);
+    }
+
+    #[test]
+    fn image_labels() {
+        let digest = "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+        assert_eq!(
+            image_label("registry.example.com/team/api:1.4", None),
+            "api:1.4"
+        );
+        assert_eq!(
+            image_label("nginx", Some(digest)),
+            "nginx@sha256:4c0f12ab9d2e"
+        );
+        assert_eq!(
+            image_label("nginx:latest", Some(digest)),
+            "nginx@sha256:4c0f12ab9d2e"
+        );
+        assert_eq!(image_label("nginx:latest", None), "nginx:latest");
+        assert_eq!(
+            image_label(&format!("docker.io/library/nginx@{digest}"), None),
+            "nginx@sha256:4c0f12ab9d2e"
+        );
+        assert_eq!(image_label("localhost:5000/api:2", None), "api:2");
+    }
+
+    #[test]
+    fn the_time_moves_only_when_heart_or_reason_does() {
+        let mut verdicts = Verdicts::default();
+        let green = judge(
+            Source::External,
+            &[facts(true, None, None)],
+            &CircuitFacts::Disabled,
+        );
+        assert!(verdicts.update("api", green.clone(), None, 100));
+        assert!(!verdicts.update("api", green.clone(), None, 200));
+        assert_eq!(verdicts.all()[0].since_unix_ms, 100);
+        let red = judge(
+            Source::External,
+            &[facts(false, None, None)],
+            &CircuitFacts::Disabled,
+        );
+        assert!(verdicts.update("api", red, None, 300));
+        assert_eq!(verdicts.all()[0].since_unix_ms, 300);
+        assert!(
+            verdicts.update("api", green, Some(250), 400),
+            "staleness is a change"
+        );
+        assert!(verdicts.retain(&[]));
+        assert!(verdicts.all().is_empty());
+    }
+}

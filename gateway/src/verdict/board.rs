@@ -1,0 +1,159 @@
+//! The node's verdict board: recomputes every route's verdict when
+//! something that can move one changes, and publishes a snapshot that the
+//! status API (and gossip) read without waiting on anything.
+//!
+//! Changes arrive as wake-ups on one `Notify`: replica sets and states,
+//! circuit transitions, reloads, the runtime's reachability. A burst of
+//! them is folded into one recomputation.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use picket_proto::Verdict;
+use tokio::sync::Notify;
+
+use super::{CircuitFacts, ReplicaFacts, Verdicts, judge};
+use crate::proxy::{Proxy, Route};
+use crate::shutdown::Shutdown;
+use crate::upstream::Source;
+use crate::upstream::health::Health;
+
+/// Quiet time folding a burst of changes into one recomputation.
+pub const SETTLE: Duration = Duration::from_millis(5);
+/// Recomputation even without a change, so that nothing can be missed.
+pub const EVERY: Duration = Duration::from_secs(5);
+
+/// Whether the runtime's data is current: its API reachable.
+#[derive(Debug, Default)]
+pub struct RuntimeStatus {
+    /// Unix ms since which it is stale; 0 while current.
+    stale_since: AtomicU64,
+}
+
+impl RuntimeStatus {
+    /// Marks the data stale (if not already) or current; returns whether it
+    /// changed.
+    pub fn set_stale(&self, stale: bool) -> bool {
+        let value = if stale { now_unix_ms().max(1) } else { 0 };
+        if stale {
+            self.stale_since
+                .compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        } else {
+            self.stale_since.swap(0, Ordering::AcqRel) != 0
+        }
+    }
+
+    pub fn stale_since(&self) -> Option<u64> {
+        Some(self.stale_since.load(Ordering::Acquire)).filter(|t| *t != 0)
+    }
+}
+
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Every route's verdict on this node.
+#[derive(Debug, Default)]
+pub struct Board {
+    verdicts: Mutex<Verdicts>,
+    published: ArcSwap<Vec<Verdict>>,
+    pub runtime: RuntimeStatus,
+}
+
+fn facts(
+    route: &Route,
+) -> (
+    Source,
+    Vec<(
+        bool,
+        Option<crate::upstream::health::EjectReason>,
+        Option<Arc<str>>,
+    )>,
+    CircuitFacts,
+) {
+    let replicas = route
+        .upstream
+        .replicas()
+        .iter()
+        .map(|r| {
+            let ejected = match r.health() {
+                Health::Ejected { reason, .. } => Some(reason),
+                _ => None,
+            };
+            (r.ready(), ejected, r.image())
+        })
+        .collect();
+    let circuit = match &route.circuit {
+        None => CircuitFacts::Disabled,
+        Some(circuit) => {
+            let view = circuit.view();
+            CircuitFacts::State {
+                phase: view.phase,
+                reason: view.last_transition.map(|t| t.reason),
+            }
+        }
+    };
+    (route.upstream.source, replicas, circuit)
+}
+
+impl Board {
+    /// Judges every route of the proxy's table; returns whether any verdict
+    /// changed.
+    pub fn recompute(&self, proxy: &Proxy) -> bool {
+        let table = proxy.table();
+        let now = now_unix_ms();
+        let stale = self.runtime.stale_since();
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut changed = false;
+        let mut names = Vec::with_capacity(table.len());
+        for route in table.values() {
+            let (source, replicas, circuit) = facts(route);
+            let replica_facts: Vec<ReplicaFacts<'_>> = replicas
+                .iter()
+                .map(|(ready, ejected, image)| ReplicaFacts {
+                    ready: *ready,
+                    ejected: *ejected,
+                    image: image.as_deref(),
+                })
+                .collect();
+            let judgement = judge(source, &replica_facts, &circuit);
+            let route_stale = if source == Source::Runtime {
+                stale
+            } else {
+                None
+            };
+            changed |= verdicts.update(&route.config.name, judgement, route_stale, now);
+            names.push(route.config.name.as_str());
+        }
+        changed |= verdicts.retain(&names);
+        if changed {
+            self.published.store(Arc::new(verdicts.all()));
+        }
+        changed
+    }
+
+    /// The verdicts as last published, by route name.
+    pub fn snapshot(&self) -> Arc<Vec<Verdict>> {
+        self.published.load_full()
+    }
+}
+
+/// Keeps `board` current until `shutdown`.
+pub fn spawn(board: Arc<Board>, proxy: Arc<Proxy>, changes: Arc<Notify>, mut shutdown: Shutdown) {
+    tokio::spawn(async move {
+        board.recompute(&proxy);
+        loop {
+            tokio::select! {
+                () = changes.notified() => tokio::time::sleep(SETTLE).await,
+                () = tokio::time::sleep(EVERY) => {}
+                () = shutdown.wait() => return,
+            }
+            board.recompute(&proxy);
+        }
+    });
+}
