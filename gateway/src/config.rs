@@ -38,6 +38,11 @@ pub const DEFAULT_MAX_TRIES: u32 = 3;
 pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
 /// Product default: how long an open circuit refuses.
 pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(15);
+/// Product default: how often static replicas and external hosts get a
+/// connect check.
+pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(30);
+/// Product default: how long a connect check may take.
+pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A fully validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +100,10 @@ pub struct GlobalSettings {
     pub first_answer_timeout: Setting<Duration>,
     pub eject_for: Setting<Duration>,
     pub breaker: BreakerSettings,
+    /// Connect checks of static replicas and external hosts: how often.
+    pub check_every: Setting<Duration>,
+    /// Connect checks: how long each may take.
+    pub check_timeout: Setting<Duration>,
 }
 
 /// A route's circuit breaker; each field is inherited on its own.

@@ -13,6 +13,7 @@
 
 pub mod body;
 pub mod breaker;
+pub mod changes;
 pub mod config;
 pub mod demo;
 pub mod h1;
@@ -24,6 +25,7 @@ pub mod router;
 pub mod server;
 pub mod shutdown;
 pub mod status;
+pub mod targets;
 pub mod tls;
 pub mod upstream;
 pub mod verdict;

@@ -155,6 +155,7 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
         overrides,
         tls: picket::tls::client_config(flags.extra_ca.as_deref())?,
         drain: node::DEFAULT_DRAIN,
+        proxy_env: picket::targets::checks::ProxyEnv::from_env(),
     };
     runtime(config.node.workers.value)?.block_on(serve(config, options))
 }
@@ -170,6 +171,7 @@ fn run_demo(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<()> {
         overrides: overrides.clone(),
         tls: picket::tls::client_config(None)?,
         drain: std::time::Duration::from_secs(1),
+        proxy_env: None,
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     runtime(workers)?.block_on(async move {

@@ -12,11 +12,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::config::{self, Config, ConfigError, Overrides, ReloadPlan};
+use crate::config::{self, Config, ConfigError, Overrides, ReloadPlan, RuntimeKind};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::status::AdminState;
+use crate::targets::checks::{self, Checker, ProxyEnv};
+use crate::targets::{Catalog, docker, kube, swarm};
 use crate::upstream::Pools;
 use crate::verdict::board::{self, Board};
 use crate::{reload, server, status};
@@ -63,6 +65,8 @@ pub struct Options {
     pub overrides: Overrides,
     pub tls: Arc<rustls::ClientConfig>,
     pub drain: Duration,
+    /// `HTTP_PROXY`/`NO_PROXY`, for connect checks of external hosts.
+    pub proxy_env: Option<ProxyEnv>,
 }
 
 /// What a reload did.
@@ -86,6 +90,7 @@ pub struct Node {
     proxy: Arc<Proxy>,
     ctx: RouteContext,
     board: Arc<Board>,
+    checker: Arc<Checker>,
     admin: Arc<AdminState>,
     current: Mutex<Current>,
     options: Options,
@@ -106,10 +111,16 @@ impl Node {
         let ctx = RouteContext {
             node: config.node.name.value.as_str().into(),
             pools: Arc::new(Pools::default()),
-            changes: Arc::new(tokio::sync::Notify::new()),
+            changes: Arc::new(crate::changes::Changes::default()),
             metrics: Arc::clone(&metrics),
             tls: Arc::clone(&options.tls),
+            catalog: Arc::new(Catalog::default()),
         };
+        let checker = Arc::new(Checker::new(
+            config.global.check_every.value,
+            config.global.check_timeout.value,
+            options.proxy_env.clone(),
+        ));
         let table = build_table(&config.routes, None, &ctx);
         let text = options
             .config_path
@@ -127,6 +138,7 @@ impl Node {
             proxy,
             ctx,
             board,
+            checker,
             admin: Arc::new(admin),
             current: Mutex::new(Current { config, text }),
             options,
@@ -148,6 +160,16 @@ impl Node {
     /// This node's verdicts.
     pub fn board(&self) -> &Arc<Board> {
         &self.board
+    }
+
+    /// The connect checks of static replicas and external hosts.
+    pub fn checker(&self) -> &Arc<Checker> {
+        &self.checker
+    }
+
+    /// Where service routes get their replicas from the runtime.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.ctx.catalog
     }
 
     /// The configuration in force.
@@ -203,7 +225,7 @@ impl Node {
         self.proxy.swap(table);
         current.config = config;
         drop(current);
-        self.ctx.changes.notify_one();
+        self.ctx.changes.signal();
         self.ctx.metrics.reload(true);
         tracing::info!(
             added = plan.added.len(),
@@ -261,10 +283,17 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         reload::spawn(Arc::clone(&node), path, shutdown.clone());
     }
     spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone());
+    checks::supervise(
+        Arc::clone(&node.checker),
+        Arc::clone(&node.proxy),
+        &node.ctx.changes,
+        shutdown.clone(),
+    );
+    spawn_runtime(&node, &shutdown).await;
     board::spawn(
         Arc::clone(&node.board),
         Arc::clone(&node.proxy),
-        Arc::clone(&node.ctx.changes),
+        &node.ctx.changes,
         shutdown.clone(),
     );
     {
@@ -302,6 +331,66 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         .map_err(|_| io::Error::other("the admin thread panicked"))?;
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// Starts following the configured runtime, if any.
+async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
+    let runtime = node.config().runtime;
+    let (catalog, status, changes) = (
+        Arc::clone(&node.ctx.catalog),
+        Arc::clone(&node.board.runtime),
+        Arc::clone(&node.ctx.changes),
+    );
+    match runtime.kind {
+        RuntimeKind::None => {}
+        RuntimeKind::Docker => match docker::connect(runtime.endpoint.as_deref()) {
+            Ok(client) => {
+                let engine = runtime.endpoint.clone().unwrap_or_else(|| "local".into());
+                let engines = docker::Engines::new(catalog);
+                docker::spawn(
+                    engine,
+                    client,
+                    runtime.network.clone(),
+                    engines,
+                    status,
+                    changes,
+                    shutdown.clone(),
+                );
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot reach the Docker engine; service routes have no replicas");
+                status.set_stale(true);
+            }
+        },
+        RuntimeKind::Swarm => {
+            let engines = docker::Engines::new(catalog);
+            swarm::spawn(
+                runtime.proxies.clone(),
+                runtime.network.clone(),
+                engines,
+                status,
+                changes,
+                shutdown.clone(),
+            );
+        }
+        RuntimeKind::Kubernetes => {
+            let namespace = kube::namespace(&runtime);
+            match kube::client(&runtime, &namespace).await {
+                Ok(client) => kube::spawn(
+                    client,
+                    namespace,
+                    catalog,
+                    status,
+                    changes,
+                    shutdown.clone(),
+                ),
+                Err(error) => {
+                    tracing::error!(%error, "no Kubernetes client; service routes have no replicas");
+                    status.set_stale(true);
+                }
+            }
+        }
+    }
 }
 
 /// The admin listener on a thread and runtime of its own.

@@ -60,8 +60,10 @@ pub struct RouteContext {
     pub pools: Arc<Pools>,
     pub metrics: Arc<Metrics>,
     /// Woken by every change that can move a verdict.
-    pub changes: Arc<tokio::sync::Notify>,
+    pub changes: Arc<crate::changes::Changes>,
     pub tls: Arc<rustls::ClientConfig>,
+    /// Where service routes get their replicas.
+    pub catalog: Arc<crate::targets::Catalog>,
 }
 
 impl Route {
@@ -86,6 +88,9 @@ impl Route {
         };
         let pool = ctx.pools.get(config.bounds());
         let upstream = Upstream::new(&config, pool, tls, &ctx.metrics, Arc::clone(&ctx.changes));
+        if let UpstreamConfig::Service { name, port } = &config.upstream {
+            ctx.catalog.attach(&upstream, name, port);
+        }
         let circuit = config.breaker.active().map(|settings| {
             Circuit::new(
                 &config.name,

@@ -40,13 +40,13 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use conn::{ConnError, Connection, Io, Release, UpstreamBody};
 pub use connect::{Attempt, ConnectFailure, TlsTarget, tcp_connect};
 pub use pool::{Pool, Pools};
 
+use crate::changes::Changes;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::Metrics;
 use health::{Change, Health, Observation};
@@ -83,8 +83,14 @@ const EJECTED: u8 = 2;
 #[derive(Debug)]
 pub struct Replica {
     pub key: ReplicaKey,
-    /// As shown in logs and metrics: `10.0.0.7:8080` or `billing.example.net:443`.
+    /// As shown in logs and metrics: `10.0.0.7:8080`,
+    /// `billing.example.net:443`, or a runtime's name for it (a pod, a
+    /// container) with its address.
     pub label: String,
+    /// What the runtime calls it; the address for a static replica.
+    pub id: String,
+    /// Its readiness comes from this node's connect check, not a runtime.
+    pub checked: bool,
     /// Ready, as the runtime or the connect check last said.
     ready: AtomicBool,
     /// The image it runs, when the runtime tells.
@@ -100,16 +106,25 @@ pub struct Replica {
 impl Replica {
     fn new(
         key: ReplicaKey,
-        label: String,
+        id: String,
+        checked: bool,
         ready: bool,
         image: Option<&str>,
         route: &str,
         metrics: &Metrics,
     ) -> Arc<Replica> {
+        let label = match &key.target {
+            Target::Addr(addr) if addr.to_string() == id => id.clone(),
+            Target::Addr(addr) => format!("{id} {addr}"),
+            Target::Named { host, port } if format!("{host}:{port}") == id => id.clone(),
+            Target::Named { host, port } => format!("{id} {host}:{port}"),
+        };
         let (ejections, readmissions) = metrics.replica(route, &label);
         Arc::new(Replica {
             key,
             label,
+            id,
+            checked,
             ready: AtomicBool::new(ready),
             image: Mutex::new(image.map(Into::into)),
             state: AtomicU8::new(IN_ROTATION),
@@ -142,10 +157,22 @@ impl Replica {
 /// A replica as a runtime reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
-    pub addr: SocketAddr,
+    /// The runtime's name for it: a pod, a container.
+    pub id: String,
+    /// Where it is reached; `None` while it has no address (not started).
+    pub target: Option<Target>,
     pub ready: bool,
     pub image: Option<String>,
+    /// Its readiness comes from this node's connect check (a Kubernetes
+    /// Service without selector, or RBAC forbidding the watch).
+    pub checked: bool,
 }
+
+/// Where a replica without an address is filed; never dialled.
+const NOWHERE: Target = Target::Addr(SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    0,
+));
 
 /// The highest `tries` a route can be configured with.
 pub const MAX_TRIES: usize = 10;
@@ -209,7 +236,7 @@ pub struct Upstream {
     in_rotation: Gauge,
     metrics: Arc<Metrics>,
     /// Wakes the node's verdict task.
-    changes: Arc<Notify>,
+    changes: Arc<Changes>,
     this: Weak<Upstream>,
 }
 
@@ -219,7 +246,7 @@ impl Upstream {
         pool: Arc<Pool>,
         tls: Option<TlsTarget>,
         metrics: &Arc<Metrics>,
-        changes: Arc<Notify>,
+        changes: Arc<Changes>,
     ) -> Arc<Upstream> {
         let name = route.name.as_str();
         let (source, replicas): (Source, Vec<Arc<Replica>>) = match &route.upstream {
@@ -231,7 +258,7 @@ impl Upstream {
                             target: Target::Addr(*addr),
                             tls: false,
                         };
-                        Replica::new(key, addr.to_string(), true, None, name, metrics)
+                        Replica::new(key, addr.to_string(), true, true, None, name, metrics)
                     })
                     .collect(),
             ),
@@ -241,20 +268,16 @@ impl Upstream {
                     port: ext.port,
                 };
                 let label = format!("{}:{}", ext.host, ext.port);
-                (
-                    Source::External,
-                    vec![Replica::new(
-                        ReplicaKey {
-                            target,
-                            tls: ext.tls,
-                        },
-                        label,
-                        true,
-                        None,
-                        name,
-                        metrics,
-                    )],
-                )
+                {
+                    let key = ReplicaKey {
+                        target,
+                        tls: ext.tls,
+                    };
+                    (
+                        Source::External,
+                        vec![Replica::new(key, label, true, true, None, name, metrics)],
+                    )
+                }
             }
             // Empty until the runtime reports.
             UpstreamConfig::Service { .. } => (Source::Runtime, Vec::new()),
@@ -361,36 +384,26 @@ impl Upstream {
         self.changed();
     }
 
-    /// Records what the connect check found of a static or external replica.
-    pub fn set_ready(&self, replica: &Replica, ready: bool) {
-        if replica.ready.swap(ready, Ordering::Relaxed) != ready {
-            let (route, label) = (&*self.route, replica.label.as_str());
-            if ready {
-                tracing::info!(route, replica = label, "connect check passes again");
-            } else {
-                tracing::warn!(
-                    route,
-                    replica = label,
-                    "connect check fails: replica out of rotation"
-                );
-            }
-            self.changed();
-        }
-    }
-
     /// Replaces the replica set with what the runtime reports. Replicas
-    /// that stay keep this node's view of them (ejections, connections).
+    /// that stay (same name, same address) keep this node's view of them:
+    /// ejections, pooled connections.
     pub fn set_endpoints(&self, endpoints: &[Endpoint]) {
         let current = self.replicas.load_full();
         let mut changed = endpoints.len() != current.len();
         let next: Vec<Arc<Replica>> = endpoints
             .iter()
             .map(|endpoint| {
-                let target = Target::Addr(endpoint.addr);
-                match current.iter().find(|r| r.key.target == target) {
+                let target = endpoint.target.clone().unwrap_or(NOWHERE);
+                let ready = endpoint.ready && endpoint.target.is_some();
+                let same = |r: &&Arc<Replica>| {
+                    r.id == endpoint.id && r.key.target == target && r.checked == endpoint.checked
+                };
+                match current.iter().find(same) {
                     Some(existing) => {
-                        changed |= existing.ready.swap(endpoint.ready, Ordering::Relaxed)
-                            != endpoint.ready;
+                        // A connect-checked replica's readiness is the check's.
+                        if !existing.checked {
+                            changed |= existing.ready.swap(ready, Ordering::Relaxed) != ready;
+                        }
                         let mut image = existing.image.lock().unwrap_or_else(|e| e.into_inner());
                         if image.as_deref() != endpoint.image.as_deref() {
                             *image = endpoint.image.as_deref().map(Into::into);
@@ -403,8 +416,9 @@ impl Upstream {
                         let key = ReplicaKey { target, tls: false };
                         Replica::new(
                             key,
-                            endpoint.addr.to_string(),
-                            endpoint.ready,
+                            endpoint.id.clone(),
+                            endpoint.checked,
+                            ready,
                             endpoint.image.as_deref(),
                             &self.route,
                             &self.metrics,
@@ -436,6 +450,6 @@ impl Upstream {
         let ready = replicas.iter().filter(|r| r.in_rotation()).count();
         self.in_rotation
             .set(i64::try_from(ready).unwrap_or(i64::MAX));
-        self.changes.notify_one();
+        self.changes.signal();
     }
 }

@@ -32,7 +32,7 @@ fn main() {
         cooldown: Duration::from_secs(15),
     };
     let metrics = Metrics::new();
-    let changes = std::sync::Arc::new(tokio::sync::Notify::new());
+    let changes = std::sync::Arc::new(picket::changes::Changes::default());
     let circuit = Circuit::new("bench", "n1", settings, metrics.breaker("bench"), changes);
 
     let empty = best_of_five(|| {

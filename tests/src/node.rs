@@ -26,6 +26,7 @@ fn options(config_path: Option<&Path>) -> Options {
         overrides: Overrides::default(),
         tls: picket::tls::client_config(None).expect("TLS roots"),
         drain: Duration::from_secs(2),
+        proxy_env: None,
     }
 }
 

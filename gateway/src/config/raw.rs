@@ -34,6 +34,8 @@ pub struct RawGlobal {
     pub first_answer_timeout: Option<Spanned<String>>,
     pub eject_for: Option<Spanned<String>>,
     pub breaker: Option<RawBreaker>,
+    pub check_every: Option<Spanned<String>>,
+    pub check_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

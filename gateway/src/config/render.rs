@@ -74,6 +74,8 @@ pub fn render(config: &Config) -> String {
         &in_global(&global.first_answer_timeout),
     );
     duration(&mut out, "eject_for", &in_global(&global.eject_for));
+    duration(&mut out, "check_every", &in_global(&global.check_every));
+    duration(&mut out, "check_timeout", &in_global(&global.check_timeout));
     out.push_str("\n[global.breaker]\n");
     breaker(
         &mut out,

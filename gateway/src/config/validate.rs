@@ -12,9 +12,10 @@ use super::error::{Positions, Problem};
 use super::raw::{RawBreaker, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime};
 use super::{
     BreakerSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_MAX_TRIES,
-    ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeKind,
-    RuntimeSettings, ServicePort, Setting, UpstreamConfig,
+    DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR,
+    DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_MAX_TRIES, ExternalHost, GlobalSettings, HostMatch,
+    NodeSettings, Origin, RouteConfig, RuntimeKind, RuntimeSettings, ServicePort, Setting,
+    UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -26,6 +27,9 @@ pub(super) const EJECT_RANGE: (Duration, Duration) = (SECOND, Duration::from_sec
 pub(super) const TRIES_RANGE: RangeInclusive<i64> = 1..=10;
 pub(super) const BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 2..=100;
 pub(super) const BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
+pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
+pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(30));
 pub(super) const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
 
 pub(super) const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
@@ -167,6 +171,18 @@ impl Validator<'_> {
             ),
             eject_for: inherited(&raw.eject_for, "eject_for", EJECT_RANGE, DEFAULT_EJECT_FOR),
             breaker,
+            check_every: inherited(
+                &raw.check_every,
+                "check_every",
+                CHECK_EVERY_RANGE,
+                DEFAULT_CHECK_EVERY,
+            ),
+            check_timeout: inherited(
+                &raw.check_timeout,
+                "check_timeout",
+                CHECK_TIMEOUT_RANGE,
+                DEFAULT_CHECK_TIMEOUT,
+            ),
         }
     }
 

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::breaker::{Breaker, Gate, Outcome, Phase, Settings, State, Transition};
+use crate::changes::Changes;
 use crate::metrics::BreakerMetrics;
 
 const CLOSED: u8 = 0;
@@ -53,7 +53,7 @@ pub struct Circuit {
     failures: AtomicU32,
     metrics: BreakerMetrics,
     /// Woken on every transition: the route's verdict may change.
-    changes: Arc<Notify>,
+    changes: Arc<Changes>,
 }
 
 /// Admission of one request; its outcome is recorded through it. Dropped
@@ -90,7 +90,7 @@ impl Circuit {
         node: &str,
         settings: Settings,
         metrics: BreakerMetrics,
-        changes: Arc<Notify>,
+        changes: Arc<Changes>,
     ) -> Circuit {
         metrics.state[0].set(1);
         Circuit {
@@ -162,7 +162,7 @@ impl Circuit {
         self.failures.store(failures, Ordering::Release);
         let Some(transition) = transition else { return };
         self.phase.store(code(transition.to), Ordering::Release);
-        self.changes.notify_one();
+        self.changes.signal();
         let unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);

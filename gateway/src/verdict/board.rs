@@ -12,9 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use picket_proto::Verdict;
-use tokio::sync::Notify;
 
 use super::{CircuitFacts, ReplicaFacts, Verdicts, judge};
+use crate::changes::Changes;
 use crate::proxy::{Proxy, Route};
 use crate::shutdown::Shutdown;
 use crate::upstream::Source;
@@ -62,7 +62,7 @@ pub fn now_unix_ms() -> u64 {
 pub struct Board {
     verdicts: Mutex<Verdicts>,
     published: ArcSwap<Vec<Verdict>>,
-    pub runtime: RuntimeStatus,
+    pub runtime: Arc<RuntimeStatus>,
 }
 
 fn facts(
@@ -144,12 +144,13 @@ impl Board {
 }
 
 /// Keeps `board` current until `shutdown`.
-pub fn spawn(board: Arc<Board>, proxy: Arc<Proxy>, changes: Arc<Notify>, mut shutdown: Shutdown) {
+pub fn spawn(board: Arc<Board>, proxy: Arc<Proxy>, changes: &Changes, mut shutdown: Shutdown) {
+    let mut changes = changes.subscribe();
     tokio::spawn(async move {
         board.recompute(&proxy);
         loop {
             tokio::select! {
-                () = changes.notified() => tokio::time::sleep(SETTLE).await,
+                Ok(()) = changes.changed() => tokio::time::sleep(SETTLE).await,
                 () = tokio::time::sleep(EVERY) => {}
                 () = shutdown.wait() => return,
             }

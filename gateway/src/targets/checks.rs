@@ -1,0 +1,244 @@
+//! Connect checks: a plain TCP connect to every static replica, external
+//! host, and runtime endpoint marked `checked`, every `every`, each bounded
+//! by `timeout` — no HTTP request. A check is one more observation of the
+//! replica's health, like the node's own connects: a failed check ejects
+//! it (and its probe re-admits it within one ejection period once it
+//! answers), a passing check re-admits an ejected one.
+//!
+//! The timer runs only while there is something to check: a supervisor
+//! (which waits on changes, not on a clock) starts it when a route with
+//! such a target appears and stops it when the last one goes.
+//!
+//! Behind `HTTP_PROXY`, an external host is reached through the proxy, so
+//! the proxy is what gets dialled (unless `NO_PROXY` names the host).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::task::JoinHandle;
+use tokio::time::{MissedTickBehavior, interval, timeout};
+
+use crate::changes::Changes;
+use crate::proxy::Proxy;
+use crate::shutdown::Shutdown;
+use crate::upstream::health::{EjectReason, Observation};
+use crate::upstream::{ConnectFailure, Source, Target, tcp_connect};
+
+/// `HTTP_PROXY` and `NO_PROXY`, as read once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyEnv {
+    pub host: String,
+    pub port: u16,
+    /// Hosts (or `.suffixes`) reached directly; `*` for all.
+    pub no_proxy: Vec<String>,
+}
+
+impl ProxyEnv {
+    /// Reads `HTTP_PROXY`/`http_proxy` and `NO_PROXY`/`no_proxy`.
+    pub fn from_env() -> Option<ProxyEnv> {
+        let var = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|n| std::env::var(n).ok())
+                .filter(|v| !v.is_empty())
+        };
+        ProxyEnv::parse(
+            &var(["HTTP_PROXY", "http_proxy"])?,
+            var(["NO_PROXY", "no_proxy"]).as_deref(),
+        )
+    }
+
+    /// `http://proxy:3128` (or `proxy:3128`) and a `NO_PROXY` list.
+    pub fn parse(proxy: &str, no_proxy: Option<&str>) -> Option<ProxyEnv> {
+        let rest = proxy.split_once("://").map_or(proxy, |(_, rest)| rest);
+        let authority = rest.split('/').next()?.rsplit('@').next()?;
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host, port.parse().ok()?),
+            None => (authority, 80),
+        };
+        let no_proxy = no_proxy
+            .unwrap_or("")
+            .split(',')
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect();
+        (!host.is_empty()).then(|| ProxyEnv {
+            host: host.trim_matches(['[', ']']).to_string(),
+            port,
+            no_proxy,
+        })
+    }
+
+    /// What to dial to check `target`: the proxy, unless `NO_PROXY` names it.
+    pub fn dial(&self, target: &Target) -> Target {
+        let host = match target {
+            Target::Named { host, .. } => host.to_ascii_lowercase(),
+            Target::Addr(addr) => addr.ip().to_string(),
+        };
+        let direct = self.no_proxy.iter().any(|entry| {
+            entry == "*"
+                || host == *entry
+                || host.ends_with(&format!(".{}", entry.trim_start_matches('.')))
+        });
+        if direct {
+            target.clone()
+        } else {
+            Target::Named {
+                host: self.host.as_str().into(),
+                port: self.port,
+            }
+        }
+    }
+}
+
+/// The connect checks of a node.
+#[derive(Debug)]
+pub struct Checker {
+    every: Duration,
+    timeout: Duration,
+    proxy_env: Option<ProxyEnv>,
+    timer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Checker {
+    pub fn new(every: Duration, timeout: Duration, proxy_env: Option<ProxyEnv>) -> Checker {
+        Checker {
+            every,
+            timeout,
+            proxy_env,
+            timer: Mutex::new(None),
+        }
+    }
+
+    /// Whether the check timer runs.
+    pub fn running(&self) -> bool {
+        self.timer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|t| !t.is_finished())
+    }
+
+    /// Starts or stops the timer as the route table needs.
+    fn ensure(self: &Arc<Self>, proxy: &Arc<Proxy>) {
+        let needed = proxy
+            .table()
+            .values()
+            .any(|route| route.upstream.replicas().iter().any(|r| r.checked));
+        let mut timer = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        match (needed, timer.is_some()) {
+            (true, false) => {
+                let (checker, proxy) = (Arc::clone(self), Arc::clone(proxy));
+                *timer = Some(tokio::spawn(async move { checker.run(proxy).await }));
+                tracing::debug!(every = ?self.every, "connect checks started");
+            }
+            (false, true) => {
+                if let Some(task) = timer.take() {
+                    task.abort();
+                }
+                tracing::debug!("connect checks stopped: nothing to check");
+            }
+            _ => {}
+        }
+    }
+
+    async fn run(&self, proxy: Arc<Proxy>) {
+        let mut ticks = interval(self.every);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.round(&proxy).await;
+        }
+    }
+
+    /// One check of every checked replica, all at once.
+    pub async fn round(&self, proxy: &Proxy) {
+        let mut checks = FuturesUnordered::new();
+        for route in proxy.table().values() {
+            let upstream = Arc::clone(&route.upstream);
+            for replica in upstream.replicas().iter().filter(|r| r.checked) {
+                let target = match (&self.proxy_env, upstream.source) {
+                    (Some(env), Source::External) => env.dial(&replica.key.target),
+                    _ => replica.key.target.clone(),
+                };
+                let (upstream, replica, bound) =
+                    (Arc::clone(&upstream), Arc::clone(replica), self.timeout);
+                checks.push(async move {
+                    let observation = match timeout(bound, tcp_connect(&target)).await {
+                        Ok(Ok(_stream)) => Observation::ProbeOk,
+                        Ok(Err(ConnectFailure::Refused)) => {
+                            Observation::ConnectFailed(EjectReason::Refused)
+                        }
+                        Ok(Err(_)) => Observation::ConnectFailed(EjectReason::Unreachable),
+                        Err(_) => Observation::ConnectFailed(EjectReason::TimedOut),
+                    };
+                    upstream.observe(&replica, observation);
+                });
+            }
+        }
+        while checks.next().await.is_some() {}
+    }
+}
+
+/// Keeps the check timer running exactly while there is something to check.
+pub fn supervise(
+    checker: Arc<Checker>,
+    proxy: Arc<Proxy>,
+    changes: &Changes,
+    mut shutdown: Shutdown,
+) {
+    let mut changes = changes.subscribe();
+    tokio::spawn(async move {
+        loop {
+            checker.ensure(&proxy);
+            tokio::select! {
+                Ok(()) = changes.changed() => {}
+                () = shutdown.wait() => break,
+            }
+        }
+        if let Some(task) = checker
+            .timer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_settings() {
+        let env = ProxyEnv::parse(
+            "http://user:pw@proxy.corp:3128/",
+            Some("localhost, .internal,10.0.0.1"),
+        )
+        .unwrap();
+        assert_eq!((env.host.as_str(), env.port), ("proxy.corp", 3128));
+        let named = |h: &str| Target::Named {
+            host: h.into(),
+            port: 443,
+        };
+        let proxy = Target::Named {
+            host: "proxy.corp".into(),
+            port: 3128,
+        };
+        assert_eq!(env.dial(&named("billing.example.net")), proxy);
+        assert_eq!(env.dial(&named("db.internal")), named("db.internal"));
+        assert_eq!(env.dial(&named("localhost")), named("localhost"));
+        assert_eq!(
+            env.dial(&Target::Addr(([10, 0, 0, 1], 80).into())),
+            Target::Addr(([10, 0, 0, 1], 80).into())
+        );
+        assert_eq!(ProxyEnv::parse("proxy:8080", None).unwrap().port, 8080);
+        assert!(ProxyEnv::parse("", None).is_none());
+        let all = ProxyEnv::parse("proxy:1", Some("*")).unwrap();
+        assert_eq!(all.dial(&named("anything.org")), named("anything.org"));
+    }
+}

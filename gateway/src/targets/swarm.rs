@@ -1,0 +1,91 @@
+//! Swarm: a container's events come only from the engine it runs on, so a
+//! node follows every engine of the swarm, each through the read-only
+//! socket proxy (`picket socket-proxy`) deployed beside it, and merges
+//! their inventories. The proxies' addresses come from the configuration;
+//! a name there (`tasks.socket-proxy:2375`) may resolve to every proxy, and
+//! is resolved again every [`RESOLVE_EVERY`] so that engines joining or
+//! leaving the swarm are followed or dropped.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::docker::{self, Engines};
+use crate::changes::Changes;
+use crate::shutdown::Shutdown;
+use crate::verdict::board::RuntimeStatus;
+
+/// How often the proxies' names are resolved again.
+pub const RESOLVE_EVERY: Duration = Duration::from_secs(30);
+
+async fn resolve(proxies: &[String]) -> Vec<SocketAddr> {
+    let mut found = Vec::new();
+    for proxy in proxies {
+        match tokio::net::lookup_host(proxy.as_str()).await {
+            Ok(addrs) => found.extend(addrs),
+            Err(error) => tracing::debug!(%proxy, %error, "socket proxy did not resolve"),
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Follows every engine of the swarm until `shutdown`.
+pub fn spawn(
+    proxies: Vec<String>,
+    network: Option<String>,
+    engines: Arc<Engines>,
+    status: Arc<RuntimeStatus>,
+    changes: Arc<Changes>,
+    mut shutdown: Shutdown,
+) {
+    tokio::spawn(async move {
+        let mut followed: HashMap<SocketAddr, JoinHandle<()>> = HashMap::new();
+        loop {
+            let found = resolve(&proxies).await;
+            for addr in &found {
+                if followed.contains_key(addr) {
+                    continue;
+                }
+                let engine = format!("http://{addr}");
+                match bollard::Docker::connect_with_http(&engine, 120, bollard::API_DEFAULT_VERSION)
+                {
+                    Ok(client) => {
+                        tracing::info!(%engine, "following a swarm engine through its socket proxy");
+                        let task = docker::spawn(
+                            engine,
+                            client,
+                            network.clone(),
+                            Arc::clone(&engines),
+                            Arc::clone(&status),
+                            Arc::clone(&changes),
+                            shutdown.clone(),
+                        );
+                        followed.insert(*addr, task);
+                    }
+                    Err(error) => tracing::warn!(%engine, %error, "cannot follow a swarm engine"),
+                }
+            }
+            followed.retain(|addr, task| {
+                let keep = found.contains(addr);
+                if !keep {
+                    task.abort();
+                    engines.forget(&format!("http://{addr}"));
+                    tracing::info!(engine = %addr, "swarm engine gone from the proxies' name");
+                }
+                keep
+            });
+            tokio::select! {
+                () = tokio::time::sleep(RESOLVE_EVERY) => {}
+                () = shutdown.wait() => break,
+            }
+        }
+        for task in followed.values() {
+            task.abort();
+        }
+    });
+}
