@@ -65,30 +65,15 @@ pub struct Board {
     pub runtime: Arc<RuntimeStatus>,
 }
 
-fn facts(
-    route: &Route,
-) -> (
-    Source,
-    Vec<(
-        bool,
-        Option<crate::upstream::health::EjectReason>,
-        Option<Arc<str>>,
-    )>,
-    CircuitFacts,
-) {
-    let replicas = route
-        .upstream
-        .replicas()
-        .iter()
-        .map(|r| {
-            let ejected = match r.health() {
-                Health::Ejected { reason, .. } => Some(reason),
-                _ => None,
-            };
-            (r.ready(), ejected, r.image())
-        })
-        .collect();
-    let circuit = match &route.circuit {
+/// A replica's facts, owning what the judgement borrows.
+struct Owned {
+    ready: bool,
+    ejected: Option<crate::upstream::health::EjectReason>,
+    image: Option<Arc<str>>,
+}
+
+fn circuit_facts(route: &Route) -> CircuitFacts {
+    match &route.circuit {
         None => CircuitFacts::Disabled,
         Some(circuit) => {
             let view = circuit.view();
@@ -97,8 +82,26 @@ fn facts(
                 reason: view.last_transition.map(|t| t.reason),
             }
         }
-    };
-    (route.upstream.source, replicas, circuit)
+    }
+}
+
+fn replica_facts(route: &Route) -> Vec<Owned> {
+    route
+        .upstream
+        .replicas()
+        .iter()
+        .map(|r| {
+            let ejected = match r.health() {
+                Health::Ejected { reason, .. } => Some(reason),
+                _ => None,
+            };
+            Owned {
+                ready: r.ready(),
+                ejected,
+                image: r.image(),
+            }
+        })
+        .collect()
 }
 
 impl Board {
@@ -112,13 +115,17 @@ impl Board {
         let mut changed = false;
         let mut names = Vec::with_capacity(table.len());
         for route in table.values() {
-            let (source, replicas, circuit) = facts(route);
-            let replica_facts: Vec<ReplicaFacts<'_>> = replicas
+            let (source, owned, circuit) = (
+                route.upstream.source,
+                replica_facts(route),
+                circuit_facts(route),
+            );
+            let replica_facts: Vec<ReplicaFacts<'_>> = owned
                 .iter()
-                .map(|(ready, ejected, image)| ReplicaFacts {
-                    ready: *ready,
-                    ejected: *ejected,
-                    image: image.as_deref(),
+                .map(|o| ReplicaFacts {
+                    ready: o.ready,
+                    ejected: o.ejected,
+                    image: o.image.as_deref(),
                 })
                 .collect();
             let judgement = judge(source, &replica_facts, &circuit);
