@@ -24,6 +24,7 @@ pub mod reload;
 pub mod router;
 pub mod server;
 pub mod shutdown;
+pub mod socket_proxy;
 pub mod status;
 pub mod targets;
 pub mod tls;

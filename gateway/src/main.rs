@@ -57,6 +57,24 @@ enum Command {
     },
     /// Run a node with demo upstreams in the same process: three healthy
     /// replicas on `/`, a slow one on `/slow`, a refusing one on `/refused`.
+    /// A read-only proxy of the local Docker engine for the Picket nodes of
+    /// a swarm: GET of allow-listed paths only, everything else 403.
+    SocketProxy {
+        /// Where the proxy listens.
+        #[arg(
+            long,
+            env = "PICKET_SOCKET_PROXY_LISTEN",
+            default_value = "0.0.0.0:2375"
+        )]
+        listen: SocketAddr,
+        /// The engine's socket.
+        #[arg(
+            long,
+            env = "PICKET_DOCKER_SOCKET",
+            default_value = "/var/run/docker.sock"
+        )]
+        socket: PathBuf,
+    },
     Demo {
         /// Where the demo proxy listens.
         #[arg(long, env = "PICKET_LISTEN", default_value = "127.0.0.1:8080")]
@@ -108,6 +126,7 @@ fn main() -> ExitCode {
         Command::Check { file, node } => return check(&file, &node),
         Command::Run { config, node } => run(config, &node),
         Command::Demo { listen, admin } => run_demo(listen, admin),
+        Command::SocketProxy { listen, socket } => run_socket_proxy(listen, socket),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -180,6 +199,22 @@ fn run_demo(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<()> {
         config.apply(&overrides);
         println!("{}", demo::banner(&config));
         serve(config, options).await
+    })
+}
+
+fn run_socket_proxy(listen: SocketAddr, socket: PathBuf) -> anyhow::Result<()> {
+    runtime(1)?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        tracing::info!(%listen, socket = %socket.display(), "socket proxy serving, read-only");
+        let (trigger, shutdown) = shutdown::channel();
+        tokio::spawn(async move {
+            wait_for_stop_signal().await;
+            trigger.fire();
+        });
+        picket::socket_proxy::serve(listener, socket, shutdown).await;
+        Ok(())
     })
 }
 
