@@ -8,6 +8,7 @@
 //! missing requirement fails the test; elsewhere it is skipped, loudly.
 
 pub mod client;
+pub mod fake_kube;
 pub mod netns;
 pub mod node;
 pub mod upstream;

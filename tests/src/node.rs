@@ -73,3 +73,27 @@ pub fn route(name: &str, path_prefix: &str, replicas: &[SocketAddr], extra: &str
         list.join(", ")
     )
 }
+
+impl TestNode {
+    /// This node's verdict on `route`, as last judged.
+    pub fn verdict(&self, route: &str) -> Option<picket_proto::Verdict> {
+        self.node()
+            .board()
+            .snapshot()
+            .iter()
+            .find(|v| v.route == route)
+            .cloned()
+    }
+}
+
+/// Polls `check` every 5 ms until it holds; panics after `within`.
+pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

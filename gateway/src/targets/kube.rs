@@ -134,12 +134,17 @@ impl Inventory for KubeInventory {
         let selector = spec.selector.as_ref().filter(|s| !s.is_empty());
         let Some(selector) = selector else {
             // No selector: endpoints are managed by hand; check the Service
-            // itself by connect.
-            return vec![fallback(
-                service,
-                &self.namespace,
-                u16::try_from(svc_port.port).unwrap_or(0),
-            )];
+            // itself by connect, at its cluster IP when it has one.
+            let port = u16::try_from(svc_port.port).unwrap_or(0);
+            let cluster_ip = spec
+                .cluster_ip
+                .as_deref()
+                .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+            let mut endpoint = fallback(service, &self.namespace, port);
+            if let Some(ip) = cluster_ip {
+                endpoint.target = Some(Target::Addr((ip, port).into()));
+            }
+            return vec![endpoint];
         };
         self.pods
             .iter()
@@ -361,6 +366,10 @@ mod tests {
                 service(
                     serde_json::json!({ "metadata": { "name": "legacy" }, "spec": { "ports": [{ "port": 5432 }] } }),
                 ),
+                service(serde_json::json!({
+                    "metadata": { "name": "billing" },
+                    "spec": { "clusterIP": "10.96.0.7", "ports": [{ "port": 443 }] }
+                })),
             ],
             pods: vec![
                 pod(
@@ -435,6 +444,12 @@ mod tests {
         assert_eq!(endpoints.len(), 1);
         assert!(endpoints[0].checked);
         assert_eq!(addr(&endpoints[0]).as_deref(), Some("legacy.shop.svc:5432"));
+        let with_ip = inventory().endpoints("billing", &ServicePort::Number(443));
+        assert_eq!(
+            addr(&with_ip[0]).as_deref(),
+            Some("10.96.0.7:443"),
+            "at its cluster IP"
+        );
         let forbidden = ForbiddenInventory {
             namespace: "shop".into(),
         }

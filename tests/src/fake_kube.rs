@@ -1,0 +1,374 @@
+//! A fake Kubernetes API server for Pods and Services of one namespace,
+//! speaking the protocol kube's watcher uses: lists carry a
+//! `resourceVersion`; `watch=true` streams newline-delimited JSON events
+//! from a given version; a version older than the server keeps is answered
+//! with an `ERROR` event of code 410 inside the stream; streams can be
+//! dropped; and RBAC can be made to forbid everything (403).
+//!
+//! Objects are k8s-openapi types, serialized as the real API server would.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus, Service,
+    ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Pods,
+    Services,
+}
+
+impl Kind {
+    fn list_kind(self) -> &'static str {
+        match self {
+            Kind::Pods => "PodList",
+            Kind::Services => "ServiceList",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Live {
+    Event {
+        kind: Kind,
+        line: String,
+    },
+    /// End every open stream.
+    Drop,
+    /// Tell every open stream its version expired (410), then end it.
+    Expire,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rv: u64,
+    objects: BTreeMap<(Kind, String), Value>,
+    history: Vec<(u64, Kind, String)>,
+    /// Watches from an older version get 410.
+    compacted: u64,
+    forbidden: bool,
+    lists: usize,
+    watches: usize,
+}
+
+/// The fake server.
+#[derive(Debug)]
+pub struct FakeKube {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    live: broadcast::Sender<Live>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeKube {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code })
+}
+
+fn query(uri: &http::Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(value.to_string())).boxed());
+    *response.status_mut() = code;
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().expect("static"));
+    response
+}
+
+impl FakeKube {
+    pub async fn start(namespace: &str) -> FakeKube {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake API server");
+        let addr = listener.local_addr().expect("address");
+        let state = Arc::new(Mutex::new(State::default()));
+        let (live, _) = broadcast::channel(4096);
+        let prefix = format!("/api/v1/namespaces/{namespace}/");
+        let (task_state, task_live) = (Arc::clone(&state), live.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (state, live, prefix) =
+                    (Arc::clone(&task_state), task_live.clone(), prefix.clone());
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let response = handle(&state, &live, &prefix, &req);
+                    async move { Ok::<_, Infallible>(response) }
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+            }
+        });
+        FakeKube {
+            addr,
+            state,
+            live,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("fake state")
+    }
+
+    /// Creates or replaces an object; streams see ADDED or MODIFIED.
+    pub fn apply<T: serde::Serialize>(&self, kind: Kind, object: &T) {
+        let mut value = serde_json::to_value(object).expect("serializable object");
+        let name = value["metadata"]["name"]
+            .as_str()
+            .expect("named object")
+            .to_string();
+        let mut state = self.lock();
+        state.rv += 1;
+        let rv = state.rv;
+        value["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let kind_name = if kind == Kind::Pods { "Pod" } else { "Service" };
+        value["kind"] = json!(kind_name);
+        value["apiVersion"] = json!("v1");
+        let added = state.objects.insert((kind, name), value.clone()).is_none();
+        let line = json!({ "type": if added { "ADDED" } else { "MODIFIED" }, "object": value })
+            .to_string();
+        state.history.push((rv, kind, line.clone()));
+        let _ = self.live.send(Live::Event { kind, line });
+    }
+
+    /// Deletes an object; streams see DELETED.
+    pub fn delete(&self, kind: Kind, name: &str) {
+        let mut state = self.lock();
+        let Some(mut value) = state.objects.remove(&(kind, name.to_string())) else {
+            return;
+        };
+        state.rv += 1;
+        let rv = state.rv;
+        value["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let line = json!({ "type": "DELETED", "object": value }).to_string();
+        state.history.push((rv, kind, line.clone()));
+        let _ = self.live.send(Live::Event { kind, line });
+    }
+
+    /// Ends every open watch stream, as a restarted API server would.
+    pub fn drop_watches(&self) {
+        let _ = self.live.send(Live::Drop);
+    }
+
+    /// Forgets the history: open streams get 410 Gone and must re-list.
+    pub fn expire(&self) {
+        let mut state = self.lock();
+        state.compacted = state.rv + 1;
+        state.history.clear();
+        let _ = self.live.send(Live::Expire);
+    }
+
+    /// RBAC forbids (403) or allows everything from now on.
+    pub fn forbid(&self, forbidden: bool) {
+        self.lock().forbidden = forbidden;
+    }
+
+    /// Lists and watches served so far.
+    pub fn requests(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.lists, state.watches)
+    }
+}
+
+fn handle(
+    state: &Arc<Mutex<State>>,
+    live: &broadcast::Sender<Live>,
+    prefix: &str,
+    req: &Request<Incoming>,
+) -> Response<Body> {
+    let path = req.uri().path();
+    let kind = match path.strip_prefix(prefix) {
+        Some("pods") => Kind::Pods,
+        Some("services") => Kind::Services,
+        _ => {
+            return json_response(
+                StatusCode::NOT_FOUND,
+                &status(404, "NotFound", "not served by the fake"),
+            );
+        }
+    };
+    let params = query(req.uri());
+    let mut s = state.lock().expect("fake state");
+    if s.forbidden {
+        let what = if kind == Kind::Pods {
+            "pods"
+        } else {
+            "services"
+        };
+        let message = format!(
+            "{what} is forbidden: User \"system:serviceaccount:test:picket\" cannot list resource \"{what}\""
+        );
+        return json_response(StatusCode::FORBIDDEN, &status(403, "Forbidden", &message));
+    }
+    if params.get("watch").map(String::as_str) != Some("true") {
+        s.lists += 1;
+        let items: Vec<Value> = s
+            .objects
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|(_, v)| v.clone())
+            .collect();
+        let list = json!({ "apiVersion": "v1", "kind": kind.list_kind(), "metadata": { "resourceVersion": s.rv.to_string() }, "items": items });
+        return json_response(StatusCode::OK, &list);
+    }
+    s.watches += 1;
+    let since: u64 = params
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let line = |l: &str| Bytes::from(format!("{l}\n"));
+    if since < s.compacted {
+        let gone = json!({ "type": "ERROR", "object": status(410, "Expired", "too old resource version") });
+        let _ = tx.send(line(&gone.to_string()));
+    } else {
+        for (rv, k, l) in &s.history {
+            if *k == kind && *rv > since {
+                let _ = tx.send(line(l));
+            }
+        }
+        let mut events = live.subscribe();
+        drop(s);
+        tokio::spawn(async move {
+            while let Ok(event) = events.recv().await {
+                match event {
+                    Live::Event {
+                        kind: k, line: l, ..
+                    } if k == kind => {
+                        if tx.send(line(&l)).is_err() {
+                            return;
+                        }
+                    }
+                    Live::Event { .. } => {}
+                    Live::Drop => return,
+                    Live::Expire => {
+                        let gone = json!({ "type": "ERROR", "object": status(410, "Expired", "too old resource version") });
+                        let _ = tx.send(line(&gone.to_string()));
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    let stream = tokio_stream_from(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().expect("static"));
+    response
+}
+
+fn tokio_stream_from(
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+) -> impl futures_util::Stream<Item = Bytes> + Send {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A pod of `app`, at `ip`, serving `port` as its container port `http`.
+pub fn pod(name: &str, app: &str, ip: Option<&str>, port: u16, ready: bool, image: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("test".into()),
+            labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some(image.into()),
+                ports: Some(vec![ContainerPort {
+                    name: Some("http".into()),
+                    container_port: i32::from(port),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            pod_ip: ip.map(Into::into),
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "app".into(),
+                image: image.into(),
+                image_id: String::new(),
+                ready,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A Service selecting `app` (none when `None`), port 80 to the pods'
+/// port named `http`.
+pub fn service(name: &str, app: Option<&str>, cluster_ip: Option<&str>, port: u16) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("test".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            selector: app.map(|a| BTreeMap::from([("app".to_string(), a.to_string())])),
+            cluster_ip: cluster_ip.map(Into::into),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: i32::from(port),
+                target_port: app.map(|_| IntOrString::String("http".into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
