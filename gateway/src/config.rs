@@ -241,8 +241,9 @@ pub struct RuntimeSettings {
     /// Swarm: every engine's socket proxy (`host:port`; a name may resolve
     /// to many).
     pub proxies: Vec<String>,
-    /// Docker and Swarm: the network whose address of a container is used;
-    /// `None`: the container's first.
+    /// Docker and Swarm: the network the node reaches containers on: only
+    /// containers attached to it are replicas, at their address there;
+    /// `None`: every service container, at its first network's address.
     pub network: Option<String>,
 }
 

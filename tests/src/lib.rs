@@ -7,11 +7,13 @@
 //! external client such as curl or wrk) call [`require`]: with `CI=true` a
 //! missing requirement fails the test; elsewhere it is skipped, loudly.
 
+pub mod binaries;
 pub mod client;
+pub mod docker;
 pub mod fake_kube;
 pub mod netns;
 pub mod node;
-pub mod upstream;
+pub use picket_test_upstream as upstream;
 pub mod wire;
 
 /// Whether the test runs in CI, where nothing may be skipped.

@@ -97,3 +97,28 @@ pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() ->
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+impl TestNode {
+    /// Polls this node's verdict on `route` until `check` holds; panics
+    /// after `within`, showing the last verdict.
+    pub async fn verdict_until(
+        &self,
+        route: &str,
+        what: &str,
+        within: Duration,
+        mut check: impl FnMut(&picket_proto::Verdict) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let verdict = self.verdict(route);
+            if verdict.as_ref().is_some_and(&mut check) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not within {within:?}: {what}; last verdict: {verdict:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

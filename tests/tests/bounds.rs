@@ -2,7 +2,6 @@
 //! dropped packets at the connect bound, silent upstreams at the
 //! first-answer bound; bodies that started are never cut.
 
-use std::path::Path;
 use std::time::Duration;
 
 use picket_tests::client;
@@ -10,8 +9,6 @@ use picket_tests::netns::Host;
 use picket_tests::node::{TestNode, route};
 use picket_tests::require;
 use picket_tests::upstream::{Behaviour, Upstream, refused_addr};
-
-const UPSTREAM_BIN: &str = env!("CARGO_BIN_EXE_picket-test-upstream");
 
 fn within(elapsed: Duration, bound: Duration, tolerance: f64) -> bool {
     let (low, high) = (
@@ -44,7 +41,7 @@ async fn dropped_packets_are_502_at_the_connect_bound() {
     }
     let mut host = Host::create().unwrap();
     let replica = host
-        .upstream(Path::new(UPSTREAM_BIN), 8080, "dropping")
+        .upstream(&picket_tests::binaries::test_upstream(), 8080, "dropping")
         .await
         .unwrap();
     host.drop_packets(8080).unwrap();

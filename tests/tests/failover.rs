@@ -4,7 +4,6 @@
 //! over 0.5 s; the replica is back in rotation within one probe interval
 //! after it answers again.
 
-use std::path::Path;
 use std::time::Duration;
 
 use picket_tests::client::{self, Answer};
@@ -14,7 +13,6 @@ use picket_tests::require;
 use picket_tests::upstream::{Behaviour, Upstream};
 use tokio::time::{Instant, sleep};
 
-const UPSTREAM_BIN: &str = env!("CARGO_BIN_EXE_picket-test-upstream");
 const EJECT_FOR: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,7 +22,7 @@ async fn a_replica_dropping_packets_costs_no_request() {
     }
     let mut host = Host::create().unwrap();
     let dropping = host
-        .upstream(Path::new(UPSTREAM_BIN), 8080, "dropping")
+        .upstream(&picket_tests::binaries::test_upstream(), 8080, "dropping")
         .await
         .unwrap();
     let healthy = Upstream::start("healthy", Behaviour::Echo).await;

@@ -50,7 +50,7 @@ pub struct RawRuntime {
     pub api: Option<Spanned<String>>,
     /// Swarm: the socket proxies of the swarm's engines.
     pub proxies: Option<Spanned<Vec<Spanned<String>>>>,
-    /// Docker and Swarm: the network whose address of a container is used.
+    /// Docker and Swarm: the network the node reaches containers on.
     pub network: Option<Spanned<String>>,
 }
 

@@ -60,7 +60,9 @@ impl ContainerFacts {
 }
 
 /// The facts of an inspected container, if it belongs to a service.
-/// `network` picks the address; else the first network by name.
+/// With a `network`, only a container attached to it does, at its address
+/// there (none while stopped); else any, at its first network's address by
+/// name.
 pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Option<ContainerFacts> {
     let config = inspect.config.as_ref()?;
     let labels = config.labels.as_ref()?;
@@ -76,25 +78,26 @@ pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Optio
             HealthStatusEnum::UNHEALTHY | HealthStatusEnum::STARTING => Some(false),
             HealthStatusEnum::NONE | HealthStatusEnum::EMPTY => None,
         });
-    let networks: BTreeMap<&String, IpAddr> = inspect
+    let networks: BTreeMap<&str, Option<IpAddr>> = inspect
         .network_settings
         .as_ref()
         .and_then(|n| n.networks.as_ref())
         .map(|networks| {
             networks
                 .iter()
-                .filter_map(|(name, settings)| {
-                    Some((name, settings.ip_address.as_deref()?.parse().ok()?))
+                .map(|(name, settings)| {
+                    let ip = settings
+                        .ip_address
+                        .as_deref()
+                        .and_then(|ip| ip.parse().ok());
+                    (name.as_str(), ip)
                 })
                 .collect()
         })
         .unwrap_or_default();
     let ip = match network {
-        Some(wanted) => networks
-            .iter()
-            .find(|(name, _)| name.as_str() == wanted)
-            .map(|(_, ip)| *ip),
-        None => networks.values().next().copied(),
+        Some(wanted) => *networks.get(wanted)?,
+        None => networks.values().find_map(|ip| *ip),
     };
     let image = config
         .image
@@ -301,6 +304,11 @@ async fn follow(
             Err(e) => return unreached(e),
         }
     }
+    tracing::debug!(
+        engine,
+        containers = inventory.containers.len(),
+        "Docker inventory taken"
+    );
     engines.publish(engine, inventory.clone());
     if status.set_stale(false) {
         tracing::info!(engine, "Docker engine reachable again; inventory refreshed");
@@ -403,7 +411,22 @@ mod tests {
             facts(&running, Some("frontend")).unwrap().ip,
             Some("172.21.0.5".parse().unwrap())
         );
-        assert_eq!(facts(&running, Some("elsewhere")).unwrap().ip, None);
+        assert!(
+            facts(&running, Some("elsewhere")).is_none(),
+            "not attached to the gateway's network: not a replica"
+        );
+        let stopped = inspect(serde_json::json!({
+            "Name": "/shop-api-2",
+            "State": {"Running": false},
+            "Config": { "Labels": compose },
+            "NetworkSettings": { "Networks": { "backend": { "IPAddress": "" } } }
+        }));
+        let stopped = facts(&stopped, Some("backend")).unwrap();
+        assert_eq!(
+            (stopped.ip, stopped.ready()),
+            (None, false),
+            "attached, stopped, without an address"
+        );
 
         let cases = [
             (serde_json::json!({"Running": false}), false),

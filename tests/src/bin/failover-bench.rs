@@ -42,6 +42,8 @@ fn upstream_binary() -> PathBuf {
     me.with_file_name("picket-test-upstream")
 }
 
+// Built with the workspace: `cargo build --release -p picket-tests -p picket-test-upstream`.
+
 #[derive(Default)]
 struct Tally {
     latencies: Vec<Duration>,

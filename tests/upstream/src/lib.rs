@@ -1,6 +1,8 @@
 //! Test upstreams: small servers whose behaviour a test picks, and which
 //! count what reached them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;

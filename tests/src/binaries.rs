@@ -1,0 +1,76 @@
+//! The project's own binaries that tests run as processes or put into
+//! images, built on first use with the workspace's cargo.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The directory cargo builds into for this test run (`target`, or
+/// `CARGO_TARGET_DIR`): the test binary sits in `<it>/<profile>/deps/`.
+fn target_root() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .expect("a test binary under <target>/<profile>/deps")
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+fn cargo(args: &[&str], envs: &[(&str, &str)]) {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .envs(envs.iter().copied())
+        .current_dir(workspace())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo {} failed", args.join(" "));
+}
+
+/// `picket-test-upstream`, built for this machine.
+pub fn test_upstream() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = target_root();
+            cargo(
+                &["build", "--locked", "-p", "picket-test-upstream"],
+                &[("CARGO_TARGET_DIR", root.to_str().expect("UTF-8 path"))],
+            );
+            root.join("debug/picket-test-upstream")
+        })
+        .clone()
+}
+
+/// `picket-test-upstream`, linked statically, for an image `FROM scratch`.
+/// Built in a target directory of its own, so that its flags do not
+/// invalidate the main build.
+pub fn test_upstream_static() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = target_root().join("static");
+            let triple = "x86_64-unknown-linux-gnu";
+            cargo(
+                &[
+                    "build",
+                    "--release",
+                    "--locked",
+                    "-p",
+                    "picket-test-upstream",
+                    "--target",
+                    triple,
+                    "--target-dir",
+                    dir.to_str().expect("UTF-8 path"),
+                ],
+                &[("RUSTFLAGS", "-C target-feature=+crt-static")],
+            );
+            dir.join(triple).join("release/picket-test-upstream")
+        })
+        .clone()
+}

@@ -1,0 +1,196 @@
+//! Containers on the machine's Docker engine, as a test's own hosts: its
+//! own network, its own containers of the project's test upstream (in an
+//! image built `FROM scratch` here, since nothing can be pulled), all
+//! removed when dropped.
+
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The image of the test upstream, tagged `:1` and `:2` (two images of
+/// one program, for a service running two versions). Both carry a
+/// healthcheck (exec form: a scratch image has no shell) that containers
+/// turn off unless they ask for one.
+pub const IMAGE: &str = "picket-test-upstream";
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn docker(args: &[&str]) -> Result<String, String> {
+    let output = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    } else {
+        Err(format!(
+            "docker {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// Whether a Docker engine answers here.
+pub fn available() -> bool {
+    crate::has_program("docker") && docker(&["info", "--format", "{{.ServerVersion}}"]).is_ok()
+}
+
+/// Builds the test upstream's images once per test process.
+pub fn images() -> &'static str {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let binary = crate::binaries::test_upstream_static();
+        let context = tempfile::tempdir().expect("a build context");
+        std::fs::copy(&binary, context.path().join("upstream")).expect("copy the static binary");
+        for version in ["1", "2"] {
+            let dockerfile = format!(
+                "FROM scratch\nCOPY upstream /upstream\nLABEL picket-test-version={version}\n\
+                 HEALTHCHECK --interval=1s --timeout=1s --retries=1 CMD [\"/upstream\", \"--check\"]\n\
+                 ENTRYPOINT [\"/upstream\"]\n"
+            );
+            std::fs::write(context.path().join("Dockerfile"), dockerfile).expect("write the Dockerfile");
+            let tag = format!("{IMAGE}:{version}");
+            let path = context.path().to_str().expect("UTF-8 path");
+            docker(&["build", "-q", "-t", &tag, path]).expect("build the test image");
+        }
+    });
+    IMAGE
+}
+
+/// A network of the test's own.
+#[derive(Debug)]
+pub struct Network {
+    pub name: String,
+}
+
+impl Network {
+    pub fn create() -> Network {
+        let name = format!(
+            "picket-t{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        docker(&["network", "create", "--label", "picket-test=1", &name])
+            .expect("create a test network");
+        Network { name }
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let _ = docker(&["network", "rm", &self.name]);
+    }
+}
+
+/// How a test container is started.
+#[derive(Debug, Clone, Default)]
+pub struct Spec<'a> {
+    /// Its compose service label.
+    pub service: &'a str,
+    /// `:1` or `:2`.
+    pub version: &'a str,
+    /// A healthcheck: `Some(true)` one that passes, `Some(false)` one that
+    /// fails, `None` none.
+    pub healthy: Option<bool>,
+}
+
+/// A running test container.
+#[derive(Debug)]
+pub struct Container {
+    pub name: String,
+}
+
+impl Container {
+    /// Starts the test upstream on port 8080 of `network`, answering as its
+    /// name.
+    pub fn run(network: &Network, spec: &Spec<'_>) -> Container {
+        images();
+        let name = format!("{}-{}", network.name, NEXT.fetch_add(1, Ordering::SeqCst));
+        let label = format!("com.docker.compose.service={}", spec.service);
+        let image = format!(
+            "{IMAGE}:{}",
+            if spec.version.is_empty() {
+                "1"
+            } else {
+                spec.version
+            }
+        );
+        let mut args: Vec<String> = [
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--network",
+            &network.name,
+            "--label",
+            &label,
+            "--label",
+            "picket-test=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // A passing check connects to the upstream itself; a failing one to a closed port.
+        match spec.healthy {
+            None => args.push("--no-healthcheck".into()),
+            Some(true) => {}
+            Some(false) => args.extend(["-e".into(), "PICKET_TEST_CHECK=127.0.0.1:9".into()]),
+        }
+        args.extend([
+            image,
+            "--listen".into(),
+            "0.0.0.0:8080".into(),
+            "--name".into(),
+            name.clone(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&args).expect("run a test container");
+        Container { name }
+    }
+
+    fn act(&self, action: &str) {
+        docker(&[action, &self.name]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    pub fn stop(&self) {
+        docker(&["stop", "-t", "0", &self.name]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    pub fn start(&self) {
+        self.act("start");
+    }
+
+    pub fn kill(&self) {
+        self.act("kill");
+    }
+
+    pub fn pause(&self) {
+        self.act("pause");
+    }
+
+    pub fn unpause(&self) {
+        self.act("unpause");
+    }
+
+    /// Its address on its network, while it runs.
+    pub fn ip(&self) -> Option<IpAddr> {
+        docker(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &self.name,
+        ])
+        .ok()?
+        .parse()
+        .ok()
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = docker(&["rm", "-f", &self.name]);
+    }
+}
