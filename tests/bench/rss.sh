@@ -13,7 +13,7 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release --locked -p picket -p picket-tests >&2)
+(cd "$root" && cargo build --release --locked -p picket -p picket-test-upstream >&2)
 picket="$target/release/picket"
 upstream_bin="$target/release/picket-test-upstream"
 

@@ -68,14 +68,127 @@ pub struct Network {
 
 impl Network {
     pub fn create() -> Network {
+        Network::with_driver("bridge")
+    }
+
+    /// An overlay network, for Swarm services (the engine must be in a swarm).
+    pub fn create_overlay() -> Network {
+        Network::with_driver("overlay")
+    }
+
+    fn with_driver(driver: &str) -> Network {
         let name = format!(
             "picket-t{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
-        docker(&["network", "create", "--label", "picket-test=1", &name])
-            .expect("create a test network");
+        docker(&[
+            "network",
+            "create",
+            "-d",
+            driver,
+            "--label",
+            "picket-test=1",
+            &name,
+        ])
+        .expect("create a test network");
         Network { name }
+    }
+}
+
+/// The local engine in a swarm for the test's lifetime: made a one-node
+/// swarm (on loopback) if it was in none, and taken out again when dropped.
+#[derive(Debug)]
+pub struct Swarm {
+    made: bool,
+}
+
+impl Swarm {
+    pub fn join() -> Swarm {
+        let state = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"])
+            .expect("the engine's swarm state");
+        match state.as_str() {
+            "active" => Swarm { made: false },
+            "inactive" => {
+                docker(&["swarm", "init", "--advertise-addr", "127.0.0.1"]).expect("swarm init");
+                Swarm { made: true }
+            }
+            other => panic!("the engine's swarm is {other}"),
+        }
+    }
+}
+
+impl Drop for Swarm {
+    fn drop(&mut self) {
+        if self.made {
+            let _ = docker(&["swarm", "leave", "--force"]);
+        }
+    }
+}
+
+/// A Swarm service of the test upstream (`:1`, no healthcheck), removed
+/// when dropped.
+#[derive(Debug)]
+pub struct Service {
+    pub name: String,
+}
+
+impl Service {
+    pub fn create(network: &Network, replicas: u32) -> Service {
+        images();
+        let name = format!("{}-{}", network.name, NEXT.fetch_add(1, Ordering::SeqCst));
+        let replicas = replicas.to_string();
+        let image = format!("{IMAGE}:1");
+        docker(&[
+            "service",
+            "create",
+            "-d",
+            "--name",
+            &name,
+            "--network",
+            &network.name,
+            "--replicas",
+            &replicas,
+            "--no-healthcheck",
+            "--label",
+            "picket-test=1",
+            &image,
+            "--listen",
+            "0.0.0.0:8080",
+            "--name",
+            &name,
+        ])
+        .expect("create a test service");
+        Service { name }
+    }
+
+    pub fn scale(&self, replicas: u32) {
+        docker(&[
+            "service",
+            "scale",
+            "-d",
+            &format!("{}={replicas}", self.name),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = docker(&["service", "rm", &self.name]);
+        // The tasks' containers go after the service; the network only after them.
+        for _ in 0..100 {
+            let left = docker(&[
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=com.docker.swarm.service.name={}", self.name),
+            ]);
+            if left.is_ok_and(|ids| ids.is_empty()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
 

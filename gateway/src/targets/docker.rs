@@ -40,6 +40,9 @@ pub const SERVICE_LABELS: [&str; 2] = [
     "com.docker.swarm.service.name",
 ];
 
+/// The label of a Swarm task's container.
+pub const SWARM_TASK_LABEL: &str = "com.docker.swarm.task.id";
+
 /// What a node needs to know of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerFacts {
@@ -69,6 +72,12 @@ pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Optio
     let service = SERVICE_LABELS.iter().find_map(|l| labels.get(*l))?.clone();
     let state = inspect.state.as_ref();
     let running = state.and_then(|s| s.running).unwrap_or(false);
+    // A Swarm task's container never starts again: Swarm replaces it with a
+    // new task. Once it stops it is history (kept by the task history
+    // limit), not a replica.
+    if !running && labels.contains_key(SWARM_TASK_LABEL) {
+        return None;
+    }
     let paused = state.and_then(|s| s.paused).unwrap_or(false);
     let healthy = state
         .and_then(|s| s.health.as_ref())
@@ -458,6 +467,22 @@ mod tests {
             serde_json::json!({"com.docker.swarm.service.name": "web"}),
         );
         assert_eq!(facts(&swarm, None).unwrap().service, "web");
+        let task = serde_json::json!({"com.docker.swarm.service.name": "web", "com.docker.swarm.task.id": "t1"});
+        assert!(
+            facts(
+                &container(serde_json::json!({"Running": true}), task.clone()),
+                None
+            )
+            .is_some()
+        );
+        assert!(
+            facts(
+                &container(serde_json::json!({"Running": false}), task),
+                None
+            )
+            .is_none(),
+            "a stopped Swarm task is history, not a replica"
+        );
         let loose = container(
             serde_json::json!({"Running": true}),
             serde_json::json!({"other": "x"}),

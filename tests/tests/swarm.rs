@@ -1,0 +1,87 @@
+//! Swarm: the local engine made a one-node swarm for the test, a service of
+//! the test upstream on an overlay network of the test's own, followed
+//! through `picket socket-proxy` as every node of a swarm does. Without an
+//! engine this test is skipped outside CI and fails in it.
+//!
+//! The tasks' overlay addresses are reachable only from containers attached
+//! to the overlay, not from the machine itself, so this test sends no
+//! traffic to them: it checks what the node knows of the service.
+
+use std::time::Duration;
+
+use picket_proto::Heart;
+use picket_tests::docker::{self, Network};
+use picket_tests::node::TestNode;
+use picket_tests::require;
+use tokio::net::TcpListener;
+
+const SOON: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swarm_service_is_followed_through_the_socket_proxy() {
+    if !require("a Docker engine", docker::available())
+        || !require(
+            "the engine's socket at /var/run/docker.sock",
+            std::path::Path::new("/var/run/docker.sock").exists(),
+        )
+    {
+        return;
+    }
+    let _swarm = docker::Swarm::join();
+    let network = Network::create_overlay();
+    let service = docker::Service::create(&network, 2);
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = listener.local_addr().unwrap();
+    let (_trigger, shutdown) = picket::shutdown::channel();
+    tokio::spawn(picket::socket_proxy::serve(
+        listener,
+        "/var/run/docker.sock".into(),
+        shutdown,
+    ));
+    let node = TestNode::start(&format!(
+        "[runtime]\nkind = \"swarm\"\nproxies = [\"{proxy}\"]\nnetwork = \"{}\"\n\
+         [[route]]\nname = \"api\"\nservice = \"{}\"\nport = 8080\nconnect_timeout = \"1s\"\n",
+        network.name, service.name
+    ));
+    node.verdict_until("api", "green 2/2", SOON, |v| {
+        v.heart == Heart::Green && v.ready == 2
+    })
+    .await;
+    let in_rotation = || -> Vec<String> {
+        let route = node
+            .node()
+            .proxy()
+            .table()
+            .find(None, "/")
+            .cloned()
+            .unwrap();
+        route
+            .upstream
+            .replicas()
+            .iter()
+            .filter(|r| r.ready())
+            .map(|r| r.id.clone())
+            .collect()
+    };
+    let tasks = in_rotation();
+    assert!(
+        tasks
+            .iter()
+            .all(|id| id.starts_with(&format!("{}.", service.name))),
+        "the tasks' containers: {tasks:?}"
+    );
+
+    service.scale(3);
+    node.verdict_until("api", "a third task joins", SOON, |v| {
+        v.ready == 3 && v.total == 3
+    })
+    .await;
+    service.scale(1);
+    node.verdict_until("api", "scaled down to one, green 1/1", SOON, |v| {
+        v.heart == Heart::Green && v.ready == 1 && v.total == 1
+    })
+    .await;
+    assert_eq!(in_rotation().len(), 1, "one task in the rotation");
+    node.stop().await;
+}
