@@ -19,7 +19,7 @@ mod validate;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use diff::{ReloadPlan, diff};
@@ -43,6 +43,10 @@ pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(15);
 pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(30);
 /// Product default: how long a connect check may take.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Gossip: one round per node this often.
+pub const DEFAULT_GOSSIP_INTERVAL: Duration = Duration::from_secs(1);
+/// Gossip: where it listens (UDP).
+pub const DEFAULT_GOSSIP: &str = "0.0.0.0:7946";
 
 /// A fully validated configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,7 +56,31 @@ pub struct Config {
     pub node: NodeSettings,
     pub global: GlobalSettings,
     pub runtime: RuntimeSettings,
+    /// `None`: the node runs alone, gossiping with nobody.
+    pub cluster: Option<ClusterSettings>,
     pub routes: Vec<RouteConfig>,
+}
+
+/// `[cluster]`: how the node gossips its verdicts with its peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// Peers with another id are not admitted.
+    pub id: String,
+    /// Where gossip listens (UDP).
+    pub gossip: SocketAddr,
+    /// The address peers reach this node's gossip at; `None`: derived
+    /// from `gossip`, or from the route to the seeds when that is
+    /// unspecified.
+    pub advertise: Option<SocketAddr>,
+    /// `host:port` of nodes to join through; a name may resolve to many
+    /// and is resolved again over time.
+    pub seeds: Vec<String>,
+    /// The cluster key(s), base64, one per line: the first seals what the
+    /// node sends, every one opens what it receives.
+    pub key_file: Option<PathBuf>,
+    /// Gossip without a key: explicitly insecure.
+    pub insecure: bool,
+    pub gossip_interval: Duration,
 }
 
 /// Where a value came from.
@@ -283,6 +311,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     pub workers: Option<usize>,
+    /// `[cluster] advertise`.
+    pub advertise: Option<SocketAddr>,
 }
 
 impl Config {
@@ -317,6 +347,9 @@ impl Config {
         }
         if let Some(workers) = overrides.workers {
             self.node.workers = Setting::new(workers.max(1), Origin::Override);
+        }
+        if let (Some(advertise), Some(cluster)) = (overrides.advertise, &mut self.cluster) {
+            cluster.advertise = Some(advertise);
         }
     }
 }

@@ -14,6 +14,7 @@
 pub mod body;
 pub mod breaker;
 pub mod changes;
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod h1;

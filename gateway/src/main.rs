@@ -75,6 +75,9 @@ enum Command {
         )]
         socket: PathBuf,
     },
+    /// Print a fresh random cluster key (base64 of 32 bytes), for
+    /// `[cluster] key_file` or PICKET_CLUSTER_KEY.
+    GenKey,
     Demo {
         /// Where the demo proxy listens.
         #[arg(long, env = "PICKET_LISTEN", default_value = "127.0.0.1:8080")]
@@ -98,6 +101,10 @@ struct NodeFlags {
     /// `[node] admin`, else 127.0.0.1:9900).
     #[arg(long, env = "PICKET_ADMIN")]
     admin: Option<SocketAddr>,
+    /// The address peers reach this node's gossip at (default: the file's
+    /// `[cluster] advertise`, else derived).
+    #[arg(long, env = "PICKET_ADVERTISE")]
+    advertise: Option<SocketAddr>,
     /// Threads serving proxied traffic (default: the file's `[node] workers`,
     /// else one per CPU).
     #[arg(long, env = "PICKET_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -115,6 +122,7 @@ impl NodeFlags {
             listen: self.listen,
             admin: self.admin,
             workers: self.workers.map(usize::from),
+            advertise: self.advertise,
         }
     }
 }
@@ -127,6 +135,13 @@ fn main() -> ExitCode {
         Command::Run { config, node } => run(config, &node),
         Command::Demo { listen, admin } => run_demo(listen, admin),
         Command::SocketProxy { listen, socket } => run_socket_proxy(listen, socket),
+        Command::GenKey => match picket::cluster::generate_key() {
+            Some(key) => {
+                println!("{key}");
+                Ok(())
+            }
+            None => Err(anyhow::anyhow!("no randomness available for a key")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -175,6 +190,7 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
         tls: picket::tls::client_config(flags.extra_ca.as_deref())?,
         drain: node::DEFAULT_DRAIN,
         proxy_env: picket::targets::checks::ProxyEnv::from_env(),
+        gossip_transport: None,
     };
     runtime(config.node.workers.value)?.block_on(serve(config, options))
 }
@@ -191,6 +207,7 @@ fn run_demo(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<()> {
         tls: picket::tls::client_config(None)?,
         drain: std::time::Duration::from_secs(1),
         proxy_env: None,
+        gossip_transport: None,
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     runtime(workers)?.block_on(async move {

@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::cluster::seal::Dropped;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
     route: String,
@@ -45,6 +47,71 @@ struct ResultLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabels {
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LivenessLabels {
+    liveness: String,
+}
+
+/// The gossip transport's counters.
+#[derive(Debug, Clone, Default)]
+pub struct GossipMetrics {
+    packets_sent: Counter,
+    packets_received: Counter,
+    bytes_sent: Counter,
+    bytes_received: Counter,
+    /// By [`Dropped::ALL`]'s order.
+    dropped: [Counter; 7],
+}
+
+impl GossipMetrics {
+    pub fn sent(&self, packets: usize, bytes: usize) {
+        self.packets_sent.inc_by(packets as u64);
+        self.bytes_sent.inc_by(bytes as u64);
+    }
+
+    pub fn received(&self, bytes: usize) {
+        self.packets_received.inc();
+        self.bytes_received.inc_by(bytes as u64);
+    }
+
+    pub fn dropped(&self, why: Dropped) {
+        if let Some(i) = Dropped::ALL.iter().position(|d| *d == why) {
+            self.dropped[i].inc();
+        }
+    }
+
+    /// Packets dropped for `why` so far.
+    pub fn dropped_count(&self, why: Dropped) -> u64 {
+        Dropped::ALL
+            .iter()
+            .position(|d| *d == why)
+            .map_or(0, |i| self.dropped[i].get())
+    }
+
+    /// Every dropped packet so far.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().map(Counter::get).sum()
+    }
+
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent.get()
+    }
+
+    pub fn packets_received(&self) -> u64 {
+        self.packets_received.get()
+    }
+}
+
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 fn first_answer_histogram() -> Histogram {
@@ -67,6 +134,9 @@ pub struct Metrics {
     breaker_transitions: Family<StateLabels, Counter>,
     breaker_refused: Family<RouteLabels, Counter>,
     breaker_state: Family<StateLabels, Gauge>,
+    gossip: GossipMetrics,
+    members: Family<LivenessLabels, Gauge>,
+    values_refused: Counter,
 }
 
 /// The states of a circuit, as metric labels, in the order of
@@ -178,6 +248,56 @@ impl Metrics {
             "Current state of each route's circuit on this node: 1 for the state it is in",
             breaker_state.clone(),
         );
+        let packets = Family::<DirectionLabels, Counter>::default();
+        registry.register(
+            "gossip_packets",
+            "Gossip datagrams, by direction (sent or received)",
+            packets.clone(),
+        );
+        let bytes = Family::<DirectionLabels, Counter>::default();
+        registry.register(
+            "gossip_bytes",
+            "Gossip bytes on the wire, by direction (sent or received)",
+            bytes.clone(),
+        );
+        let dropped = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "gossip_dropped_packets",
+            "Gossip datagrams dropped before anything parsed them, by reason",
+            dropped.clone(),
+        );
+        let direction = |family: &Family<DirectionLabels, Counter>, d: &str| {
+            family
+                .get_or_create(&DirectionLabels {
+                    direction: d.into(),
+                })
+                .clone()
+        };
+        let gossip = GossipMetrics {
+            packets_sent: direction(&packets, "sent"),
+            packets_received: direction(&packets, "received"),
+            bytes_sent: direction(&bytes, "sent"),
+            bytes_received: direction(&bytes, "received"),
+            dropped: Dropped::ALL.map(|why| {
+                dropped
+                    .get_or_create(&ReasonLabels {
+                        reason: why.label().into(),
+                    })
+                    .clone()
+            }),
+        };
+        let members = Family::<LivenessLabels, Gauge>::default();
+        registry.register(
+            "cluster_members",
+            "Cluster members as this node sees them, by liveness",
+            members.clone(),
+        );
+        let values_refused = Counter::default();
+        registry.register(
+            "gossip_values_refused",
+            "Gossip values from peers that could not be decoded, and were ignored",
+            values_refused.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -191,7 +311,31 @@ impl Metrics {
             breaker_transitions,
             breaker_refused,
             breaker_state,
+            gossip,
+            members,
+            values_refused,
         }
+    }
+
+    /// The gossip transport's counters.
+    pub fn gossip(&self) -> &GossipMetrics {
+        &self.gossip
+    }
+
+    /// Sets how many members of the cluster are in each state.
+    pub fn members(&self, alive: usize, suspect: usize, dead: usize) {
+        for (liveness, count) in [("alive", alive), ("suspect", suspect), ("dead", dead)] {
+            self.members
+                .get_or_create(&LivenessLabels {
+                    liveness: liveness.into(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts a gossip value from a peer that could not be decoded.
+    pub fn value_refused(&self) {
+        self.values_refused.inc();
     }
 
     /// The breaker metric handles of one route.

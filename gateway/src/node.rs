@@ -5,13 +5,14 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::cluster::{self, Membership};
 use crate::config::{self, Config, ConfigError, Overrides, ReloadPlan, RuntimeKind};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
@@ -31,6 +32,8 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 pub struct Listeners {
     pub proxy: std::net::TcpListener,
     pub admin: std::net::TcpListener,
+    /// Gossip (UDP); bound at start from `[cluster] gossip` when `None`.
+    pub gossip: Option<std::net::UdpSocket>,
 }
 
 impl Listeners {
@@ -38,8 +41,20 @@ impl Listeners {
         Ok(Listeners {
             proxy: bind(proxy)?,
             admin: bind(admin)?,
+            gossip: None,
         })
     }
+
+    /// Binds the gossip socket too.
+    pub fn with_gossip(mut self, gossip: SocketAddr) -> io::Result<Listeners> {
+        self.gossip = Some(bind_udp(gossip)?);
+        Ok(self)
+    }
+}
+
+fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    std::net::UdpSocket::bind(addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("binding gossip to {addr}/udp: {e}")))
 }
 
 fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -67,6 +82,9 @@ pub struct Options {
     pub drain: Duration,
     /// `HTTP_PROXY`/`NO_PROXY`, for connect checks of external hosts.
     pub proxy_env: Option<ProxyEnv>,
+    /// A gossip transport to use instead of UDP (tests: chitchat's
+    /// in-memory one).
+    pub gossip_transport: Option<cluster::Wire>,
 }
 
 /// What a reload did.
@@ -172,6 +190,11 @@ impl Node {
         &self.ctx.catalog
     }
 
+    /// The cluster as this node knows it, once the node runs.
+    pub fn membership(&self) -> Option<&Arc<Membership>> {
+        self.admin.membership.get()
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> Config {
         self.lock().config.clone()
@@ -202,9 +225,27 @@ impl Node {
             Ok(mut config) => {
                 config.apply(&self.options.overrides);
                 self.lock().text = Some(text);
+                self.reload_keys(&config);
                 Reload::Applied(self.apply(config))
             }
             Err(error) => self.refuse(Some(text), error.to_string()),
+        }
+    }
+
+    /// Re-reads the cluster keys, so that a key rotates without a restart.
+    fn reload_keys(&self, config: &Config) {
+        let (Some(settings), Some(membership)) = (&config.cluster, self.membership()) else {
+            return;
+        };
+        let dir = self.options.config_path.as_deref().and_then(Path::parent);
+        match cluster::load_keys(settings, dir) {
+            Ok(Some(keys)) => {
+                membership.set_keys(keys);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "cluster keys not reloaded; the current ones stay")
+            }
         }
     }
 
@@ -278,6 +319,11 @@ pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Resu
 /// Runs a node until `shutdown`, then drains.
 pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> io::Result<()> {
     let proxy_listener = TcpListener::from_std(listeners.proxy)?;
+    let admin_addr = listeners.admin.local_addr()?;
+    let membership = join_cluster(&node, listeners.gossip, admin_addr, &shutdown)
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let _ = node.admin.membership.set(membership);
     let admin = spawn_admin(listeners.admin, Arc::clone(&node.admin), shutdown.clone())?;
     if let Some(path) = node.options.config_path.clone() {
         reload::spawn(Arc::clone(&node), path, shutdown.clone());
@@ -331,6 +377,58 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         .map_err(|_| io::Error::other("the admin thread panicked"))?;
     tracing::info!("node stopped");
     Ok(())
+}
+
+/// Joins the configured cluster (or runs alone without one).
+async fn join_cluster(
+    node: &Arc<Node>,
+    gossip: Option<std::net::UdpSocket>,
+    admin: SocketAddr,
+    shutdown: &Shutdown,
+) -> Result<Arc<Membership>, cluster::ClusterError> {
+    let config = node.config();
+    let me = cluster::Me {
+        info: picket_proto::NodeInfo {
+            name: config.node.name.value.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            admin: admin.to_string(),
+            feed: None,
+            feed_fingerprint: None,
+            runtime: config.runtime.kind.to_string(),
+            started_unix_ms: board::now_unix_ms(),
+        },
+    };
+    let keys = match &config.cluster {
+        Some(settings) => {
+            let dir = node.options.config_path.as_deref().and_then(Path::parent);
+            cluster::load_keys(settings, dir)?
+        }
+        None => None,
+    };
+    let wire = match (&node.options.gossip_transport, &config.cluster) {
+        (Some(wire), _) => wire.clone(),
+        (None, Some(settings)) => {
+            let socket = match gossip {
+                Some(socket) => socket,
+                None => bind_udp(settings.gossip).map_err(|e| cluster::ClusterError::Gossip {
+                    addr: settings.gossip,
+                    message: e.to_string(),
+                })?,
+            };
+            cluster::Wire::Udp(Arc::new(Mutex::new(Some(socket))))
+        }
+        (None, None) => cluster::Wire::Udp(Arc::new(Mutex::new(None))),
+    };
+    cluster::start(
+        config.cluster.as_ref(),
+        keys,
+        wire,
+        me,
+        node.board.subscribe(),
+        Arc::clone(&node.ctx.metrics),
+        shutdown.clone(),
+    )
+    .await
 }
 
 /// Starts following the configured runtime, if any.

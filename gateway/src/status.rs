@@ -1,5 +1,6 @@
 //! The admin listener: `/healthz`, `/readyz`, `/metrics`, and the status
-//! API (`/v1/routes`).
+//! API: `/v1/node`, `/v1/routes`, `/v1/routes/{name}`, `/v1/nodes`,
+//! `/v1/cluster`.
 //!
 //! Every answer comes from state already in memory: nothing here waits on
 //! a probe, an upstream or a peer. The listener runs on a thread and
@@ -7,8 +8,8 @@
 //! cannot delay it. No endpoint changes anything.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
@@ -20,12 +21,14 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
+use crate::cluster::Membership;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::server::HEADER_READ_TIMEOUT;
 use crate::shutdown::Shutdown;
-use crate::verdict::board::Board;
+use crate::verdict::board::{Board, now_unix_ms};
 
+pub mod cluster;
 pub mod routes;
 
 /// What the admin endpoints report.
@@ -39,6 +42,8 @@ pub struct AdminState {
     pub proxy: Arc<Proxy>,
     /// Read only: this node's verdicts.
     pub board: Arc<Board>,
+    /// Read only: the cluster as this node knows it, once it has started.
+    pub membership: OnceLock<Arc<Membership>>,
 }
 
 impl AdminState {
@@ -54,6 +59,7 @@ impl AdminState {
             proxy,
             ready: AtomicBool::new(false),
             metrics,
+            membership: OnceLock::new(),
         }
     }
 }
@@ -82,7 +88,35 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
             &state.proxy.table(),
             &state.board.snapshot(),
         )),
-        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        "/v1/node" | "/v1/nodes" | "/v1/cluster" => {
+            let Some(membership) = state.membership.get() else {
+                return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n");
+            };
+            let now = now_unix_ms();
+            match path {
+                "/v1/node" => json(&cluster::node(membership)),
+                "/v1/nodes" => json(&cluster::cluster(membership, false, now)),
+                _ => json(&cluster::cluster(membership, true, now)),
+            }
+        }
+        _ => match path.strip_prefix("/v1/routes/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => {
+                let Some(membership) = state.membership.get() else {
+                    return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n");
+                };
+                match cluster::route(membership, name, now_unix_ms()) {
+                    Some(answer) => json(&answer),
+                    None => {
+                        let mut response = json(&serde_json::json!({
+                            "error": format!("no node has a route named {name:?}")
+                        }));
+                        *response.status_mut() = StatusCode::NOT_FOUND;
+                        response
+                    }
+                }
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        },
     }
 }
 

@@ -7,7 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+mod cluster;
 pub mod codec;
+pub mod gossip;
 mod verdict;
 
+pub use cluster::{ClusterView, Liveness, Member, NodeInfo};
 pub use verdict::{Circuit, Heart, ImageCount, NodeView, Verdict};

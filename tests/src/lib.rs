@@ -9,6 +9,7 @@
 
 pub mod binaries;
 pub mod client;
+pub mod cluster;
 pub mod docker;
 pub mod fake_kube;
 pub mod netns;

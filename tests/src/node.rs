@@ -5,8 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use picket::cluster::{Membership, Wire};
 use picket::config::{Config, Overrides};
 use picket::node::{self, Listeners, Node, Options, Running};
+use picket_proto::ClusterView;
 
 /// A running node.
 #[derive(Debug)]
@@ -20,8 +22,9 @@ fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-fn options(config_path: Option<&Path>) -> Options {
+fn options(config_path: Option<&Path>, gossip_transport: Option<Wire>) -> Options {
     Options {
+        gossip_transport,
         config_path: config_path.map(Path::to_path_buf),
         overrides: Overrides::default(),
         tls: picket::tls::client_config(None).expect("TLS roots"),
@@ -34,18 +37,25 @@ impl TestNode {
     /// A node on the configuration `text` (its listen addresses ignored).
     pub fn start(text: &str) -> TestNode {
         let config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
-        TestNode::run(config, None)
+        TestNode::run(config, None, None)
+    }
+
+    /// A node whose gossip goes over `transport` (chitchat's in-memory one)
+    /// instead of UDP.
+    pub fn start_on(text: &str, transport: Arc<dyn picket::cluster::Transport>) -> TestNode {
+        let config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        TestNode::run(config, None, Some(Wire::Given(transport)))
     }
 
     /// A node on a configuration file, reloading it as `picket run` does.
     pub fn start_file(path: &Path) -> TestNode {
         let config = Config::load(path).unwrap_or_else(|e| panic!("{e}"));
-        TestNode::run(config, Some(path))
+        TestNode::run(config, Some(path), None)
     }
 
-    fn run(config: Config, path: Option<&Path>) -> TestNode {
+    fn run(config: Config, path: Option<&Path>, wire: Option<Wire>) -> TestNode {
         let listeners = Listeners::bind(loopback(), loopback()).expect("bind node listeners");
-        let running = node::start(listeners, config, options(path)).expect("start node");
+        let running = node::start(listeners, config, options(path, wire)).expect("start node");
         TestNode {
             proxy: running.proxy_addr,
             admin: running.admin_addr,
@@ -55,6 +65,43 @@ impl TestNode {
 
     pub fn node(&self) -> &Arc<Node> {
         &self.running.as_ref().expect("running").node
+    }
+
+    /// The node's cluster membership, once it has joined.
+    pub async fn membership(&self) -> Arc<Membership> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(membership) = self.node().membership() {
+                return Arc::clone(membership);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the node never joined its cluster"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Where peers reach this node's gossip.
+    pub async fn gossip_addr(&self) -> SocketAddr {
+        self.membership()
+            .await
+            .advertise
+            .expect("a node in a cluster")
+    }
+
+    /// The cluster as this node sees it now.
+    pub async fn view(&self) -> Arc<ClusterView> {
+        self.membership().await.view()
+    }
+
+    /// A status API answer, as JSON.
+    pub async fn admin_json(&self, path: &str) -> (http::StatusCode, serde_json::Value) {
+        let answer = crate::client::get(self.admin, "admin", path)
+            .await
+            .expect("the admin listener answers");
+        let json = serde_json::from_slice(&answer.body).unwrap_or(serde_json::Value::Null);
+        (answer.status, json)
     }
 
     pub async fn stop(mut self) {

@@ -75,6 +75,7 @@ async fn behind_http_proxy_the_proxy_is_dialled() {
         tls: picket::tls::client_config(None).unwrap(),
         drain: Duration::from_secs(1),
         proxy_env: Some(env),
+        gossip_transport: None,
     };
     let running = node::start(listeners, parsed, options).unwrap();
     let board = std::sync::Arc::clone(running.node.board());

@@ -48,6 +48,7 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
         ("node.admin", a.admin.value != b.admin.value),
         ("node.workers", a.workers.value != b.workers.value),
         ("runtime", old.runtime != new.runtime),
+        ("cluster", old.cluster != new.cluster),
     ] {
         if differs {
             plan.needs_restart.push(field);

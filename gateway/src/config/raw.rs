@@ -14,6 +14,7 @@ pub struct RawConfig {
     pub global: RawGlobal,
     #[serde(default)]
     pub runtime: RawRuntime,
+    pub cluster: Option<Spanned<RawCluster>>,
     #[serde(default, rename = "route")]
     pub routes: Vec<Spanned<RawRoute>>,
 }
@@ -52,6 +53,18 @@ pub struct RawRuntime {
     pub proxies: Option<Spanned<Vec<Spanned<String>>>>,
     /// Docker and Swarm: the network the node reaches containers on.
     pub network: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub id: Option<Spanned<String>>,
+    pub gossip: Option<Spanned<String>>,
+    pub advertise: Option<Spanned<String>>,
+    pub seeds: Option<Vec<Spanned<String>>>,
+    pub key_file: Option<Spanned<String>>,
+    pub insecure: Option<Spanned<bool>>,
+    pub gossip_interval: Option<Spanned<String>>,
 }
 
 /// A service's port: a number, or (Kubernetes) a port's name.

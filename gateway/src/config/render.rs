@@ -60,6 +60,39 @@ pub fn render(config: &Config) -> String {
         );
     }
 
+    if let Some(cluster) = &config.cluster {
+        out.push_str("\n[cluster]\n");
+        line(&mut out, "id", &quoted(&cluster.id), Origin::File);
+        line(&mut out, "gossip", &quoted(cluster.gossip), Origin::File);
+        if let Some(advertise) = cluster.advertise {
+            line(&mut out, "advertise", &quoted(advertise), Origin::File);
+        }
+        let seeds: Vec<String> = cluster.seeds.iter().map(quoted).collect();
+        line(
+            &mut out,
+            "seeds",
+            &format!("[{}]", seeds.join(", ")),
+            Origin::File,
+        );
+        if let Some(key_file) = &cluster.key_file {
+            line(
+                &mut out,
+                "key_file",
+                &quoted(key_file.display()),
+                Origin::File,
+            );
+        }
+        if cluster.insecure {
+            line(&mut out, "insecure", "true", Origin::File);
+        }
+        line(
+            &mut out,
+            "gossip_interval",
+            &quoted(humantime::format_duration(cluster.gossip_interval)),
+            Origin::File,
+        );
+    }
+
     // In `[global]` itself, a value from `[global]` is simply the file's.
     let global = &config.global;
     out.push_str("\n[global]\n");

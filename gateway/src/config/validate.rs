@@ -4,18 +4,21 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::{Range, RangeInclusive};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use toml::Spanned;
 
 use super::error::{Positions, Problem};
-use super::raw::{RawBreaker, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime};
+use super::raw::{
+    RawBreaker, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime,
+};
 use super::{
-    BreakerSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
+    BreakerSettings, ClusterSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
     DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR,
-    DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_MAX_TRIES, ExternalHost, GlobalSettings, HostMatch,
-    NodeSettings, Origin, RouteConfig, RuntimeKind, RuntimeSettings, ServicePort, Setting,
-    UpstreamConfig,
+    DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES,
+    ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeKind,
+    RuntimeSettings, ServicePort, Setting, UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -31,6 +34,8 @@ pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::fr
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(30));
 pub(super) const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
+pub(super) const GOSSIP_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_secs(10));
 
 pub(super) const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 pub(super) const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
@@ -48,6 +53,7 @@ pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
     let node = v.node(&raw.node);
     let global = v.global(&raw.global);
     let runtime = v.runtime(&raw.runtime);
+    let cluster = raw.cluster.as_ref().map(|c| v.cluster(c));
     let routes: Vec<RouteConfig> = raw
         .routes
         .iter()
@@ -60,6 +66,7 @@ pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
             node,
             global,
             runtime,
+            cluster,
             routes,
         })
     } else {
@@ -273,6 +280,87 @@ impl Validator<'_> {
                 Origin::Route,
             )),
             None => Some(inherited.clone()),
+        }
+    }
+
+    fn cluster(&mut self, spanned: &Spanned<RawCluster>) -> ClusterSettings {
+        let raw = spanned.get_ref();
+        let id = match &raw.id {
+            Some(id) if is_name(id.get_ref()) => id.get_ref().clone(),
+            Some(id) => {
+                self.problem(
+                    id.span(),
+                    format!(
+                        "cluster id {:?} must be 1 to 63 letters, digits, '.', '_' or '-'",
+                        id.get_ref()
+                    ),
+                );
+                String::new()
+            }
+            None => {
+                self.problem(
+                    spanned.span(),
+                    "[cluster] needs an `id`, the same on every node of the cluster",
+                );
+                String::new()
+            }
+        };
+        let gossip = self
+            .address(raw.gossip.as_ref(), "gossip", DEFAULT_GOSSIP)
+            .value;
+        let advertise = raw.advertise.as_ref().map(|a| {
+            let addr = self.address(Some(a), "advertise", "10.0.0.5:7946").value;
+            if addr.ip().is_unspecified() || addr.port() == 0 {
+                self.problem(
+                    a.span(),
+                    format!(
+                        "advertise = {:?} must be an address peers can reach",
+                        a.get_ref()
+                    ),
+                );
+            }
+            addr
+        });
+        let mut seeds = Vec::new();
+        for seed in raw.seeds.iter().flatten() {
+            let valid = seed
+                .get_ref()
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if valid {
+                seeds.push(seed.get_ref().clone());
+            } else {
+                self.problem(
+                    seed.span(),
+                    format!(
+                        "seed {:?} is not a host:port such as \"tasks.picket:7946\"",
+                        seed.get_ref()
+                    ),
+                );
+            }
+        }
+        let insecure = raw.insecure.as_ref().is_some_and(|i| *i.get_ref());
+        let key_file = raw.key_file.as_ref().map(|k| PathBuf::from(k.get_ref()));
+        if let (Some(key), true) = (&raw.key_file, insecure) {
+            self.problem(
+                key.span(),
+                "`key_file` and `insecure = true` contradict each other: gossip is either sealed or insecure",
+            );
+        }
+        let gossip_interval = match &raw.gossip_interval {
+            Some(i) => self
+                .duration(i, "gossip_interval", GOSSIP_INTERVAL_RANGE)
+                .unwrap_or(DEFAULT_GOSSIP_INTERVAL),
+            None => DEFAULT_GOSSIP_INTERVAL,
+        };
+        ClusterSettings {
+            id,
+            gossip,
+            advertise,
+            seeds,
+            key_file,
+            insecure,
+            gossip_interval,
         }
     }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use picket_proto::Verdict;
+use tokio::sync::watch;
 
 use super::{CircuitFacts, ReplicaFacts, Verdicts, judge};
 use crate::changes::Changes;
@@ -58,11 +59,23 @@ pub fn now_unix_ms() -> u64 {
 }
 
 /// Every route's verdict on this node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Board {
     verdicts: Mutex<Verdicts>,
     published: ArcSwap<Vec<Verdict>>,
+    changes: watch::Sender<Arc<Vec<Verdict>>>,
     pub runtime: Arc<RuntimeStatus>,
+}
+
+impl Default for Board {
+    fn default() -> Self {
+        Board {
+            verdicts: Mutex::default(),
+            published: ArcSwap::default(),
+            changes: watch::channel(Arc::default()).0,
+            runtime: Arc::default(),
+        }
+    }
 }
 
 /// A replica's facts, owning what the judgement borrows.
@@ -139,7 +152,9 @@ impl Board {
         }
         changed |= verdicts.retain(&names);
         if changed {
-            self.published.store(Arc::new(verdicts.all()));
+            let all = Arc::new(verdicts.all());
+            self.published.store(Arc::clone(&all));
+            self.changes.send_replace(all);
         }
         changed
     }
@@ -147,6 +162,11 @@ impl Board {
     /// The verdicts as last published, by route name.
     pub fn snapshot(&self) -> Arc<Vec<Verdict>> {
         self.published.load_full()
+    }
+
+    /// Every published snapshot, as it is published: what gossip reads.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Vec<Verdict>>> {
+        self.changes.subscribe()
     }
 }
 

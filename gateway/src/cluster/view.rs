@@ -1,0 +1,397 @@
+//! The cluster view: what this node knows of every node, decided from
+//! gossip state and the clock alone. Nothing here touches a socket.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use picket_proto::gossip::{self, NODE_KEY, ROUTE_PREFIX};
+use picket_proto::{ClusterView, Heart, Liveness, Member, NodeInfo, Verdict};
+
+/// A node's heartbeat has not advanced for this many gossip intervals:
+/// it is suspect, though the failure detector still counts it live.
+pub const SUSPECT_AFTER_INTERVALS: u32 = 5;
+
+/// How alive a node looks.
+pub fn liveness(
+    is_self: bool,
+    live: bool,
+    heard_ms: u64,
+    now_ms: u64,
+    interval: Duration,
+) -> Liveness {
+    if is_self {
+        return Liveness::Alive;
+    }
+    if !live {
+        return Liveness::Dead;
+    }
+    let quiet = Duration::from_millis(now_ms.saturating_sub(heard_ms));
+    if quiet > interval * SUSPECT_AFTER_INTERVALS {
+        Liveness::Suspect
+    } else {
+        Liveness::Alive
+    }
+}
+
+/// One node's state as gossip holds it, read under chitchat's lock.
+#[derive(Debug, Clone)]
+pub struct Gossiped {
+    pub name: String,
+    pub generation: u64,
+    pub gossip: String,
+    pub heartbeat: u64,
+    pub live: bool,
+    pub max_version: u64,
+    /// Its keys and values, with versions; `None` when `max_version` is
+    /// what was last seen, so nothing needs decoding again.
+    pub values: Option<Vec<(String, u64, String)>>,
+}
+
+/// What this node remembers of one node between two views.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    heartbeat: u64,
+    heard_ms: u64,
+    max_version: u64,
+    info: Option<NodeInfo>,
+    /// By route name: the value's version and the decoded verdict.
+    verdicts: BTreeMap<String, (u64, Verdict)>,
+}
+
+/// Keeps decoded state across views, so that only changed values are
+/// decoded again.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    known: HashMap<(String, u64), Known>,
+}
+
+/// Values that could not be decoded in one update.
+pub type Refused = usize;
+
+impl Assembler {
+    /// The `max_version` last seen of each node, for the caller to skip
+    /// reading unchanged values.
+    pub fn versions(&self) -> HashMap<(String, u64), u64> {
+        self.known
+            .iter()
+            .map(|(id, k)| (id.clone(), k.max_version))
+            .collect()
+    }
+
+    /// Folds in what gossip holds now (every node but this one) and
+    /// returns the view, with this node's own verdicts given directly.
+    pub fn assemble(
+        &mut self,
+        me: &Member,
+        cluster: &str,
+        gossiped: Vec<Gossiped>,
+        now_ms: u64,
+        interval: Duration,
+    ) -> (ClusterView, Refused) {
+        let mut refused = 0;
+        let present: Vec<(String, u64)> = gossiped
+            .iter()
+            .map(|g| (g.name.clone(), g.generation))
+            .collect();
+        self.known.retain(|id, _| present.contains(id));
+        let mut members = vec![me.clone()];
+        for node in gossiped {
+            let known = self
+                .known
+                .entry((node.name.clone(), node.generation))
+                .or_insert_with(|| Known {
+                    heard_ms: now_ms,
+                    ..Known::default()
+                });
+            if node.heartbeat != known.heartbeat {
+                known.heartbeat = node.heartbeat;
+                known.heard_ms = now_ms;
+            }
+            if let Some(values) = node.values {
+                refused += update(known, values);
+                known.max_version = node.max_version;
+            }
+            members.push(Member {
+                name: node.name,
+                gossip: node.gossip,
+                generation: node.generation,
+                liveness: liveness(false, node.live, known.heard_ms, now_ms, interval),
+                heard_unix_ms: known.heard_ms,
+                info: known.info.clone(),
+                verdicts: known.verdicts.values().map(|(_, v)| v.clone()).collect(),
+            });
+        }
+        (
+            ClusterView {
+                node: me.name.clone(),
+                cluster: cluster.to_string(),
+                taken_unix_ms: now_ms,
+                members: current(members),
+            },
+            refused,
+        )
+    }
+}
+
+/// Applies a node's values; returns how many could not be decoded.
+fn update(known: &mut Known, values: Vec<(String, u64, String)>) -> usize {
+    let mut refused = 0;
+    let mut routes = BTreeMap::new();
+    for (key, version, value) in values {
+        if key == NODE_KEY {
+            match gossip::decode_value::<NodeInfo>(&value) {
+                Ok(info) => known.info = Some(info),
+                Err(_) => refused += 1,
+            }
+        } else if let Some(route) = key.strip_prefix(ROUTE_PREFIX) {
+            match known.verdicts.remove(route) {
+                Some((was, verdict)) if was == version => {
+                    routes.insert(route.to_string(), (version, verdict));
+                }
+                _ => match gossip::decode_value::<Verdict>(&value) {
+                    // The key names the route: a value cannot speak for another.
+                    Ok(mut verdict) => {
+                        verdict.route = route.to_string();
+                        routes.insert(route.to_string(), (version, verdict));
+                    }
+                    Err(_) => refused += 1,
+                },
+            }
+        }
+    }
+    known.verdicts = routes;
+    refused
+}
+
+/// Members by name, each name once: a restarted node's older generation
+/// is hidden once a newer one is known.
+fn current(mut members: Vec<Member>) -> Vec<Member> {
+    members.sort_by(|a, b| a.name.cmp(&b.name).then(b.generation.cmp(&a.generation)));
+    members.dedup_by(|later, first| later.name == first.name);
+    members
+}
+
+/// One route on every node that has it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RouteAcross {
+    pub route: String,
+    /// Hearts differ among the nodes that are alive or suspect.
+    pub disagreement: bool,
+    pub nodes: Vec<RouteOnNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RouteOnNode {
+    pub node: String,
+    pub liveness: Liveness,
+    pub age_ms: u64,
+    pub verdict: Verdict,
+}
+
+/// `route` across the view; `None` when no node has it.
+pub fn route_across(view: &ClusterView, route: &str) -> Option<RouteAcross> {
+    let nodes: Vec<RouteOnNode> = view
+        .members
+        .iter()
+        .filter_map(|m| {
+            let verdict = m.verdicts.iter().find(|v| v.route == route)?;
+            Some(RouteOnNode {
+                node: m.name.clone(),
+                liveness: m.liveness,
+                age_ms: view.taken_unix_ms.saturating_sub(m.heard_unix_ms),
+                verdict: verdict.clone(),
+            })
+        })
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    let hearts: Vec<Heart> = nodes
+        .iter()
+        .filter(|n| n.liveness != Liveness::Dead)
+        .map(|n| n.verdict.heart)
+        .collect();
+    let disagreement = hearts.windows(2).any(|w| w[0] != w[1]);
+    Some(RouteAcross {
+        route: route.to_string(),
+        disagreement,
+        nodes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use picket_proto::Circuit;
+
+    const NOW: u64 = 1_796_000_000_000;
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn verdict(route: &str, heart: Heart) -> Verdict {
+        Verdict {
+            route: route.into(),
+            heart,
+            reason: format!("{heart:?}"),
+            ready: 1,
+            total: 1,
+            images: Vec::new(),
+            circuit: Circuit::Disabled,
+            since_unix_ms: NOW,
+            runtime_stale_since_unix_ms: None,
+        }
+    }
+
+    fn me() -> Member {
+        Member {
+            name: "n1".into(),
+            gossip: "10.0.0.1:7946".into(),
+            generation: 1,
+            liveness: Liveness::Alive,
+            heard_unix_ms: NOW,
+            info: None,
+            verdicts: vec![verdict("api", Heart::Green)],
+        }
+    }
+
+    fn peer(
+        name: &str,
+        generation: u64,
+        heartbeat: u64,
+        values: Option<Vec<(String, u64, String)>>,
+    ) -> Gossiped {
+        Gossiped {
+            name: name.into(),
+            generation,
+            gossip: "10.0.0.2:7946".into(),
+            heartbeat,
+            live: true,
+            max_version: values.as_ref().map_or(0, |v| v.len() as u64),
+            values,
+        }
+    }
+
+    fn route_value(route: &str, version: u64, heart: Heart) -> (String, u64, String) {
+        (
+            format!("{ROUTE_PREFIX}{route}"),
+            version,
+            gossip::encode_value(&verdict(route, heart)).unwrap(),
+        )
+    }
+
+    #[test]
+    fn liveness_follows_the_detector_and_the_heartbeat() {
+        assert_eq!(liveness(true, false, 0, NOW, SECOND), Liveness::Alive);
+        assert_eq!(liveness(false, false, NOW, NOW, SECOND), Liveness::Dead);
+        assert_eq!(
+            liveness(false, true, NOW - 5000, NOW, SECOND),
+            Liveness::Alive
+        );
+        assert_eq!(
+            liveness(false, true, NOW - 5001, NOW, SECOND),
+            Liveness::Suspect
+        );
+    }
+
+    #[test]
+    fn views_decode_values_and_age_quiet_nodes() {
+        let mut assembler = Assembler::default();
+        let values = vec![
+            route_value("api", 1, Heart::Red),
+            ("junk".into(), 2, "x".into()),
+        ];
+        let (view, refused) = assembler.assemble(
+            &me(),
+            "prod",
+            vec![peer("n2", 7, 10, Some(values))],
+            NOW,
+            SECOND,
+        );
+        assert_eq!(refused, 0, "unknown keys are ignored, not refused");
+        assert_eq!(view.members.len(), 2);
+        let n2 = &view.members[1];
+        assert_eq!((n2.name.as_str(), n2.liveness), ("n2", Liveness::Alive));
+        assert_eq!(n2.verdicts, [verdict("api", Heart::Red)]);
+
+        // Nothing new (values unread), heartbeat stuck for 6 s: suspect, same verdicts.
+        let (view, _) = assembler.assemble(
+            &me(),
+            "prod",
+            vec![peer("n2", 7, 10, None)],
+            NOW + 6000,
+            SECOND,
+        );
+        assert_eq!(view.members[1].liveness, Liveness::Suspect);
+        assert_eq!(view.members[1].verdicts.len(), 1);
+        assert_eq!(view.members[1].heard_unix_ms, NOW);
+        // Its heartbeat moves again.
+        let (view, _) = assembler.assemble(
+            &me(),
+            "prod",
+            vec![peer("n2", 7, 11, None)],
+            NOW + 7000,
+            SECOND,
+        );
+        assert_eq!(view.members[1].liveness, Liveness::Alive);
+    }
+
+    #[test]
+    fn undecodable_values_are_refused_and_a_key_speaks_for_its_route_only() {
+        let mut assembler = Assembler::default();
+        let mut forged = route_value("billing", 1, Heart::Red);
+        forged.0 = format!("{ROUTE_PREFIX}api");
+        let values = vec![
+            forged,
+            ("route/web".into(), 2, "garbage".into()),
+            (NODE_KEY.into(), 3, "???".into()),
+        ];
+        let (view, refused) = assembler.assemble(
+            &me(),
+            "prod",
+            vec![peer("n2", 1, 1, Some(values))],
+            NOW,
+            SECOND,
+        );
+        assert_eq!(refused, 2);
+        assert_eq!(view.members[1].verdicts.len(), 1);
+        assert_eq!(view.members[1].verdicts[0].route, "api");
+    }
+
+    #[test]
+    fn removed_routes_and_old_generations_disappear() {
+        let mut assembler = Assembler::default();
+        let both = vec![
+            route_value("api", 1, Heart::Green),
+            route_value("web", 2, Heart::Green),
+        ];
+        assembler.assemble(
+            &me(),
+            "prod",
+            vec![peer("n2", 1, 1, Some(both))],
+            NOW,
+            SECOND,
+        );
+        let one = vec![route_value("api", 1, Heart::Green)];
+        let mut old = peer("n2", 1, 1, Some(one));
+        old.live = false;
+        let restarted = peer("n2", 2, 1, Some(vec![route_value("api", 1, Heart::Orange)]));
+        let (view, _) = assembler.assemble(&me(), "prod", vec![old, restarted], NOW + 10, SECOND);
+        assert_eq!(view.members.len(), 2, "{:?}", view.members);
+        assert_eq!(view.members[1].generation, 2);
+        assert_eq!(view.members[1].verdicts, [verdict("api", Heart::Orange)]);
+    }
+
+    #[test]
+    fn disagreement_counts_live_nodes_only() {
+        let mut assembler = Assembler::default();
+        let red = peer("n2", 1, 1, Some(vec![route_value("api", 1, Heart::Red)]));
+        let (view, _) = assembler.assemble(&me(), "prod", vec![red.clone()], NOW, SECOND);
+        let across = route_across(&view, "api").unwrap();
+        assert!(across.disagreement);
+        assert_eq!(across.nodes.len(), 2);
+        let mut dead = red;
+        dead.live = false;
+        let (view, _) = assembler.assemble(&me(), "prod", vec![dead], NOW, SECOND);
+        assert!(!route_across(&view, "api").unwrap().disagreement);
+        assert!(route_across(&view, "nothing").is_none());
+    }
+}

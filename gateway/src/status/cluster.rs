@@ -1,0 +1,145 @@
+//! `/v1/node`, `/v1/nodes`, `/v1/cluster` and `/v1/routes/{name}`: the
+//! cluster as this node knows it, from the view gossip keeps current.
+//! Ages are counted at the moment of the answer.
+
+use picket_proto::{ClusterView, Liveness, Member, NodeInfo, Verdict};
+use serde::Serialize;
+
+use crate::cluster::Membership;
+use crate::cluster::view::{RouteAcross, route_across};
+
+#[derive(Debug, Serialize)]
+pub struct NodeAnswer {
+    pub name: String,
+    pub version: String,
+    /// The cluster id; `null` for a node that runs alone.
+    pub cluster: Option<String>,
+    /// Where peers reach this node's gossip.
+    pub gossip: Option<String>,
+    pub admin: String,
+    pub feed: Option<String>,
+    pub runtime: String,
+    pub started_unix_ms: u64,
+    pub members: Counts,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct Counts {
+    pub alive: usize,
+    pub suspect: usize,
+    pub dead: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemberAnswer {
+    pub name: String,
+    pub gossip: String,
+    pub generation: u64,
+    pub liveness: Liveness,
+    /// Since this node last heard from it, in milliseconds.
+    pub age_ms: u64,
+    pub info: Option<NodeInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdicts: Option<Vec<Verdict>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClusterAnswer {
+    /// The node answering.
+    pub node: String,
+    pub cluster: Option<String>,
+    pub taken_unix_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<MemberAnswer>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<MemberAnswer>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RouteAnswer {
+    /// The node answering.
+    pub node: String,
+    #[serde(flatten)]
+    pub across: RouteAcross,
+}
+
+fn counts(view: &ClusterView) -> Counts {
+    let mut counts = Counts::default();
+    for member in &view.members {
+        match member.liveness {
+            Liveness::Alive => counts.alive += 1,
+            Liveness::Suspect => counts.suspect += 1,
+            Liveness::Dead => counts.dead += 1,
+        }
+    }
+    counts
+}
+
+fn member(m: &Member, now_ms: u64, with_verdicts: bool) -> MemberAnswer {
+    MemberAnswer {
+        name: m.name.clone(),
+        gossip: m.gossip.clone(),
+        generation: m.generation,
+        liveness: m.liveness,
+        age_ms: now_ms.saturating_sub(m.heard_unix_ms),
+        info: m.info.clone(),
+        routes: (!with_verdicts).then_some(m.verdicts.len()),
+        verdicts: with_verdicts.then(|| m.verdicts.clone()),
+    }
+}
+
+pub fn node(membership: &Membership) -> NodeAnswer {
+    let info = &membership.info;
+    NodeAnswer {
+        name: info.name.clone(),
+        version: info.version.clone(),
+        cluster: membership.cluster.clone(),
+        gossip: membership.advertise.map(|a| a.to_string()),
+        admin: info.admin.clone(),
+        feed: info.feed.clone(),
+        runtime: info.runtime.clone(),
+        started_unix_ms: info.started_unix_ms,
+        members: counts(&membership.view()),
+    }
+}
+
+/// Every member with its verdicts (`/v1/cluster`), or without them
+/// (`/v1/nodes`).
+pub fn cluster(membership: &Membership, with_verdicts: bool, now_ms: u64) -> ClusterAnswer {
+    let view = membership.view();
+    let members: Vec<MemberAnswer> = view
+        .members
+        .iter()
+        .map(|m| member(m, now_ms, with_verdicts))
+        .collect();
+    let (members, nodes) = if with_verdicts {
+        (Some(members), None)
+    } else {
+        (None, Some(members))
+    };
+    ClusterAnswer {
+        node: view.node.clone(),
+        cluster: membership.cluster.clone(),
+        taken_unix_ms: view.taken_unix_ms,
+        members,
+        nodes,
+    }
+}
+
+/// One route on every node; `None` when no node has it.
+pub fn route(membership: &Membership, name: &str, now_ms: u64) -> Option<RouteAnswer> {
+    let view = membership.view();
+    let mut across = route_across(&view, name)?;
+    for (node, m) in across.nodes.iter_mut().filter_map(|n| {
+        let m = view.members.iter().find(|m| m.name == n.node)?;
+        Some((n, m))
+    }) {
+        node.age_ms = now_ms.saturating_sub(m.heard_unix_ms);
+    }
+    Some(RouteAnswer {
+        node: view.node.clone(),
+        across,
+    })
+}

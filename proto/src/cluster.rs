@@ -1,0 +1,66 @@
+//! What nodes tell each other and what an operator's client sees of the
+//! cluster: each node's description and every node's verdicts, with how
+//! alive each node looks from where the view was taken.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Verdict;
+
+/// What a node says of itself in gossip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub name: String,
+    /// The Picket version it runs.
+    pub version: String,
+    /// Where its status API answers (`host:port`).
+    pub admin: String,
+    /// Where its QUIC feed answers, if it serves one.
+    pub feed: Option<String>,
+    /// The SHA-256 fingerprint of the feed's certificate, hex, for pinning.
+    pub feed_fingerprint: Option<String>,
+    /// `none`, `docker`, `swarm` or `kubernetes`.
+    pub runtime: String,
+    pub started_unix_ms: u64,
+}
+
+/// How alive a node looks from the node that reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    Alive,
+    /// The failure detector still counts it live, but its heartbeat has
+    /// not advanced for several gossip intervals.
+    Suspect,
+    Dead,
+}
+
+/// One node as another node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its node name (unique in the cluster).
+    pub name: String,
+    /// Its gossip address, as it advertises it.
+    pub gossip: String,
+    /// Its start time: a restarted node is a new generation.
+    pub generation: u64,
+    pub liveness: Liveness,
+    /// When the reporting node last saw this node's heartbeat advance
+    /// (its own: when the view was taken).
+    pub heard_unix_ms: u64,
+    /// `None` until its node info has arrived.
+    pub info: Option<NodeInfo>,
+    /// Its verdicts, by route name.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The cluster as one node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// The node whose view this is.
+    pub node: String,
+    pub cluster: String,
+    /// When the view was taken.
+    pub taken_unix_ms: u64,
+    /// Every node it knows, itself included, by name.
+    pub members: Vec<Member>,
+}

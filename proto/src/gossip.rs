@@ -1,0 +1,150 @@
+//! Gossip values: chitchat carries strings, so a value is the base64 text
+//! of a [`codec`](crate::codec) message, bounded in size on both ends.
+//!
+//! A node's keys: [`NODE_KEY`] holds its [`NodeInfo`](crate::NodeInfo),
+//! and `route/NAME` ([`ROUTE_PREFIX`]) its verdict on route `NAME`.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::Verdict;
+use crate::codec::{self, CodecError};
+
+/// The key of a node's description.
+pub const NODE_KEY: &str = "node";
+/// The prefix of the keys of a node's verdicts.
+pub const ROUTE_PREFIX: &str = "route/";
+
+/// The longest value, in bytes of text. A chitchat value that does not fit
+/// one datagram blocks every later key of its node, so values are kept far
+/// below that.
+pub const MAX_VALUE: usize = 2048;
+
+/// The longest reason a verdict carries in gossip, in bytes.
+pub const MAX_REASON: usize = 240;
+/// The most image counts a verdict carries in gossip (the largest kept).
+pub const MAX_IMAGES: usize = 8;
+/// The longest image label carried, in bytes.
+pub const MAX_IMAGE: usize = 96;
+
+/// Encodes a value as gossip text.
+pub fn encode_value<T: Serialize>(value: &T) -> Result<String, CodecError> {
+    let text = STANDARD_NO_PAD.encode(codec::encode(value)?);
+    if text.len() > MAX_VALUE {
+        return Err(CodecError::TooLarge { len: text.len() });
+    }
+    Ok(text)
+}
+
+/// Decodes gossip text, refusing it unread when it is over the limit.
+pub fn decode_value<T: DeserializeOwned>(text: &str) -> Result<T, CodecError> {
+    if text.len() > MAX_VALUE {
+        return Err(CodecError::TooLarge { len: text.len() });
+    }
+    let bytes = STANDARD_NO_PAD
+        .decode(text)
+        .map_err(|e| CodecError::Malformed(e.to_string()))?;
+    codec::decode(&bytes)
+}
+
+fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+}
+
+/// A verdict cut to what gossip carries: its reason and image list bounded
+/// (the images with the most replicas kept), so that its value always fits.
+pub fn fit(mut verdict: Verdict) -> Verdict {
+    cut(&mut verdict.reason, MAX_REASON);
+    cut(&mut verdict.route, 63);
+    if verdict.images.len() > MAX_IMAGES {
+        verdict
+            .images
+            .sort_by_key(|i| std::cmp::Reverse(i.replicas));
+        verdict.images.truncate(MAX_IMAGES);
+    }
+    for image in &mut verdict.images {
+        cut(&mut image.image, MAX_IMAGE);
+    }
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Circuit, Heart, ImageCount, NodeInfo};
+
+    fn verdict() -> Verdict {
+        Verdict {
+            route: "api".into(),
+            heart: Heart::Orange,
+            reason: "2 of 3 ready (1 not ready)".into(),
+            ready: 2,
+            total: 3,
+            images: vec![ImageCount {
+                image: "api:1.4".into(),
+                replicas: 3,
+            }],
+            circuit: Circuit::Closed,
+            since_unix_ms: 1_796_000_000_000,
+            runtime_stale_since_unix_ms: None,
+        }
+    }
+
+    #[test]
+    fn values_round_trip() {
+        let text = encode_value(&verdict()).unwrap();
+        assert_eq!(decode_value::<Verdict>(&text).unwrap(), verdict());
+        let info = NodeInfo {
+            name: "n1".into(),
+            version: "0.1.0".into(),
+            admin: "10.0.0.5:9900".into(),
+            feed: Some("10.0.0.5:9901".into()),
+            feed_fingerprint: None,
+            runtime: "docker".into(),
+            started_unix_ms: 1,
+        };
+        assert_eq!(
+            decode_value::<NodeInfo>(&encode_value(&info).unwrap()).unwrap(),
+            info
+        );
+    }
+
+    #[test]
+    fn the_largest_verdict_fits() {
+        let mut huge = verdict();
+        huge.route = "r".repeat(500);
+        huge.reason = "é".repeat(5000);
+        huge.images = (0..1000)
+            .map(|i| ImageCount {
+                image: format!("{}:{i}", "x".repeat(300)),
+                replicas: i,
+            })
+            .collect();
+        assert!(encode_value(&huge).is_err(), "unbounded, it does not fit");
+        let fitted = fit(huge);
+        let text = encode_value(&fitted).unwrap();
+        assert!(text.len() <= MAX_VALUE);
+        assert_eq!(fitted.images.len(), MAX_IMAGES);
+        assert_eq!(fitted.images[0].replicas, 999, "the largest kept");
+        assert!(fitted.reason.ends_with('…') && fitted.reason.len() <= MAX_REASON);
+    }
+
+    #[test]
+    fn oversized_and_garbage_text_are_refused() {
+        assert!(matches!(
+            decode_value::<Verdict>(&"A".repeat(MAX_VALUE + 1)),
+            Err(CodecError::TooLarge { .. })
+        ));
+        for text in ["", "!!!", "AQ", "not base64 at all", "AAAAAAAAAAAA"] {
+            assert!(decode_value::<Verdict>(text).is_err(), "{text:?}");
+        }
+    }
+}

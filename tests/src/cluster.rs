@@ -1,0 +1,69 @@
+//! Clusters of test nodes: a key of their own in a temporary file, a
+//! `[cluster]` section naming it, and helpers that wait on the views.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use picket_proto::{ClusterView, Liveness, Verdict};
+
+use crate::node::TestNode;
+
+/// Writes a fresh cluster key into `dir`; returns its path.
+pub fn key_file(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let key = picket::cluster::generate_key().expect("a key");
+    std::fs::write(&path, format!("{key}\n")).expect("write the key file");
+    path
+}
+
+/// A `[cluster]` section on loopback (port 0) with `seeds`.
+pub fn section(key: &Path, seeds: &[SocketAddr], interval: Duration) -> String {
+    let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+    format!(
+        "[cluster]\nid = \"test\"\ngossip = \"127.0.0.1:0\"\nseeds = [{}]\nkey_file = \"{}\"\ngossip_interval = \"{}ms\"\n",
+        seeds.join(", "),
+        key.display(),
+        interval.as_millis()
+    )
+}
+
+/// `node`'s verdict on `route` as `view` holds it.
+pub fn verdict_in<'a>(view: &'a ClusterView, node: &str, route: &str) -> Option<&'a Verdict> {
+    view.members
+        .iter()
+        .find(|m| m.name == node)?
+        .verdicts
+        .iter()
+        .find(|v| v.route == route)
+}
+
+/// `node`'s liveness as `view` holds it.
+pub fn liveness_in(view: &ClusterView, node: &str) -> Option<Liveness> {
+    view.members
+        .iter()
+        .find(|m| m.name == node)
+        .map(|m| m.liveness)
+}
+
+/// Waits until `check` holds on `node`'s view; panics after `within`,
+/// showing the view.
+pub async fn view_until(
+    node: &TestNode,
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut(&ClusterView) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let view = node.view().await;
+        if check(&view) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {within:?}: {what}; view: {view:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

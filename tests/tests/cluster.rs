@@ -1,0 +1,270 @@
+//! Three nodes on loopback, gossiping over sealed UDP: verdicts travel,
+//! peers' verdicts change nothing a node does, and a node with 1,000
+//! routes still converges.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use picket::config::Config;
+use picket_proto::{Heart, Liveness};
+use picket_tests::client::{self, percentile};
+use picket_tests::cluster::{key_file, liveness_in, section, verdict_in, view_until};
+use picket_tests::node::TestNode;
+use picket_tests::upstream::{Behaviour, Upstream};
+use tokio::time::Instant;
+
+const INTERVAL: Duration = Duration::from_millis(200);
+
+fn node_text(name: &str, cluster: &str, routes: &str) -> String {
+    format!("[node]\nname = \"{name}\"\n{cluster}\n{routes}")
+}
+
+fn static_route(name: &str, replicas: &[SocketAddr], extra: &str) -> String {
+    let list: Vec<String> = replicas.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "[[route]]\nname = \"{name}\"\npath_prefix = \"/{name}\"\nreplicas = [{}]\n{extra}\n",
+        list.join(", ")
+    )
+}
+
+/// Three nodes seeded through the first, with `routes[i]` on node i.
+async fn three(dir: &std::path::Path, routes: [&str; 3]) -> Vec<TestNode> {
+    let key = key_file(dir, "key");
+    let first = TestNode::start(&node_text("n1", &section(&key, &[], INTERVAL), routes[0]));
+    let seed = first.gossip_addr().await;
+    let mut nodes = vec![first];
+    for (i, routes) in routes.iter().enumerate().skip(1) {
+        let text = node_text(
+            &format!("n{}", i + 1),
+            &section(&key, &[seed], INTERVAL),
+            routes,
+        );
+        nodes.push(TestNode::start(&text));
+    }
+    for node in &nodes {
+        view_until(node, "three alive members", Duration::from_secs(10), |v| {
+            v.members.len() == 3 && v.members.iter().all(|m| m.liveness == Liveness::Alive)
+        })
+        .await;
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_change_reaches_every_peer_within_three_gossip_intervals() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Upstream::start("a", Behaviour::Echo).await;
+    let b = Upstream::start("b", Behaviour::Echo).await;
+    let one = static_route("api", &[a.addr], "");
+    let nodes = three(dir.path(), [&one, "", ""]).await;
+    let source = &nodes[0];
+    let base = Config::parse("n1.toml", &node_text("n1", "", &one)).unwrap();
+    let two = Config::parse(
+        "n1.toml",
+        &node_text("n1", "", &static_route("api", &[a.addr, b.addr], "")),
+    )
+    .unwrap();
+
+    let mut samples = Vec::new();
+    for i in 0..50 {
+        let total = if i % 2 == 0 { 2 } else { 1 };
+        source.node().apply(if total == 2 {
+            two.clone()
+        } else {
+            base.clone()
+        });
+        let changed = |v: Option<&picket_proto::Verdict>| v.is_some_and(|v| v.total == total);
+        // The clock starts when the source's own verdict has changed.
+        while !changed(source.verdict("api").as_ref()) {
+            tokio::task::yield_now().await;
+        }
+        let start = Instant::now();
+        let mut pending: Vec<&TestNode> = nodes[1..].iter().collect();
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for peer in pending {
+                // What a script sees: the peer's own `/v1/cluster`.
+                let (_, json) = peer.admin_json("/v1/cluster").await;
+                let seen = json["members"]
+                    .as_array()
+                    .and_then(|members| members.iter().find(|m| m["name"] == "n1"))
+                    .and_then(|m| m["verdicts"].as_array().cloned())
+                    .is_some_and(|vs| {
+                        vs.iter()
+                            .any(|v| v["route"] == "api" && v["total"] == total)
+                    });
+                if seen {
+                    samples.push(start.elapsed());
+                } else {
+                    still.push(peer);
+                }
+            }
+            pending = still;
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "change {i} never reached every peer"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    samples.sort();
+    let (p50, p99, max) = (
+        percentile(&mut samples, 50.0),
+        percentile(&mut samples, 99.0),
+        samples[samples.len() - 1],
+    );
+    eprintln!(
+        "verdict change to peers' /v1/cluster, gossip interval {INTERVAL:?}: {} samples (50 changes x 2 peers), p50 {p50:?}, p99 {p99:?}, max {max:?}",
+        samples.len()
+    );
+    assert!(
+        p99 <= INTERVAL * 3,
+        "p99 {p99:?} is over three gossip intervals"
+    );
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_publishing_red_change_nothing_this_node_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = Upstream::start("live", Behaviour::Echo).await;
+    // A port that refuses: on n2 and n3 the route is red after a check.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let ours = static_route(
+        "api",
+        &[live.addr],
+        "breaker = { enabled = true, failures = 2 }",
+    );
+    let theirs = format!(
+        "[global]\ncheck_every = \"1s\"\n{}",
+        static_route("api", &[refused], "")
+    );
+    let nodes = three(dir.path(), [&ours, &theirs, &theirs]).await;
+    let me = &nodes[0];
+    view_until(me, "both peers red on api", Duration::from_secs(10), |v| {
+        ["n2", "n3"]
+            .iter()
+            .all(|n| verdict_in(v, n, "api").is_some_and(|v| v.heart == Heart::Red))
+    })
+    .await;
+
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let mut served = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        let answer = client::get(me.proxy, "any", "/api").await.unwrap();
+        if answer.status.is_success() {
+            served += 1;
+        } else {
+            failed.push(answer.status);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed of {}: {failed:?}",
+        failed.len(),
+        served + failed.len()
+    );
+    assert!(served > 50, "a steady load ({served} requests)");
+    let (_, routes) = me.admin_json("/v1/routes").await;
+    let api = &routes["routes"][0];
+    assert_eq!(api["breaker"]["state"], "closed", "{api:#}");
+    assert_eq!(api["verdict"]["heart"], "green", "{api:#}");
+    let (_, across) = me.admin_json("/v1/routes/api").await;
+    assert_eq!(across["disagreement"], true, "{across:#}");
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_thousand_routes_converges() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Upstream::start("up", Behaviour::Echo).await;
+    let key = key_file(dir.path(), "key");
+    let routes: String = (0..1000)
+        .map(|i| {
+            format!(
+                "[[route]]\nname = \"r{i}\"\nhost = \"r{i}.test\"\nreplicas = [\"{}\"]\n",
+                up.addr
+            )
+        })
+        .collect();
+    let big = TestNode::start(&node_text(
+        "big",
+        &section(&key, &[], INTERVAL),
+        &format!("[global]\ncheck_every = \"10m\"\n{routes}"),
+    ));
+    let seed = big.gossip_addr().await;
+    view_until(
+        &big,
+        "its own 1,000 verdicts",
+        Duration::from_secs(10),
+        |v| v.members[0].verdicts.len() == 1000,
+    )
+    .await;
+    let start = Instant::now();
+    let small = TestNode::start(&node_text("small", &section(&key, &[seed], INTERVAL), ""));
+    view_until(
+        &small,
+        "all 1,000 verdicts of the big node",
+        Duration::from_secs(30),
+        |v| {
+            v.members
+                .iter()
+                .find(|m| m.name == "big")
+                .is_some_and(|m| m.verdicts.len() == 1000)
+        },
+    )
+    .await;
+    eprintln!(
+        "1,000 routes' verdicts reached a new node in {:?} (gossip interval {INTERVAL:?})",
+        start.elapsed()
+    );
+    // And a change after that still flows: nothing is blocked behind the bulk.
+    let fewer: String = (0..999)
+        .map(|i| {
+            format!(
+                "[[route]]\nname = \"r{i}\"\nhost = \"r{i}.test\"\nreplicas = [\"{}\"]\n",
+                up.addr
+            )
+        })
+        .collect();
+    big.node().apply(
+        Config::parse(
+            "big.toml",
+            &node_text(
+                "big",
+                "",
+                &format!("[global]\ncheck_every = \"10m\"\n{fewer}"),
+            ),
+        )
+        .unwrap(),
+    );
+    view_until(
+        &small,
+        "the removed route gone",
+        Duration::from_secs(10),
+        |v| {
+            v.members
+                .iter()
+                .find(|m| m.name == "big")
+                .is_some_and(|m| m.verdicts.len() == 999)
+        },
+    )
+    .await;
+    assert_eq!(
+        liveness_in(&*small.view().await, "big"),
+        Some(Liveness::Alive)
+    );
+    let dropped = big.node().metrics().gossip().dropped_total()
+        + small.node().metrics().gossip().dropped_total();
+    assert_eq!(dropped, 0, "every sealed datagram, parts included, opened");
+    big.stop().await;
+    small.stop().await;
+}
