@@ -357,11 +357,11 @@ pub async fn start(
     };
     match &keys {
         Some(keys) => tracing::info!(
-            cluster = %settings.id, gossip = %bound, %advertise, keys = ?keys.load().labels(),
+            node = %me.info.name, cluster = %settings.id, gossip = %bound, %advertise, keys = ?keys.load().labels(),
             "gossip sealed with the cluster key"
         ),
         None => tracing::warn!(
-            cluster = %settings.id, gossip = %bound, %advertise,
+            node = %me.info.name, cluster = %settings.id, gossip = %bound, %advertise,
             "gossip is INSECURE: anyone who can send UDP to the gossip port can join the cluster and write verdicts into its view"
         ),
     }
@@ -550,6 +550,7 @@ async fn follow(
             let chitchat = chitchat.lock().await;
             let self_id = chitchat.self_chitchat_id().clone();
             let live: Vec<&ChitchatId> = chitchat.live_nodes().collect();
+            let dead: Vec<&ChitchatId> = chitchat.dead_nodes().collect();
             chitchat
                 .node_states()
                 .iter()
@@ -563,6 +564,7 @@ async fn follow(
                         gossip: id.gossip_advertise_addr.to_string(),
                         heartbeat: u64::from(state.heartbeat()),
                         live: live.contains(&id),
+                        dead: dead.contains(&id),
                         max_version: state.max_version(),
                         values: (!unchanged).then(|| {
                             state
@@ -591,6 +593,7 @@ async fn follow(
         if now_counts != counts {
             if counts.0 != usize::MAX {
                 tracing::info!(
+                    node = %me.info.name,
                     alive = now_counts.0,
                     suspect = now_counts.1,
                     dead = now_counts.2,

@@ -1,5 +1,8 @@
-//! `picket demo`: a node on an embedded configuration, with its upstreams
-//! started in the same process, so that one command shows Picket at work.
+//! `picket demo`: a three-node cluster on loopback, on embedded
+//! configurations, with its upstreams started in the same process, so that
+//! one command shows Picket at work. Node 3 sees `web` differently (it
+//! lists one more replica, which refuses), so the cluster view shows a
+//! disagreement.
 //!
 //! - `web`: three healthy replicas that say which one answered;
 //! - `slow`: one replica that takes 30 s to answer (first-answer bound 2 s:
@@ -76,17 +79,54 @@ async fn serve(name: String, behaviour: Behaviour) -> std::io::Result<SocketAddr
     Ok(addr)
 }
 
-/// The demo's configuration file, naming the upstreams' real ports.
-pub fn config_text(upstreams: &Upstreams) -> String {
-    let web: Vec<String> = upstreams.web.iter().map(|a| format!("\"{a}\"")).collect();
+/// Where one demo node listens.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub proxy: SocketAddr,
+    pub admin: SocketAddr,
+    pub gossip: SocketAddr,
+}
+
+/// The `i`th node's addresses: each port of the first plus `i`.
+pub fn ports(first: Ports, i: u16) -> Ports {
+    let shift = |a: SocketAddr| SocketAddr::new(a.ip(), a.port().saturating_add(i));
+    Ports {
+        proxy: shift(first.proxy),
+        admin: shift(first.admin),
+        gossip: shift(first.gossip),
+    }
+}
+
+/// The configuration of demo node `i` (0, 1, 2), naming the upstreams'
+/// real ports. Node 3 (`i = 2`) also lists a replica that refuses, so it
+/// alone sees `web` orange: the cluster disagrees about one route.
+pub fn config_text(
+    upstreams: &Upstreams,
+    i: u16,
+    first: Ports,
+    key_file: &std::path::Path,
+) -> String {
+    let mut web: Vec<String> = upstreams.web.iter().map(|a| format!("\"{a}\"")).collect();
+    if i == 2 {
+        web.push(format!("\"{}\"", upstreams.refused));
+    }
+    let seed = first.gossip;
     format!(
-        r#"# picket demo: three routes on the demo upstreams
+        r#"# picket demo: node {n} of a three-node cluster on loopback
 [node]
-name = "demo"
+name = "demo-{n}"
+
+[cluster]
+id = "demo"
+gossip = "{gossip}"
+seeds = ["{seed}"]
+key_file = "{key}"
+gossip_interval = "500ms"
 
 [global]
 connect_timeout = "2s"
 first_answer_timeout = "5s"
+check_every = "2s"
 
 [[route]]
 name = "web"
@@ -104,6 +144,9 @@ name = "refused"
 path_prefix = "/refused"
 replicas = ["{refused}"]
 "#,
+        n = i + 1,
+        gossip = ports(first, i).gossip,
+        key = key_file.display(),
         web = web.join(", "),
         slow = upstreams.slow,
         refused = upstreams.refused,
@@ -111,15 +154,19 @@ replicas = ["{refused}"]
 }
 
 /// What `picket demo` prints once it listens.
-pub fn banner(config: &crate::config::Config) -> String {
-    let proxy = config.node.listen.value;
-    let admin = config.node.admin.value;
+pub fn banner(first: Ports) -> String {
+    let (proxy, admin) = (first.proxy, first.admin);
+    let admin3 = ports(first, 2).admin;
     format!(
-        "Picket demo: a node on {proxy} with three routes.\n\
+        "Picket demo: three nodes on loopback, gossiping their verdicts.\n\
+         Node 1 proxies on {proxy} (nodes 2 and 3 on the next ports), status API on {admin}.\n\
          \n  curl -i http://{proxy}/          # web: three replicas, answered in turn\n\
          \x20 curl -i http://{proxy}/slow      # slow: 504 after its 2 s first-answer bound\n\
          \x20 curl -i http://{proxy}/refused   # refused: 502 at once\n\
-         \x20 curl http://{admin}/metrics      # requests by status class, ejections, retries\n\
+         \x20 curl http://{admin}/v1/cluster   # every node's verdicts, liveness and age\n\
+         \x20 curl http://{admin}/v1/routes/web   # web on every node: node 3 disagrees\n\
+         \x20 curl http://{admin3}/v1/routes   # node 3's own view, with its ejected replica\n\
+         \x20 curl http://{admin}/metrics      # requests, ejections, gossip\n\
          \nCtrl-C stops it.\n"
     )
 }

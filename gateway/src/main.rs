@@ -1,6 +1,7 @@
 //! The `picket` command: run a node, check a configuration, or try the demo.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -55,8 +56,6 @@ enum Command {
         #[command(flatten)]
         node: NodeFlags,
     },
-    /// Run a node with demo upstreams in the same process: three healthy
-    /// replicas on `/`, a slow one on `/slow`, a refusing one on `/refused`.
     /// A read-only proxy of the local Docker engine for the Picket nodes of
     /// a swarm: GET of allow-listed paths only, everything else 403.
     SocketProxy {
@@ -78,13 +77,19 @@ enum Command {
     /// Print a fresh random cluster key (base64 of 32 bytes), for
     /// `[cluster] key_file` or PICKET_CLUSTER_KEY.
     GenKey,
+    /// Run a three-node cluster on loopback with demo upstreams in the same
+    /// process: three healthy replicas on `/`, a slow one on `/slow`, a
+    /// refusing one on `/refused`; node 3 sees `/` differently.
     Demo {
-        /// Where the demo proxy listens.
+        /// Where node 1's proxy listens; nodes 2 and 3 take the next ports.
         #[arg(long, env = "PICKET_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Where the demo's status endpoints listen.
+        /// Where node 1's status API listens; nodes 2 and 3 take the next ports.
         #[arg(long, env = "PICKET_ADMIN", default_value = "127.0.0.1:9900")]
         admin: SocketAddr,
+        /// Where node 1's gossip listens; nodes 2 and 3 take the next ports.
+        #[arg(long, default_value = "127.0.0.1:7946")]
+        gossip: SocketAddr,
     },
 }
 
@@ -133,7 +138,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { file, node } => return check(&file, &node),
         Command::Run { config, node } => run(config, &node),
-        Command::Demo { listen, admin } => run_demo(listen, admin),
+        Command::Demo {
+            listen,
+            admin,
+            gossip,
+        } => run_demo(demo::Ports {
+            proxy: listen,
+            admin,
+            gossip,
+        }),
         Command::SocketProxy { listen, socket } => run_socket_proxy(listen, socket),
         Command::GenKey => match picket::cluster::generate_key() {
             Some(key) => {
@@ -195,28 +208,66 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
     runtime(config.node.workers.value)?.block_on(serve(config, options))
 }
 
-fn run_demo(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<()> {
-    let overrides = Overrides {
-        listen: Some(listen),
-        admin: Some(admin),
-        ..Overrides::default()
-    };
-    let options = Options {
-        config_path: None,
-        overrides: overrides.clone(),
-        tls: picket::tls::client_config(None)?,
-        drain: std::time::Duration::from_secs(1),
-        proxy_env: None,
-        gossip_transport: None,
-    };
+fn run_demo(first: demo::Ports) -> anyhow::Result<()> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    runtime(workers)?.block_on(async move {
+    // A key of the demo's own, for the demo's lifetime.
+    let key = tempfile_key()?;
+    let result = runtime(workers)?.block_on(async {
         let upstreams = demo::start_upstreams().await?;
-        let mut config = Config::parse("demo", &demo::config_text(&upstreams))?;
-        config.apply(&overrides);
-        println!("{}", demo::banner(&config));
-        serve(config, options).await
-    })
+        let (trigger, shutdown) = shutdown::channel();
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let ports = demo::ports(first, i);
+            let config = Config::parse(
+                &format!("demo-{}", i + 1),
+                &demo::config_text(&upstreams, i, first, &key.0),
+            )?;
+            let listeners = Listeners::bind(ports.proxy, ports.admin)?.with_gossip(ports.gossip)?;
+            let options = Options {
+                config_path: None,
+                overrides: Overrides::default(),
+                tls: picket::tls::client_config(None)?,
+                drain: std::time::Duration::from_secs(1),
+                proxy_env: None,
+                gossip_transport: None,
+            };
+            let node = Node::new(config, options);
+            nodes.push(tokio::spawn(node::run(listeners, node, shutdown.clone())));
+        }
+        println!("{}", demo::banner(first));
+        wait_for_stop_signal().await;
+        trigger.fire();
+        for node in nodes {
+            node.await??;
+        }
+        Ok(())
+    });
+    drop(key);
+    result
+}
+
+/// A cluster key in a file of its own, removed when dropped.
+struct TempKey(PathBuf);
+
+impl Drop for TempKey {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn tempfile_key() -> anyhow::Result<TempKey> {
+    let key = picket::cluster::generate_key().context("no randomness for a demo key")?;
+    let path = std::env::temp_dir().join(format!("picket-demo-{}.key", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    std::io::Write::write_all(&mut file, format!("{key}\n").as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(TempKey(path))
 }
 
 fn run_socket_proxy(listen: SocketAddr, socket: PathBuf) -> anyhow::Result<()> {

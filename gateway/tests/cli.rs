@@ -397,9 +397,28 @@ fn sighup_reloads_the_configuration() {
     );
 }
 
+/// The first of three consecutive loopback ports free for TCP and UDP.
+fn three_free_ports(seed: u16) -> SocketAddr {
+    let mut base = 20_000 + (std::process::id() as u16 % 10_000) + seed * 97;
+    loop {
+        let free = (0..3).all(|i| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
+            TcpListener::bind(addr).is_ok() && std::net::UdpSocket::bind(addr).is_ok()
+        });
+        if free {
+            return SocketAddr::from(([127, 0, 0, 1], base));
+        }
+        base += 3;
+    }
+}
+
 #[test]
-fn demo_shows_healthy_slow_and_refused_routes() {
-    let (listen, admin) = (free_port(), free_port());
+fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
+    let (listen, admin, gossip) = (
+        three_free_ports(0),
+        three_free_ports(1),
+        three_free_ports(2),
+    );
     let child = Command::new(PICKET)
         .args([
             "demo",
@@ -407,6 +426,8 @@ fn demo_shows_healthy_slow_and_refused_routes() {
             &listen.to_string(),
             "--admin",
             &admin.to_string(),
+            "--gossip",
+            &gossip.to_string(),
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -431,4 +452,22 @@ fn demo_shows_healthy_slow_and_refused_routes() {
         "{took:?}"
     );
     assert_eq!(get(admin, "/healthz").unwrap().0, 200);
+    // Three nodes, and node 3 alone sees `web` orange.
+    wait_until(
+        "node 3's disagreement on web",
+        Duration::from_secs(15),
+        || {
+            get(admin, "/v1/routes/web").is_some_and(|(status, body)| {
+                status == 200
+                    && body.contains("\"disagreement\": true")
+                    && body.matches("\"node\": \"demo-").count() == 4
+            })
+        },
+    );
+    let (_, cluster) = get(admin, "/v1/cluster").unwrap();
+    assert_eq!(
+        cluster.matches("\"liveness\": \"alive\"").count(),
+        3,
+        "{cluster}"
+    );
 }

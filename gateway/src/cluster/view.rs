@@ -11,10 +11,11 @@ use picket_proto::{ClusterView, Heart, Liveness, Member, NodeInfo, Verdict};
 /// it is suspect, though the failure detector still counts it live.
 pub const SUSPECT_AFTER_INTERVALS: u32 = 5;
 
-/// How alive a node looks.
+/// How alive a node looks. `live` and `dead` are the failure detector's
+/// verdicts; a node just heard of is neither yet, and counts as suspect.
 pub fn liveness(
     is_self: bool,
-    live: bool,
+    (live, dead): (bool, bool),
     heard_ms: u64,
     now_ms: u64,
     interval: Duration,
@@ -22,8 +23,11 @@ pub fn liveness(
     if is_self {
         return Liveness::Alive;
     }
-    if !live {
+    if dead {
         return Liveness::Dead;
+    }
+    if !live {
+        return Liveness::Suspect;
     }
     let quiet = Duration::from_millis(now_ms.saturating_sub(heard_ms));
     if quiet > interval * SUSPECT_AFTER_INTERVALS {
@@ -41,6 +45,7 @@ pub struct Gossiped {
     pub gossip: String,
     pub heartbeat: u64,
     pub live: bool,
+    pub dead: bool,
     pub max_version: u64,
     /// Its keys and values, with versions; `None` when `max_version` is
     /// what was last seen, so nothing needs decoding again.
@@ -115,7 +120,13 @@ impl Assembler {
                 name: node.name,
                 gossip: node.gossip,
                 generation: node.generation,
-                liveness: liveness(false, node.live, known.heard_ms, now_ms, interval),
+                liveness: liveness(
+                    false,
+                    (node.live, node.dead),
+                    known.heard_ms,
+                    now_ms,
+                    interval,
+                ),
                 heard_unix_ms: known.heard_ms,
                 info: known.info.clone(),
                 verdicts: known.verdicts.values().map(|(_, v)| v.clone()).collect(),
@@ -265,6 +276,7 @@ mod tests {
             gossip: "10.0.0.2:7946".into(),
             heartbeat,
             live: true,
+            dead: false,
             max_version: values.as_ref().map_or(0, |v| v.len() as u64),
             values,
         }
@@ -280,14 +292,25 @@ mod tests {
 
     #[test]
     fn liveness_follows_the_detector_and_the_heartbeat() {
-        assert_eq!(liveness(true, false, 0, NOW, SECOND), Liveness::Alive);
-        assert_eq!(liveness(false, false, NOW, NOW, SECOND), Liveness::Dead);
         assert_eq!(
-            liveness(false, true, NOW - 5000, NOW, SECOND),
+            liveness(true, (false, true), 0, NOW, SECOND),
             Liveness::Alive
         );
         assert_eq!(
-            liveness(false, true, NOW - 5001, NOW, SECOND),
+            liveness(false, (false, true), NOW, NOW, SECOND),
+            Liveness::Dead
+        );
+        assert_eq!(
+            liveness(false, (false, false), NOW, NOW, SECOND),
+            Liveness::Suspect,
+            "just heard of"
+        );
+        assert_eq!(
+            liveness(false, (true, false), NOW - 5000, NOW, SECOND),
+            Liveness::Alive
+        );
+        assert_eq!(
+            liveness(false, (true, false), NOW - 5001, NOW, SECOND),
             Liveness::Suspect
         );
     }
@@ -373,6 +396,7 @@ mod tests {
         let one = vec![route_value("api", 1, Heart::Green)];
         let mut old = peer("n2", 1, 1, Some(one));
         old.live = false;
+        old.dead = true;
         let restarted = peer("n2", 2, 1, Some(vec![route_value("api", 1, Heart::Orange)]));
         let (view, _) = assembler.assemble(&me(), "prod", vec![old, restarted], NOW + 10, SECOND);
         assert_eq!(view.members.len(), 2, "{:?}", view.members);
@@ -390,6 +414,7 @@ mod tests {
         assert_eq!(across.nodes.len(), 2);
         let mut dead = red;
         dead.live = false;
+        dead.dead = true;
         let (view, _) = assembler.assemble(&me(), "prod", vec![dead], NOW, SECOND);
         assert!(!route_across(&view, "api").unwrap().disagreement);
         assert!(route_across(&view, "nothing").is_none());

@@ -1,0 +1,90 @@
+//! Gossip is read-only by construction: the modules that route, retry,
+//! eject, break circuits, follow runtimes and judge verdicts never name the
+//! cluster, chitchat or anything gossip brings. (The behaviour is tested in
+//! `cluster.rs`: peers that all publish red change nothing a node does.)
+
+use std::path::{Path, PathBuf};
+
+const DATA_PATH: [&str; 14] = [
+    "body",
+    "breaker",
+    "changes",
+    "h1",
+    "proxy",
+    "reload",
+    "router",
+    "server",
+    "targets",
+    "tls",
+    "upstream",
+    "verdict",
+    "socket_proxy",
+    "shutdown",
+];
+
+const GOSSIP_NAMES: [&str; 7] = [
+    "cluster::",
+    "chitchat",
+    "Membership",
+    "ClusterView",
+    "Liveness",
+    "NodeInfo",
+    "gossip",
+];
+
+fn sources(root: &Path, module: &str) -> Vec<PathBuf> {
+    let mut files = vec![root.join(format!("{module}.rs"))];
+    let dir = root.join(module);
+    let mut stack = vec![dir];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.retain(|f| f.exists());
+    files
+}
+
+#[test]
+fn the_data_path_never_names_gossip_state() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/src");
+    let mut checked = 0;
+    let mut found = Vec::new();
+    for module in DATA_PATH {
+        let files = sources(&root, module);
+        assert!(!files.is_empty(), "module {module} exists");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            checked += 1;
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                for name in GOSSIP_NAMES {
+                    let named = code.match_indices(name).any(|(i, _)| {
+                        let before = code[..i].chars().next_back();
+                        let after = code[i + name.len()..].chars().next();
+                        let ident =
+                            |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                        !ident(before) && (name.ends_with("::") || !ident(after))
+                    });
+                    if named {
+                        found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} files checked");
+    assert!(
+        found.is_empty(),
+        "the data path names gossip state:\n{}",
+        found.join("\n")
+    );
+}

@@ -1,0 +1,175 @@
+//! The status API against its OpenAPI description (docs/status-api.openapi.json):
+//! every endpoint's answer on a three-node cluster validates against the
+//! documented schema, undocumented fields included (objects are closed).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use picket_proto::Liveness;
+use picket_tests::client;
+use picket_tests::cluster::{key_file, section, view_until};
+use picket_tests::node::TestNode;
+use picket_tests::upstream::{Behaviour, Upstream};
+use serde_json::{Value, json};
+
+fn openapi() -> Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/status-api.openapi.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the OpenAPI file"))
+        .expect("valid JSON")
+}
+
+/// The schema of `path`'s answer with `status`, as a standalone JSON Schema.
+fn schema(spec: &Value, path: &str, status: &str) -> Value {
+    let schema =
+        &spec["paths"][path]["get"]["responses"][status]["content"]["application/json"]["schema"];
+    assert!(schema.is_object(), "{path} {status} is documented");
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$ref": schema["$ref"],
+        "components": spec["components"],
+    })
+}
+
+fn check(spec: &Value, path: &str, status: &str, answer: &Value) {
+    let validator = jsonschema::validator_for(&schema(spec, path, status)).expect("a valid schema");
+    let errors: Vec<String> = validator
+        .iter_errors(answer)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{path} answer does not match the OpenAPI description:\n{}\n{answer:#}",
+        errors.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_answers_as_documented() {
+    let spec = openapi();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "key");
+    let up = Upstream::start("up", Behaviour::Echo).await;
+    let refused: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let routes = format!(
+        "[global]\ncheck_every = \"1s\"\n\
+         [[route]]\nname = \"api\"\nhost = \"api.test\"\nreplicas = [\"{}\", \"{refused}\"]\nbreaker = {{ enabled = true }}\n\
+         [[route]]\nname = \"billing\"\npath_prefix = \"/billing\"\nupstream = \"http://{}\"\n",
+        up.addr, up.addr
+    );
+    let interval = Duration::from_millis(100);
+    let first = TestNode::start(&format!(
+        "[node]\nname = \"n1\"\n{}{routes}",
+        section(&key, &[], interval)
+    ));
+    let seed = first.gossip_addr().await;
+    let others: Vec<TestNode> = ["n2", "n3"]
+        .iter()
+        .map(|n| {
+            TestNode::start(&format!(
+                "[node]\nname = \"{n}\"\n{}{routes}",
+                section(&key, &[seed], interval)
+            ))
+        })
+        .collect();
+    view_until(
+        &first,
+        "three alive, each with both verdicts",
+        Duration::from_secs(10),
+        |v| {
+            v.members.len() == 3
+                && v.members
+                    .iter()
+                    .all(|m| m.liveness == Liveness::Alive && m.verdicts.len() == 2)
+        },
+    )
+    .await;
+    // The refused replica ejected by a check: an ejected replica with its reason.
+    first
+        .verdict_until("api", "one replica ejected", Duration::from_secs(5), |v| {
+            v.ready == 1
+        })
+        .await;
+
+    for path in [
+        "/v1/node",
+        "/v1/routes",
+        "/v1/routes/{name}",
+        "/v1/nodes",
+        "/v1/cluster",
+    ] {
+        let (status, answer) = first.admin_json(&path.replace("{name}", "api")).await;
+        assert_eq!(status, 200, "{path}");
+        check(&spec, path, "200", &answer);
+    }
+    let (status, missing) = first.admin_json("/v1/routes/nothing").await;
+    assert_eq!(status, 404);
+    check(&spec, "/v1/routes/{name}", "404", &missing);
+
+    // Spot checks of meaning, beyond shape.
+    let (_, node) = first.admin_json("/v1/node").await;
+    let validator = jsonschema::validator_for(&schema(&spec, "/v1/node", "200")).unwrap();
+    let mut undocumented = node.clone();
+    undocumented["surprise"] = json!(1);
+    let mut mistyped = node.clone();
+    mistyped["members"]["alive"] = json!("three");
+    assert!(
+        !validator.is_valid(&undocumented) && !validator.is_valid(&mistyped),
+        "the schema is not vacuous"
+    );
+    assert_eq!(
+        (
+            node["name"].as_str(),
+            node["cluster"].as_str(),
+            node["members"]["alive"].as_u64()
+        ),
+        (Some("n1"), Some("test"), Some(3))
+    );
+    let (_, nodes) = first.admin_json("/v1/nodes").await;
+    assert!(
+        nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["routes"] == 2 && n["info"]["version"].is_string())
+    );
+    let (_, routes) = first.admin_json("/v1/routes").await;
+    let api = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "api")
+        .unwrap();
+    assert!(
+        api["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["state"] == "ejected" && r["reason"].is_string()),
+        "{api:#}"
+    );
+    let (_, across) = first.admin_json("/v1/routes/billing").await;
+    assert_eq!(across["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(across["disagreement"], false);
+
+    // Read-only.
+    let post = client::send(
+        first.admin,
+        client::request(
+            http::Method::POST,
+            "admin",
+            "/v1/cluster",
+            bytes::Bytes::new(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(post.status, 405);
+    for node in others {
+        node.stop().await;
+    }
+    first.stop().await;
+}
