@@ -77,13 +77,22 @@ fn counts(view: &ClusterView) -> Counts {
     counts
 }
 
-fn member(m: &Member, now_ms: u64, with_verdicts: bool) -> MemberAnswer {
+/// Since `m` was last heard from; the answering node hears itself now.
+fn age(view: &ClusterView, m: &Member, now_ms: u64) -> u64 {
+    if m.name == view.node {
+        0
+    } else {
+        now_ms.saturating_sub(m.heard_unix_ms)
+    }
+}
+
+fn member(view: &ClusterView, m: &Member, now_ms: u64, with_verdicts: bool) -> MemberAnswer {
     MemberAnswer {
         name: m.name.clone(),
         gossip: m.gossip.clone(),
         generation: m.generation,
         liveness: m.liveness,
-        age_ms: now_ms.saturating_sub(m.heard_unix_ms),
+        age_ms: age(view, m, now_ms),
         info: m.info.clone(),
         routes: (!with_verdicts).then_some(m.verdicts.len()),
         verdicts: with_verdicts.then(|| m.verdicts.clone()),
@@ -112,7 +121,7 @@ pub fn cluster(membership: &Membership, with_verdicts: bool, now_ms: u64) -> Clu
     let members: Vec<MemberAnswer> = view
         .members
         .iter()
-        .map(|m| member(m, now_ms, with_verdicts))
+        .map(|m| member(&view, m, now_ms, with_verdicts))
         .collect();
     let (members, nodes) = if with_verdicts {
         (Some(members), None)
@@ -136,7 +145,7 @@ pub fn route(membership: &Membership, name: &str, now_ms: u64) -> Option<RouteAn
         let m = view.members.iter().find(|m| m.name == n.node)?;
         Some((n, m))
     }) {
-        node.age_ms = now_ms.saturating_sub(m.heard_unix_ms);
+        node.age_ms = age(&view, m, now_ms);
     }
     Some(RouteAnswer {
         node: view.node.clone(),

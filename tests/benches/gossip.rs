@@ -1,0 +1,202 @@
+//! Gossip at scale: 32 nodes × 500 routes on chitchat's in-memory
+//! transport, on tokio's paused clock (virtual seconds: what the gossip
+//! protocol needs, not how fast this machine computes it; wall time is
+//! reported beside). Run by hand:
+//!
+//!   cargo bench -p picket-tests --bench gossip [-- NODES ROUTES]
+//!
+//! Reports: rounds and seconds until every node holds every verdict; a
+//! change on one node reaching all others; a new node joining the full
+//! cluster; bytes per gossip round per node (before the 47 bytes each
+//! datagram gains when sealed).
+
+// Wall time is measured beside the paused clock, on purpose.
+#![allow(clippy::disallowed_types)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant as Wall};
+
+use picket::cluster::{self, ChannelTransport, Me, Membership, Transport, Wire};
+use picket::config::ClusterSettings;
+use picket::metrics::Metrics;
+use picket_proto::{Circuit, Heart, ImageCount, NodeInfo, Verdict};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+const INTERVAL: Duration = Duration::from_secs(1);
+
+fn verdicts(node: usize, routes: usize, generation: u64) -> Arc<Vec<Verdict>> {
+    Arc::new(
+        (0..routes)
+            .map(|r| Verdict {
+                route: format!("route-{r:04}"),
+                heart: Heart::Green,
+                reason: format!("all {} ready", 2 + (r + node) % 3),
+                ready: 2,
+                total: 2,
+                images: vec![ImageCount {
+                    image: format!("registry.example.com/team/service-{r}:1.{generation}"),
+                    replicas: 2,
+                }],
+                circuit: Circuit::Closed,
+                since_unix_ms: 1_796_000_000_000 + generation,
+                runtime_stale_since_unix_ms: None,
+            })
+            .collect(),
+    )
+}
+
+struct BenchNode {
+    membership: Arc<Membership>,
+    verdicts: watch::Sender<Arc<Vec<Verdict>>>,
+    _trigger: picket::shutdown::Trigger,
+}
+
+fn addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([10, 0, (i / 250) as u8, (i % 250) as u8 + 1], 7946))
+}
+
+async fn start(i: usize, routes: usize, transport: &Arc<dyn Transport>) -> BenchNode {
+    let settings = ClusterSettings {
+        id: "bench".into(),
+        gossip: addr(i),
+        advertise: None,
+        seeds: vec![addr(0).to_string()],
+        key_file: None,
+        insecure: true,
+        gossip_interval: INTERVAL,
+    };
+    let (tx, rx) = watch::channel(verdicts(i, routes, 0));
+    let (trigger, shutdown) = picket::shutdown::channel();
+    let me = Me {
+        info: NodeInfo {
+            name: format!("n{i:03}"),
+            version: "bench".into(),
+            admin: format!("{}:9900", addr(i).ip()),
+            feed: None,
+            feed_fingerprint: None,
+            runtime: "kubernetes".into(),
+            started_unix_ms: 1_796_000_000_000 + i as u64,
+        },
+    };
+    let membership = cluster::start(
+        Some(&settings),
+        None,
+        Wire::Given(Arc::clone(transport)),
+        me,
+        rx,
+        Arc::new(Metrics::new()),
+        shutdown,
+    )
+    .await
+    .expect("a bench node starts");
+    BenchNode {
+        membership,
+        verdicts: tx,
+        _trigger: trigger,
+    }
+}
+
+/// Polls (in virtual time) until `done` holds on every node.
+async fn until(
+    nodes: &[BenchNode],
+    mut done: impl FnMut(&picket_proto::ClusterView) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        if nodes.iter().all(|n| done(&n.membership.view())) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3600),
+            "never converged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn full(view: &picket_proto::ClusterView, nodes: usize, routes: usize) -> bool {
+    view.members.len() == nodes && view.members.iter().all(|m| m.verdicts.len() == routes)
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (count, routes) = (
+        args.first().copied().unwrap_or(32),
+        args.get(1).copied().unwrap_or(500),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move {
+        let channel = ChannelTransport::default();
+        let transport: Arc<dyn Transport> = Arc::new(channel.clone());
+        let wall = Wall::now();
+        let mut nodes = Vec::new();
+        for i in 0..count {
+            nodes.push(start(i, routes, &transport).await);
+        }
+        let took = until(&nodes, |v| full(v, count, routes)).await;
+        println!(
+            "{count} nodes x {routes} routes: every node holds every verdict after {:.1} s = {:.0} rounds (wall {:.1} s)",
+            took.as_secs_f64(),
+            took.as_secs_f64() / INTERVAL.as_secs_f64(),
+            wall.elapsed().as_secs_f64()
+        );
+
+        // Steady state: heartbeats and digests only.
+        let before = channel.statistics();
+        tokio::time::sleep(INTERVAL * 10).await;
+        let after = channel.statistics();
+        let steady = (after.num_bytes_total - before.num_bytes_total) as f64 / 10.0 / count as f64;
+        let steady_messages = (after.num_messages_total - before.num_messages_total) as f64 / 10.0 / count as f64;
+        println!("steady state: {steady:.0} bytes and {steady_messages:.1} messages per gossip round per node");
+
+        // One verdict changes on one node, ten times.
+        let mut changes = Vec::new();
+        let before = channel.statistics();
+        for generation in 1..=10u64 {
+            let mut changed = (*verdicts(0, routes, 0)).clone();
+            changed[7].heart = Heart::Red;
+            changed[7].reason = format!("none ready ({generation})");
+            nodes[0].verdicts.send_replace(Arc::new(changed));
+            let reason = format!("none ready ({generation})");
+            let took = until(&nodes, |v| {
+                v.members.iter().find(|m| m.name == "n000").is_some_and(|m| m.verdicts.get(7).is_some_and(|v| v.reason == reason))
+            })
+            .await;
+            changes.push(took);
+        }
+        let after = channel.statistics();
+        changes.sort();
+        println!(
+            "one verdict changed on one node, reaching all {count}: median {:.2} s, max {:.2} s (10 changes); {:.0} bytes per round per node meanwhile",
+            changes[changes.len() / 2].as_secs_f64(),
+            changes[changes.len() - 1].as_secs_f64(),
+            (after.num_bytes_total - before.num_bytes_total) as f64
+                / (changes.iter().sum::<Duration>().as_secs_f64() / INTERVAL.as_secs_f64()).max(1.0)
+                / count as f64
+        );
+
+        // A new node joins the full cluster.
+        let wall = Wall::now();
+        nodes.push(start(count, routes, &transport).await);
+        let took = until(&nodes, |v| full(v, count + 1, routes)).await;
+        println!(
+            "a new node joins: it and every other node hold all {} x {routes} verdicts after {:.1} s = {:.0} rounds (wall {:.1} s)",
+            count + 1,
+            took.as_secs_f64(),
+            took.as_secs_f64() / INTERVAL.as_secs_f64(),
+            wall.elapsed().as_secs_f64()
+        );
+        for node in &nodes {
+            node.membership.leave().await;
+        }
+    });
+}
