@@ -29,7 +29,7 @@ use crate::metrics::GossipMetrics;
 use crate::verdict::board::now_unix_ms;
 
 /// How long the codec may take to decode one handed-over message.
-const DECODE_WAIT: Duration = Duration::from_millis(250);
+const DECODE_WAIT: Duration = Duration::from_secs(1);
 
 /// Opens sealed sockets.
 #[derive(Debug, Clone)]
