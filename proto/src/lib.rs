@@ -9,6 +9,7 @@
 
 mod cluster;
 pub mod codec;
+pub mod feed;
 pub mod gossip;
 mod verdict;
 

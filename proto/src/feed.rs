@@ -1,0 +1,428 @@
+//! The QUIC feed: what a node streams to an operator's client.
+//!
+//! ## Protocol
+//! The client opens one bidirectional stream and writes a [`Request`]
+//! frame; the node answers with [`Frame`]s for as long as the stream lives.
+//! Every frame is a [`codec`](crate::codec) frame: a 4-byte length, a
+//! version byte, the bincode body.
+//!
+//! The node first sends a snapshot: [`Frame::Reset`], one [`Frame::Head`]
+//! per member, one [`Frame::Verdict`] per member and route, then
+//! [`Frame::Synced`]. After that it sends only what changed, each batch
+//! closed by [`Frame::Synced`]. A node may send a fresh snapshot at any
+//! time (it does when a client fell far behind): `Reset` drops what the
+//! client held.
+//!
+//! [`diff`] and [`snapshot`] build the frames; a [`Follower`] applies them
+//! and hands out the whole [`ClusterView`] at every `Synced`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ClusterView, Liveness, Member, NodeInfo, Verdict};
+
+/// The ALPN both ends of the feed speak.
+pub const ALPN: &[u8] = b"picket-feed/1";
+
+/// What a client asks for, as its first frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// The cluster view as a snapshot, then its changes.
+    Subscribe,
+}
+
+/// A member without its verdicts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Head {
+    pub name: String,
+    pub gossip: String,
+    pub generation: u64,
+    pub liveness: Liveness,
+    pub heard_unix_ms: u64,
+    pub info: Option<NodeInfo>,
+}
+
+impl Head {
+    fn of(member: &Member) -> Head {
+        Head {
+            name: member.name.clone(),
+            gossip: member.gossip.clone(),
+            generation: member.generation,
+            liveness: member.liveness,
+            heard_unix_ms: member.heard_unix_ms,
+            info: member.info.clone(),
+        }
+    }
+
+    fn same_as(&self, member: &Member) -> bool {
+        self.name == member.name
+            && self.gossip == member.gossip
+            && self.generation == member.generation
+            && self.liveness == member.liveness
+            && self.heard_unix_ms == member.heard_unix_ms
+            && self.info == member.info
+    }
+}
+
+/// One frame from the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frame {
+    /// A snapshot starts: forget everything held.
+    Reset {
+        node: String,
+        cluster: String,
+        taken_unix_ms: u64,
+    },
+    /// A member is new, or its liveness, info or heartbeat changed; its
+    /// verdicts are kept. A new generation drops the old one's verdicts.
+    Head(Head),
+    /// A member's verdict on a route, new or changed.
+    Verdict { node: String, verdict: Verdict },
+    /// A member no longer has a verdict on the route.
+    RouteGone { node: String, route: String },
+    /// A member left the view.
+    Gone { node: String },
+    /// The view is whole again, as taken at `taken_unix_ms`.
+    Synced { taken_unix_ms: u64 },
+}
+
+/// The frames of a whole view.
+pub fn snapshot(view: &ClusterView) -> Vec<Frame> {
+    let mut frames = vec![Frame::Reset {
+        node: view.node.clone(),
+        cluster: view.cluster.clone(),
+        taken_unix_ms: view.taken_unix_ms,
+    }];
+    for member in &view.members {
+        frames.push(Frame::Head(Head::of(member)));
+        frames.extend(member.verdicts.iter().map(|verdict| Frame::Verdict {
+            node: member.name.clone(),
+            verdict: verdict.clone(),
+        }));
+    }
+    frames.push(Frame::Synced {
+        taken_unix_ms: view.taken_unix_ms,
+    });
+    frames
+}
+
+/// The frames that turn `from` into `to`.
+///
+/// Falls back to a [`snapshot`] when the views are of different nodes or
+/// clusters, or when the changes would take more frames than a snapshot.
+pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
+    if from.node != to.node || from.cluster != to.cluster {
+        return snapshot(to);
+    }
+    let before: BTreeMap<&str, &Member> = from.members.iter().map(|m| (m.name.as_str(), m)).collect();
+    let mut frames = Vec::new();
+    for member in &to.members {
+        let old = before.get(member.name.as_str()).copied();
+        let fresh = old.is_none_or(|old| old.generation != member.generation);
+        if fresh || old.is_some_and(|old| !Head::of(member).same_as(old)) {
+            frames.push(Frame::Head(Head::of(member)));
+        }
+        let old_verdicts: BTreeMap<&str, &Verdict> = match old {
+            Some(old) if !fresh => old.verdicts.iter().map(|v| (v.route.as_str(), v)).collect(),
+            _ => BTreeMap::new(),
+        };
+        for verdict in &member.verdicts {
+            if old_verdicts.get(verdict.route.as_str()) != Some(&verdict) {
+                frames.push(Frame::Verdict {
+                    node: member.name.clone(),
+                    verdict: verdict.clone(),
+                });
+            }
+        }
+        let now: BTreeMap<&str, ()> = member.verdicts.iter().map(|v| (v.route.as_str(), ())).collect();
+        for route in old_verdicts.keys().filter(|r| !now.contains_key(*r)) {
+            frames.push(Frame::RouteGone {
+                node: member.name.clone(),
+                route: (*route).to_string(),
+            });
+        }
+    }
+    let names: BTreeMap<&str, ()> = to.members.iter().map(|m| (m.name.as_str(), ())).collect();
+    for name in before.keys().filter(|n| !names.contains_key(*n)) {
+        frames.push(Frame::Gone {
+            node: (*name).to_string(),
+        });
+    }
+    frames.push(Frame::Synced {
+        taken_unix_ms: to.taken_unix_ms,
+    });
+    let whole = 2 + to.members.iter().map(|m| 1 + m.verdicts.len()).sum::<usize>();
+    if frames.len() > whole {
+        return snapshot(to);
+    }
+    frames
+}
+
+/// Why a frame could not be applied: the node broke the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FollowError {
+    #[error("a change before any snapshot")]
+    NoSnapshot,
+    #[error("a verdict or route of member {0}, which has no head")]
+    UnknownMember(String),
+}
+
+/// Applies frames, snapshot then changes, and yields the view at each
+/// [`Frame::Synced`].
+#[derive(Debug, Default)]
+pub struct Follower {
+    held: Option<Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    node: String,
+    cluster: String,
+    members: BTreeMap<String, (Head, BTreeMap<String, Verdict>)>,
+}
+
+impl Follower {
+    pub fn new() -> Follower {
+        Follower::default()
+    }
+
+    /// Applies one frame; returns the whole view when the frame closes a
+    /// snapshot or a batch of changes.
+    pub fn apply(&mut self, frame: Frame) -> Result<Option<ClusterView>, FollowError> {
+        if let Frame::Reset {
+            node,
+            cluster,
+            taken_unix_ms: _,
+        } = frame
+        {
+            self.held = Some(Held {
+                node,
+                cluster,
+                members: BTreeMap::new(),
+            });
+            return Ok(None);
+        }
+        let held = self.held.as_mut().ok_or(FollowError::NoSnapshot)?;
+        match frame {
+            Frame::Reset { .. } => {}
+            Frame::Head(head) => match held.members.get_mut(&head.name) {
+                Some((old, verdicts)) => {
+                    if old.generation != head.generation {
+                        verdicts.clear();
+                    }
+                    *old = head;
+                }
+                None => {
+                    held.members.insert(head.name.clone(), (head, BTreeMap::new()));
+                }
+            },
+            Frame::Verdict { node, verdict } => {
+                let (_, verdicts) = held
+                    .members
+                    .get_mut(&node)
+                    .ok_or(FollowError::UnknownMember(node))?;
+                verdicts.insert(verdict.route.clone(), verdict);
+            }
+            Frame::RouteGone { node, route } => {
+                let (_, verdicts) = held
+                    .members
+                    .get_mut(&node)
+                    .ok_or(FollowError::UnknownMember(node))?;
+                verdicts.remove(&route);
+            }
+            Frame::Gone { node } => {
+                held.members.remove(&node);
+            }
+            Frame::Synced { taken_unix_ms } => return Ok(Some(held.view(taken_unix_ms))),
+        }
+        Ok(None)
+    }
+}
+
+impl Held {
+    fn view(&self, taken_unix_ms: u64) -> ClusterView {
+        ClusterView {
+            node: self.node.clone(),
+            cluster: self.cluster.clone(),
+            taken_unix_ms,
+            members: self
+                .members
+                .values()
+                .map(|(head, verdicts)| Member {
+                    name: head.name.clone(),
+                    gossip: head.gossip.clone(),
+                    generation: head.generation,
+                    liveness: head.liveness,
+                    heard_unix_ms: head.heard_unix_ms,
+                    info: head.info.clone(),
+                    verdicts: verdicts.values().cloned().collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_frame, encode_frame};
+    use crate::{Circuit, Heart, ImageCount};
+    use proptest::prelude::*;
+
+    fn verdict() -> impl Strategy<Value = Verdict> {
+        (
+            "[a-d]{1,2}",
+            0..3u8,
+            ".{0,12}",
+            0..4u32,
+            0..4u32,
+            proptest::collection::vec(("[a-z:0-9.]{1,8}", 0..9u32), 0..3),
+            0..4u8,
+            any::<u64>(),
+            proptest::option::of(any::<u64>()),
+        )
+            .prop_map(
+                |(route, heart, reason, ready, total, images, circuit, since, stale)| Verdict {
+                    route,
+                    heart: [Heart::Green, Heart::Orange, Heart::Red][usize::from(heart)],
+                    reason,
+                    ready,
+                    total,
+                    images: images
+                        .into_iter()
+                        .map(|(image, replicas)| ImageCount { image, replicas })
+                        .collect(),
+                    circuit: [
+                        Circuit::Disabled,
+                        Circuit::Closed,
+                        Circuit::Open,
+                        Circuit::HalfOpen,
+                    ][usize::from(circuit)],
+                    since_unix_ms: since,
+                    runtime_stale_since_unix_ms: stale,
+                },
+            )
+    }
+
+    fn member() -> impl Strategy<Value = Member> {
+        (
+            "n[0-4]",
+            0..3u64,
+            0..3u8,
+            0..5u64,
+            proptest::option::of(".{0,6}"),
+            proptest::collection::vec(verdict(), 0..5),
+        )
+            .prop_map(|(name, generation, liveness, heard, admin, verdicts)| {
+                let mut verdicts: BTreeMap<String, Verdict> =
+                    verdicts.into_iter().map(|v| (v.route.clone(), v)).collect();
+                Member {
+                    gossip: format!("{name}:7946"),
+                    name,
+                    generation,
+                    liveness: [Liveness::Alive, Liveness::Suspect, Liveness::Dead]
+                        [usize::from(liveness)],
+                    heard_unix_ms: heard,
+                    info: admin.map(|admin| NodeInfo {
+                        name: "x".into(),
+                        version: "0.1.0".into(),
+                        admin,
+                        feed: None,
+                        feed_fingerprint: None,
+                        runtime: "none".into(),
+                        started_unix_ms: 0,
+                    }),
+                    verdicts: std::mem::take(&mut verdicts).into_values().collect(),
+                }
+            })
+    }
+
+    /// A view as a node builds it: members unique by name, sorted.
+    pub(crate) fn view() -> impl Strategy<Value = ClusterView> {
+        (
+            "n[0-1]",
+            any::<u64>(),
+            proptest::collection::vec(member(), 0..5),
+        )
+            .prop_map(|(node, taken, members)| {
+                let members: BTreeMap<String, Member> =
+                    members.into_iter().map(|m| (m.name.clone(), m)).collect();
+                ClusterView {
+                    node,
+                    cluster: "c".into(),
+                    taken_unix_ms: taken,
+                    members: members.into_values().collect(),
+                }
+            })
+    }
+
+    fn follow(follower: &mut Follower, frames: Vec<Frame>) -> Option<ClusterView> {
+        let mut last = None;
+        for frame in frames {
+            // Every frame crosses the wire as a codec frame.
+            let bytes = encode_frame(&frame).unwrap();
+            let (decoded, used) = decode_frame::<Frame>(&bytes).unwrap();
+            assert_eq!(used, bytes.len());
+            assert_eq!(decoded, frame);
+            if let Some(view) = follower.apply(decoded).unwrap() {
+                last = Some(view);
+            }
+        }
+        last
+    }
+
+    proptest! {
+        #[test]
+        fn a_snapshot_then_diffs_rebuild_every_view(views in proptest::collection::vec(view(), 1..6)) {
+            let mut follower = Follower::new();
+            prop_assert_eq!(follow(&mut follower, snapshot(&views[0])), Some(views[0].clone()));
+            for pair in views.windows(2) {
+                prop_assert_eq!(follow(&mut follower, diff(&pair[0], &pair[1])), Some(pair[1].clone()));
+            }
+        }
+
+        #[test]
+        fn a_diff_is_never_larger_than_a_snapshot(a in view(), b in view()) {
+            prop_assert!(diff(&a, &b).len() <= snapshot(&b).len());
+        }
+    }
+
+    #[test]
+    fn no_change_is_one_synced_frame() {
+        let view = ClusterView {
+            node: "n1".into(),
+            cluster: "c".into(),
+            taken_unix_ms: 5,
+            members: vec![],
+        };
+        assert_eq!(diff(&view, &view), vec![Frame::Synced { taken_unix_ms: 5 }]);
+    }
+
+    #[test]
+    fn changes_before_a_snapshot_are_refused() {
+        let mut follower = Follower::new();
+        assert_eq!(
+            follower.apply(Frame::Synced { taken_unix_ms: 1 }),
+            Err(FollowError::NoSnapshot)
+        );
+        follower
+            .apply(Frame::Reset {
+                node: "n1".into(),
+                cluster: "c".into(),
+                taken_unix_ms: 1,
+            })
+            .unwrap();
+        assert_eq!(
+            follower.apply(Frame::Gone { node: "n9".into() }),
+            Ok(None)
+        );
+        assert_eq!(
+            follower.apply(Frame::RouteGone {
+                node: "n9".into(),
+                route: "api".into()
+            }),
+            Err(FollowError::UnknownMember("n9".into()))
+        );
+    }
+}
