@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests use
-# (curl, wrk, iproute2, iptables), then checks formatting and lints and runs
+# (curl, wrk, iproute2, iptables, tmux), then checks formatting and lints and runs
 # every test of the workspace. Tests that build test hosts in network
 # namespaces need root; with CI=true nothing may be skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables; do
+for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -251,6 +251,17 @@ async fn advertise(settings: &ClusterSettings, bound: SocketAddr) -> SocketAddr 
     SocketAddr::new([127, 0, 0, 1].into(), bound.port())
 }
 
+/// A listener's address as peers and operators reach it: one bound to
+/// every interface is reached at the gossip advertise address's IP.
+fn reachable(bound: &str, advertise: SocketAddr) -> String {
+    match bound.parse::<SocketAddr>() {
+        Ok(addr) if addr.ip().is_unspecified() && !advertise.ip().is_unspecified() => {
+            SocketAddr::new(advertise.ip(), addr.port()).to_string()
+        }
+        _ => bound.to_string(),
+    }
+}
+
 /// Hands chitchat a socket bound before the node started.
 struct Prebound {
     socket: Arc<std::sync::Mutex<Option<StdUdpSocket>>>,
@@ -292,7 +303,7 @@ pub async fn start(
     settings: Option<&ClusterSettings>,
     keys: Option<Keys>,
     wire: Wire,
-    me: Me,
+    mut me: Me,
     verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
@@ -355,6 +366,8 @@ pub async fn start(
         Wire::Udp(_) => advertise(settings, bound).await,
         Wire::Given(_) => settings.advertise.unwrap_or(settings.gossip),
     };
+    me.info.admin = reachable(&me.info.admin, advertise);
+    me.info.feed = me.info.feed.map(|feed| reachable(&feed, advertise));
     match &keys {
         Some(keys) => tracing::info!(
             node = %me.info.name, cluster = %settings.id, gossip = %bound, %advertise, keys = ?keys.load().labels(),

@@ -120,6 +120,18 @@ pub struct NodeSettings {
     pub admin: Setting<SocketAddr>,
     /// Threads that serve proxied traffic.
     pub workers: Setting<usize>,
+    /// The QUIC feed for `picket-tui`; none when `None`.
+    pub feed: Option<FeedSettings>,
+}
+
+/// The QUIC feed: where it listens and with which certificate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedSettings {
+    pub addr: SocketAddr,
+    /// A PEM certificate chain and its key; a certificate is generated at
+    /// start (and its fingerprint published) when `None`. Relative paths
+    /// are read from the configuration file's directory.
+    pub cert: Option<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

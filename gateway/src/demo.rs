@@ -85,6 +85,8 @@ pub struct Ports {
     pub proxy: SocketAddr,
     pub admin: SocketAddr,
     pub gossip: SocketAddr,
+    /// The QUIC feed for `picket-tui`.
+    pub feed: SocketAddr,
 }
 
 /// The `i`th node's addresses: each port of the first plus `i`.
@@ -94,6 +96,7 @@ pub fn ports(first: Ports, i: u16) -> Ports {
         proxy: shift(first.proxy),
         admin: shift(first.admin),
         gossip: shift(first.gossip),
+        feed: shift(first.feed),
     }
 }
 
@@ -115,6 +118,7 @@ pub fn config_text(
         r#"# picket demo: node {n} of a three-node cluster on loopback
 [node]
 name = "demo-{n}"
+feed = "{feed}"
 
 [cluster]
 id = "demo"
@@ -146,6 +150,7 @@ replicas = ["{refused}"]
 "#,
         n = i + 1,
         gossip = ports(first, i).gossip,
+        feed = ports(first, i).feed,
         key = key_file.display(),
         web = web.join(", "),
         slow = upstreams.slow,
@@ -157,6 +162,7 @@ replicas = ["{refused}"]
 pub fn banner(first: Ports) -> String {
     let (proxy, admin) = (first.proxy, first.admin);
     let admin3 = ports(first, 2).admin;
+    let feed = first.feed;
     format!(
         "Picket demo: three nodes on loopback, gossiping their verdicts.\n\
          Node 1 proxies on {proxy} (nodes 2 and 3 on the next ports), status API on {admin}.\n\
@@ -167,6 +173,6 @@ pub fn banner(first: Ports) -> String {
          \x20 curl http://{admin}/v1/routes/web   # web on every node: node 3 disagrees\n\
          \x20 curl http://{admin3}/v1/routes   # node 3's own view, with its ejected replica\n\
          \x20 curl http://{admin}/metrics      # requests, ejections, gossip\n\
-         \nCtrl-C stops it.\n"
+         \nWatch every node's view side by side (the feed's certificate is\n         generated at start; on loopback the demo may skip pinning it):\n         \n  picket-tui --insecure {feed}\n         \nCtrl-C stops it.\n"
     )
 }

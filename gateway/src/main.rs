@@ -90,6 +90,9 @@ enum Command {
         /// Where node 1's gossip listens; nodes 2 and 3 take the next ports.
         #[arg(long, default_value = "127.0.0.1:7946")]
         gossip: SocketAddr,
+        /// Where node 1's QUIC feed listens; nodes 2 and 3 take the next ports.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        feed: SocketAddr,
     },
 }
 
@@ -142,10 +145,12 @@ fn main() -> ExitCode {
             listen,
             admin,
             gossip,
+            feed,
         } => run_demo(demo::Ports {
             proxy: listen,
             admin,
             gossip,
+            feed,
         }),
         Command::SocketProxy { listen, socket } => run_socket_proxy(listen, socket),
         Command::GenKey => match picket::cluster::generate_key() {
@@ -222,7 +227,9 @@ fn run_demo(first: demo::Ports) -> anyhow::Result<()> {
                 &format!("demo-{}", i + 1),
                 &demo::config_text(&upstreams, i, first, &key.0),
             )?;
-            let listeners = Listeners::bind(ports.proxy, ports.admin)?.with_gossip(ports.gossip)?;
+            let listeners = Listeners::bind(ports.proxy, ports.admin)?
+                .with_gossip(ports.gossip)?
+                .with_feed(ports.feed)?;
             let options = Options {
                 config_path: None,
                 overrides: Overrides::default(),

@@ -112,6 +112,57 @@ impl GossipMetrics {
     }
 }
 
+/// The QUIC feed's counters.
+#[derive(Debug, Clone, Default)]
+pub struct FeedMetrics {
+    clients: Gauge,
+    frames: Counter,
+    bytes: Counter,
+    snapshots: Counter,
+    slow: Counter,
+    refused: Counter,
+}
+
+impl FeedMetrics {
+    pub fn attached(&self) {
+        self.clients.inc();
+    }
+
+    pub fn detached(&self) {
+        self.clients.dec();
+    }
+
+    pub fn sent(&self, frames: usize, bytes: usize, snapshot: bool) {
+        self.frames.inc_by(frames as u64);
+        self.bytes.inc_by(bytes as u64);
+        if snapshot {
+            self.snapshots.inc();
+        }
+    }
+
+    /// A client that took nothing for too long, and was let go.
+    pub fn slow(&self) {
+        self.slow.inc();
+    }
+
+    /// A connection that did not speak the feed protocol.
+    pub fn refused(&self) {
+        self.refused.inc();
+    }
+
+    pub fn clients(&self) -> i64 {
+        self.clients.get()
+    }
+
+    pub fn slow_count(&self) -> u64 {
+        self.slow.get()
+    }
+
+    pub fn refused_count(&self) -> u64 {
+        self.refused.get()
+    }
+}
+
 type HistogramFamily = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 fn first_answer_histogram() -> Histogram {
@@ -137,6 +188,7 @@ pub struct Metrics {
     gossip: GossipMetrics,
     members: Family<LivenessLabels, Gauge>,
     values_refused: Counter,
+    feed: FeedMetrics,
 }
 
 /// The states of a circuit, as metric labels, in the order of
@@ -298,7 +350,39 @@ impl Metrics {
             "Gossip values from peers that could not be decoded, and were ignored",
             values_refused.clone(),
         );
+        let feed = FeedMetrics::default();
+        for (name, help, counter) in [
+            ("feed_frames", "Frames sent to feed clients", &feed.frames),
+            (
+                "feed_bytes",
+                "Bytes of frames sent to feed clients",
+                &feed.bytes,
+            ),
+            (
+                "feed_snapshots",
+                "Whole snapshots sent to feed clients: one per subscription, more for clients that fell behind",
+                &feed.snapshots,
+            ),
+            (
+                "feed_slow_clients",
+                "Feed clients let go because they took nothing for too long",
+                &feed.slow,
+            ),
+            (
+                "feed_refused",
+                "Feed connections that did not speak the feed protocol",
+                &feed.refused,
+            ),
+        ] {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register(
+            "feed_clients",
+            "Clients attached to the QUIC feed",
+            feed.clients.clone(),
+        );
         Metrics {
+            feed,
             registry,
             requests,
             first_answer,
@@ -315,6 +399,11 @@ impl Metrics {
             members,
             values_refused,
         }
+    }
+
+    /// The QUIC feed's counters.
+    pub fn feed(&self) -> &FeedMetrics {
+        &self.feed
     }
 
     /// The gossip transport's counters.

@@ -17,7 +17,7 @@ use crate::config::{self, Config, ConfigError, Overrides, ReloadPlan, RuntimeKin
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
-use crate::status::AdminState;
+use crate::status::{AdminState, feed};
 use crate::targets::checks::{self, Checker, ProxyEnv};
 use crate::targets::{Catalog, docker, kube, swarm};
 use crate::upstream::Pools;
@@ -34,6 +34,9 @@ pub struct Listeners {
     pub admin: std::net::TcpListener,
     /// Gossip (UDP); bound at start from `[cluster] gossip` when `None`.
     pub gossip: Option<std::net::UdpSocket>,
+    /// The QUIC feed (UDP); bound at start from `[node] feed` when `None`,
+    /// and unused when no feed is configured.
+    pub feed: Option<std::net::UdpSocket>,
 }
 
 impl Listeners {
@@ -42,7 +45,16 @@ impl Listeners {
             proxy: bind(proxy)?,
             admin: bind(admin)?,
             gossip: None,
+            feed: None,
         })
+    }
+
+    /// Binds the feed's socket too.
+    pub fn with_feed(mut self, feed: SocketAddr) -> io::Result<Listeners> {
+        self.feed = Some(std::net::UdpSocket::bind(feed).map_err(|e| {
+            io::Error::new(e.kind(), format!("binding the feed to {feed}/udp: {e}"))
+        })?);
+        Ok(self)
     }
 
     /// Binds the gossip socket too.
@@ -320,9 +332,38 @@ pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Resu
 pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> io::Result<()> {
     let proxy_listener = TcpListener::from_std(listeners.proxy)?;
     let admin_addr = listeners.admin.local_addr()?;
-    let membership = join_cluster(&node, listeners.gossip, admin_addr, &shutdown)
-        .await
-        .map_err(|e| io::Error::other(e.to_string()))?;
+    let feed = match &node.config().node.feed {
+        Some(settings) => {
+            let dir = node.options.config_path.as_deref().and_then(Path::parent);
+            let feed = feed::bind(
+                settings,
+                dir,
+                &node.config().node.name.value,
+                listeners.feed,
+            )
+            .map_err(|e| io::Error::other(e.to_string()))?;
+            tracing::info!(feed = %feed.addr, fingerprint = %feed.fingerprint, "feed listening (QUIC); clients pin this fingerprint");
+            Some(feed)
+        }
+        None => None,
+    };
+    let membership = join_cluster(
+        &node,
+        listeners.gossip,
+        admin_addr,
+        feed.as_ref(),
+        &shutdown,
+    )
+    .await
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    if let Some(feed) = feed {
+        feed::spawn(
+            feed,
+            membership.subscribe(),
+            node.ctx.metrics.feed().clone(),
+            shutdown.clone(),
+        );
+    }
     let _ = node.admin.membership.set(membership);
     let admin = spawn_admin(listeners.admin, Arc::clone(&node.admin), shutdown.clone())?;
     if let Some(path) = node.options.config_path.clone() {
@@ -384,6 +425,7 @@ async fn join_cluster(
     node: &Arc<Node>,
     gossip: Option<std::net::UdpSocket>,
     admin: SocketAddr,
+    feed: Option<&feed::Feed>,
     shutdown: &Shutdown,
 ) -> Result<Arc<Membership>, cluster::ClusterError> {
     let config = node.config();
@@ -392,8 +434,8 @@ async fn join_cluster(
             name: config.node.name.value.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             admin: admin.to_string(),
-            feed: None,
-            feed_fingerprint: None,
+            feed: feed.map(|f| f.addr.to_string()),
+            feed_fingerprint: feed.map(|f| f.fingerprint.clone()),
             runtime: config.runtime.kind.to_string(),
             started_unix_ms: board::now_unix_ms(),
         },

@@ -29,6 +29,7 @@ use crate::shutdown::Shutdown;
 use crate::verdict::board::{Board, now_unix_ms};
 
 pub mod cluster;
+pub mod feed;
 pub mod routes;
 
 /// What the admin endpoints report.

@@ -414,10 +414,11 @@ fn three_free_ports(seed: u16) -> SocketAddr {
 
 #[test]
 fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
-    let (listen, admin, gossip) = (
+    let (listen, admin, gossip, feed) = (
         three_free_ports(0),
         three_free_ports(1),
         three_free_ports(2),
+        three_free_ports(3),
     );
     let child = Command::new(PICKET)
         .args([
@@ -428,6 +429,8 @@ fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
             &admin.to_string(),
             "--gossip",
             &gossip.to_string(),
+            "--feed",
+            &feed.to_string(),
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -115,7 +115,8 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
     if from.node != to.node || from.cluster != to.cluster {
         return snapshot(to);
     }
-    let before: BTreeMap<&str, &Member> = from.members.iter().map(|m| (m.name.as_str(), m)).collect();
+    let before: BTreeMap<&str, &Member> =
+        from.members.iter().map(|m| (m.name.as_str(), m)).collect();
     let mut frames = Vec::new();
     for member in &to.members {
         let old = before.get(member.name.as_str()).copied();
@@ -135,7 +136,11 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
                 });
             }
         }
-        let now: BTreeMap<&str, ()> = member.verdicts.iter().map(|v| (v.route.as_str(), ())).collect();
+        let now: BTreeMap<&str, ()> = member
+            .verdicts
+            .iter()
+            .map(|v| (v.route.as_str(), ()))
+            .collect();
         for route in old_verdicts.keys().filter(|r| !now.contains_key(*r)) {
             frames.push(Frame::RouteGone {
                 node: member.name.clone(),
@@ -152,7 +157,11 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
     frames.push(Frame::Synced {
         taken_unix_ms: to.taken_unix_ms,
     });
-    let whole = 2 + to.members.iter().map(|m| 1 + m.verdicts.len()).sum::<usize>();
+    let whole = 2 + to
+        .members
+        .iter()
+        .map(|m| 1 + m.verdicts.len())
+        .sum::<usize>();
     if frames.len() > whole {
         return snapshot(to);
     }
@@ -214,7 +223,8 @@ impl Follower {
                     *old = head;
                 }
                 None => {
-                    held.members.insert(head.name.clone(), (head, BTreeMap::new()));
+                    held.members
+                        .insert(head.name.clone(), (head, BTreeMap::new()));
                 }
             },
             Frame::Verdict { node, verdict } => {
@@ -413,10 +423,7 @@ mod tests {
                 taken_unix_ms: 1,
             })
             .unwrap();
-        assert_eq!(
-            follower.apply(Frame::Gone { node: "n9".into() }),
-            Ok(None)
-        );
+        assert_eq!(follower.apply(Frame::Gone { node: "n9".into() }), Ok(None));
         assert_eq!(
             follower.apply(Frame::RouteGone {
                 node: "n9".into(),

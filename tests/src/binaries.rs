@@ -74,3 +74,32 @@ pub fn test_upstream_static() -> PathBuf {
         })
         .clone()
 }
+
+/// A binary of the workspace, built for this machine (debug).
+fn workspace_binary(package: &str, bin: &str, built: &'static OnceLock<PathBuf>) -> PathBuf {
+    built
+        .get_or_init(|| {
+            // A target directory of its own: built alone, a package unifies
+            // features differently from the test build, and sharing one
+            // directory would rebuild half the graph each time.
+            let dir = target_root().join("bins");
+            cargo(
+                &["build", "--locked", "-p", package, "--bin", bin],
+                &[("CARGO_TARGET_DIR", dir.to_str().expect("UTF-8 path"))],
+            );
+            dir.join("debug").join(bin)
+        })
+        .clone()
+}
+
+/// `picket`, the gateway.
+pub fn picket() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    workspace_binary("picket", "picket", &BUILT)
+}
+
+/// `picket-tui`.
+pub fn picket_tui() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    workspace_binary("picket-tui", "picket-tui", &BUILT)
+}

@@ -67,3 +67,45 @@ pub async fn view_until(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A node's configuration: its name, more `[node]` lines, a `[cluster]`
+/// section and routes.
+pub fn node_text(name: &str, cluster: &str, routes: &str) -> String {
+    node_text_with(name, "", cluster, routes)
+}
+
+/// [`node_text`] with more `[node]` lines (`key = value`).
+pub fn node_text_with(name: &str, node: &str, cluster: &str, routes: &str) -> String {
+    format!("[node]\nname = \"{name}\"\n{node}\n{cluster}\n{routes}")
+}
+
+/// Three nodes, n1 to n3, seeded through the first, with `routes[i]` on
+/// node i and `node` lines in each `[node]`; returns once every node sees
+/// all three alive.
+pub async fn three(dir: &Path, node: &str, routes: [&str; 3], interval: Duration) -> Vec<TestNode> {
+    let key = key_file(dir, "key");
+    let first = TestNode::start(&node_text_with(
+        "n1",
+        node,
+        &section(&key, &[], interval),
+        routes[0],
+    ));
+    let seed = first.gossip_addr().await;
+    let mut nodes = vec![first];
+    for (i, routes) in routes.iter().enumerate().skip(1) {
+        let text = node_text_with(
+            &format!("n{}", i + 1),
+            node,
+            &section(&key, &[seed], interval),
+            routes,
+        );
+        nodes.push(TestNode::start(&text));
+    }
+    for node in &nodes {
+        view_until(node, "three alive members", Duration::from_secs(10), |v| {
+            v.members.len() == 3 && v.members.iter().all(|m| m.liveness == Liveness::Alive)
+        })
+        .await;
+    }
+    nodes
+}

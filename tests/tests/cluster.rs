@@ -9,16 +9,14 @@ use picket::cluster::seal::Dropped;
 use picket::config::Config;
 use picket_proto::{Heart, Liveness};
 use picket_tests::client::{self, percentile};
-use picket_tests::cluster::{key_file, liveness_in, section, verdict_in, view_until};
+use picket_tests::cluster::{
+    self, key_file, liveness_in, node_text, section, verdict_in, view_until,
+};
 use picket_tests::node::TestNode;
 use picket_tests::upstream::{Behaviour, Upstream};
 use tokio::time::Instant;
 
 const INTERVAL: Duration = Duration::from_millis(200);
-
-fn node_text(name: &str, cluster: &str, routes: &str) -> String {
-    format!("[node]\nname = \"{name}\"\n{cluster}\n{routes}")
-}
 
 fn static_route(name: &str, replicas: &[SocketAddr], extra: &str) -> String {
     let list: Vec<String> = replicas.iter().map(|a| format!("\"{a}\"")).collect();
@@ -28,27 +26,8 @@ fn static_route(name: &str, replicas: &[SocketAddr], extra: &str) -> String {
     )
 }
 
-/// Three nodes seeded through the first, with `routes[i]` on node i.
 async fn three(dir: &std::path::Path, routes: [&str; 3]) -> Vec<TestNode> {
-    let key = key_file(dir, "key");
-    let first = TestNode::start(&node_text("n1", &section(&key, &[], INTERVAL), routes[0]));
-    let seed = first.gossip_addr().await;
-    let mut nodes = vec![first];
-    for (i, routes) in routes.iter().enumerate().skip(1) {
-        let text = node_text(
-            &format!("n{}", i + 1),
-            &section(&key, &[seed], INTERVAL),
-            routes,
-        );
-        nodes.push(TestNode::start(&text));
-    }
-    for node in &nodes {
-        view_until(node, "three alive members", Duration::from_secs(10), |v| {
-            v.members.len() == 3 && v.members.iter().all(|m| m.liveness == Liveness::Alive)
-        })
-        .await;
-    }
-    nodes
+    cluster::three(dir, "", routes, INTERVAL).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

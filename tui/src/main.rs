@@ -1,56 +1,174 @@
-//! `picket-tui`: shows a cluster view, routes × nodes.
+//! `picket-tui`: every node's view of each route, side by side, from any
+//! node's QUIC feed.
 
+use std::io::Write as _;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
-use crossterm::event::{self, Event, KeyCode, KeyEventKind};
-use picket_proto::NodeView;
+use clap::{ArgGroup, Parser};
+use crossterm::event::{Event, EventStream, KeyEventKind};
+use futures_util::StreamExt as _;
 use picket_tui::app::{App, Msg};
+use picket_tui::feed::{self, Session, Trust};
 use picket_tui::view;
+use tokio::sync::mpsc;
 
 /// Every node's view of each route, side by side.
+///
+/// Attach to any node's feed. The node's certificate is pinned with
+/// `--pin` (the fingerprint every node logs at start and publishes in its
+/// node info), checked against a CA with `--ca`, or, for a loopback demo
+/// only, not checked at all with `--insecure`.
 #[derive(Debug, Parser)]
 #[command(name = "picket-tui", version)]
+#[command(group(ArgGroup::new("trust").required(true).args(["pin", "ca", "insecure"])))]
 struct Cli {
-    /// A cluster view saved as JSON: an array of node views, each with its
-    /// node name and verdicts.
+    /// A node's feed address, `host:port` (its `[node] feed`).
+    address: String,
+    /// The SHA-256 fingerprint of the node's feed certificate (hex; colons
+    /// and case do not matter).
     #[arg(long)]
-    snapshot: PathBuf,
+    pin: Option<String>,
+    /// A PEM file of the CA that signed the nodes' feed certificates.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Do not check the node's certificate at all. Refused unless the
+    /// address is on loopback.
+    #[arg(long)]
+    insecure: bool,
+    /// Print the cluster view the node holds, once, and exit.
+    #[arg(long, requires = "json")]
+    once: bool,
+    /// With --once: as JSON.
+    #[arg(long, requires = "once")]
+    json: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let text = std::fs::read_to_string(&cli.snapshot)
-        .with_context(|| format!("reading {}", cli.snapshot.display()))?;
-    let views: Vec<NodeView> = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a cluster view", cli.snapshot.display()))?;
-    let mut app = App::default();
-    app.update(Msg::View(views));
-
-    let mut terminal = ratatui::init();
-    let result = (|| -> anyhow::Result<()> {
-        while !app.quit {
-            terminal.draw(|f| view::render(f, &app))?;
-            if !event::poll(Duration::from_millis(250))? {
-                continue;
-            }
-            if let Event::Key(key) = event::read()? {
-                if key.kind != KeyEventKind::Press {
-                    continue;
-                }
-                let msg = match key.code {
-                    KeyCode::Char('q') | KeyCode::Esc => Msg::Quit,
-                    KeyCode::Up | KeyCode::Char('k') => Msg::Up,
-                    KeyCode::Down | KeyCode::Char('j') => Msg::Down,
-                    _ => continue,
-                };
-                app.update(msg);
-            }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("picket-tui: {error}");
+            return ExitCode::FAILURE;
         }
-        Ok(())
-    })();
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("picket-tui: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let trust = trust(&cli).await?;
+    if cli.once {
+        return once(&cli.address, &trust).await;
+    }
+    watch(cli.address, trust).await
+}
+
+async fn trust(cli: &Cli) -> anyhow::Result<Trust> {
+    if let Some(pin) = &cli.pin {
+        let pin = feed::normalise(pin);
+        if pin.len() != 64 || !pin.chars().all(|c| c.is_ascii_hexdigit()) {
+            anyhow::bail!("--pin {pin:?} is not a SHA-256 fingerprint (64 hex digits)");
+        }
+        return Ok(Trust::Pin(pin));
+    }
+    if let Some(path) = &cli.ca {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let certs = rustls_pemfile::certs(&mut pem.as_slice())
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("{} is not PEM", path.display()))?;
+        if certs.is_empty() {
+            anyhow::bail!("{} holds no certificate", path.display());
+        }
+        return Ok(Trust::Ca(certs));
+    }
+    let addr = feed::resolve(&cli.address).await?;
+    if !addr.ip().is_loopback() {
+        anyhow::bail!(
+            "--insecure is for a loopback demo only, and {} is not on loopback: pin the node's fingerprint with --pin",
+            cli.address
+        );
+    }
+    Ok(Trust::Insecure)
+}
+
+/// `--once --json`: the view the node holds, printed once.
+async fn once(address: &str, trust: &Trust) -> anyhow::Result<()> {
+    let mut session = Session::open(address, trust).await?;
+    let view = tokio::time::timeout(Duration::from_secs(10), session.next_view())
+        .await
+        .context("no view from the node in 10 s")??;
+    session.close().await;
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, &view)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+async fn watch(address: String, trust: Trust) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::channel(1024);
+    let (switch_tx, switch_rx) = mpsc::channel(4);
+    let follower = tokio::spawn(feed::follow(address, trust, tx, switch_rx));
+    let mut app = App::new();
+    app.update(Msg::Tick {
+        now_unix_ms: feed::now_unix_ms(),
+    });
+    let mut terminal = ratatui::init();
+    let mut events = EventStream::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let result = loop {
+        tokio::select! {
+            _ = tick.tick() => app.update(Msg::Tick { now_unix_ms: feed::now_unix_ms() }),
+            Some(msg) = rx.recv() => {
+                // Draw once for everything that is waiting; of several
+                // views, only the newest counts.
+                let mut newest = None;
+                for msg in std::iter::once(msg).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                    match msg {
+                        Msg::View(view) => newest = Some(view),
+                        other => {
+                            if let Some(view) = newest.take() {
+                                app.update(Msg::View(view));
+                            }
+                            app.update(other);
+                        }
+                    }
+                }
+                if let Some(view) = newest {
+                    app.update(Msg::View(view));
+                }
+            }
+            event = events.next() => match event {
+                Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => app.update(Msg::Key(key)),
+                Some(Ok(Event::Resize(..))) => app.update(Msg::Resize),
+                Some(Ok(_)) => {}
+                Some(Err(error)) => break Err(error.into()),
+                None => break Ok(()),
+            },
+        }
+        if app.quit() {
+            break Ok(());
+        }
+        if let Some(target) = app.take_switch() {
+            let _ = switch_tx.try_send(target);
+        }
+        if let Err(error) = terminal.draw(|frame| view::render(frame, &app)) {
+            break Err(error.into());
+        }
+    };
     ratatui::restore();
+    follower.abort();
     result
 }

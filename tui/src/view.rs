@@ -1,120 +1,212 @@
-//! Drawing the matrix: routes as rows, nodes as columns.
+//! Drawing the App: a status line, the matrix of routes × nodes, the
+//! selected route's detail, a footer of keys, and the help or node picker
+//! over them.
+//!
+//! [`render`] reads the [`App`] and draws; it changes nothing and reads no
+//! clock. It walks only the rows that fit on screen: everything per view
+//! (counts, disagreement, order) was computed by the App when the view
+//! arrived.
+//!
+//! ## Layout
+//! The matrix takes the rows it needs (two header lines and a line per
+//! route shown) when the detail pane still gets all it needs (a title, a
+//! header, a line per node, the history), and the pane the rest. Otherwise
+//! the pane gets what it needs up to two fifths of the height (or what the
+//! matrix leaves, if more), and the matrix scrolls, keeping the selection in
+//! the middle when it can. PageUp and PageDown move by [`crate::app::PAGE`]
+//! rows: the App does not know the terminal's height.
+
+mod detail;
+mod grid;
+mod overlay;
+
+use std::borrow::Cow;
 
 use ratatui::Frame;
-use ratatui::layout::Constraint;
-use ratatui::widgets::{Block, Borders, Cell, Row as TableRow, Table};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
 
-use crate::app::App;
+use crate::app::{App, Link, Mode};
 use crate::theme;
 
 pub fn render(frame: &mut Frame, app: &App) {
-    let header = TableRow::new(
-        ["", "route"]
-            .into_iter()
-            .map(Cell::from)
-            .chain(app.nodes.iter().map(|n| Cell::from(n.as_str()))),
-    )
-    .style(theme::header());
-    let rows = app.rows.iter().enumerate().map(|(i, row)| {
-        let mark = if row.disagreement() {
-            Cell::from(theme::DISAGREEMENT).style(theme::disagreement())
-        } else {
-            Cell::from(" ")
-        };
-        let cells = row.cells.iter().map(|cell| match cell {
-            Some(verdict) => {
-                let (symbol, style) = theme::heart(verdict.heart);
-                Cell::from(symbol).style(style)
-            }
-            None => Cell::from(theme::NO_VERDICT),
-        });
-        let line = TableRow::new(
-            [mark, Cell::from(row.route.as_str())]
-                .into_iter()
-                .chain(cells),
-        );
-        if i == app.selected {
-            line.style(theme::selected())
-        } else {
-            line
+    let [status, middle, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    render_status(frame, status, app);
+
+    let detail_height = detail::height(app, middle.height, grid::height_needed(app));
+    let [matrix, detail] =
+        Layout::vertical([Constraint::Min(0), Constraint::Length(detail_height)]).areas(middle);
+    grid::render(frame.buffer_mut(), matrix, app);
+    detail::render(frame, detail, app);
+    render_footer(frame, footer, app);
+
+    match app.mode() {
+        Mode::Help => overlay::help(frame, frame.area()),
+        Mode::Picker { selected } => overlay::picker(frame, frame.area(), app, selected),
+        Mode::Normal | Mode::Filter => {}
+    }
+}
+
+/// Which node, over which link, and how fresh the data is.
+fn render_status(frame: &mut Frame, area: Rect, app: &App) {
+    let mut spans = vec![Span::styled("picket", theme::title())];
+    if let Some(view) = app.view() {
+        spans.push(Span::raw(format!(" {} ", view.cluster)));
+    }
+    let node = app.view().map(|v| v.node.as_str());
+    match (app.link(), node) {
+        (Some(link), Some(node)) => spans.push(Span::raw(format!(" {node} @ {}  ", link.addr()))),
+        (Some(link), None) => spans.push(Span::raw(format!(" {}  ", link.addr()))),
+        (None, Some(node)) => spans.push(Span::raw(format!(" {node}  "))),
+        (None, None) => spans.push(Span::raw("  ")),
+    }
+    match app.link() {
+        None => spans.push(Span::styled("no feed yet", theme::connecting())),
+        Some(Link::Connecting { addr }) => {
+            spans.push(Span::styled(
+                format!("connecting to {addr}…"),
+                theme::connecting(),
+            ));
         }
-    });
-    let widths = [Constraint::Length(1), Constraint::Length(20)]
-        .into_iter()
-        .chain(
-            app.nodes
-                .iter()
-                .map(|n| Constraint::Length(n.chars().count().max(3) as u16)),
-        );
-    let title = format!(
-        " {} routes × {} nodes — q quits ",
-        app.rows.len(),
-        app.nodes.len()
-    );
-    let table = Table::new(rows, widths)
-        .header(header)
-        .block(Block::default().borders(Borders::ALL).title(title));
-    frame.render_widget(table, frame.area());
+        Some(Link::Live { .. }) if app.view().is_none() => {
+            spans.push(Span::styled(
+                "live, waiting for a view",
+                theme::connecting(),
+            ));
+        }
+        Some(Link::Live { .. }) => spans.push(Span::styled("live", theme::live())),
+        Some(Link::Stale {
+            since_unix_ms,
+            error,
+            ..
+        }) => {
+            let age = compact_age(app.now_unix_ms().saturating_sub(*since_unix_ms));
+            spans.push(Span::styled(
+                format!("stale {age} — reconnecting"),
+                theme::stale(),
+            ));
+            spans.push(Span::styled(" (n: another node)", theme::muted()));
+            if !error.is_empty() {
+                spans.push(Span::styled(format!(" {error}"), theme::muted()));
+            }
+        }
+    }
+    if app.view().is_some() {
+        let matrix = app.matrix();
+        spans.push(Span::styled(
+            format!(
+                "  {} routes × {} nodes",
+                matrix.rows().len(),
+                matrix.columns().len()
+            ),
+            theme::muted(),
+        ));
+        let disagreements = match matrix.disagreements() {
+            0 => None,
+            1 => Some("1 route disagrees".to_owned()),
+            n => Some(format!("{n} routes disagree")),
+        };
+        if let Some(text) = disagreements {
+            spans.push(Span::styled(
+                format!("  {} {text}", theme::DISAGREEMENT),
+                theme::disagreement(),
+            ));
+        }
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+    let key = |k: &'static str| Span::styled(k, theme::key());
+    let spans = if app.mode() == Mode::Filter {
+        vec![
+            key("/"),
+            Span::raw(app.filter().to_owned()),
+            Span::styled("█", theme::muted()),
+            Span::raw("  "),
+            key("Enter"),
+            Span::raw(" keep  "),
+            key("Esc"),
+            Span::raw(" clear"),
+        ]
+    } else {
+        let mut spans = vec![
+            key("?"),
+            Span::raw(" help  "),
+            key("/"),
+            Span::raw(" filter  "),
+            key("s"),
+            Span::raw(format!(" sort: {}  ", app.sort().word())),
+            key("n"),
+            Span::raw(" nodes  "),
+            key("q"),
+            Span::raw(" quit"),
+        ];
+        if !app.filter().is_empty() {
+            spans.push(Span::raw("   filter: "));
+            spans.push(Span::styled(app.filter().to_owned(), theme::title()));
+            spans.push(Span::styled(" (Esc clears)", theme::muted()));
+        }
+        spans
+    };
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// An age in its largest unit: `4s`, `12m`, `3h`, `2d`.
+pub fn compact_age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86_400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// An age in its two largest units: `4s`, `3m12s`, `1h05m`, `2d03h`.
+pub fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// `text` cut to `width` characters, ending in `…` when cut.
+fn fit(text: &str, width: usize) -> Cow<'_, str> {
+    if text.chars().count() <= width {
+        return Cow::Borrowed(text);
+    }
+    if width == 0 {
+        return Cow::Borrowed("");
+    }
+    let mut cut: String = text.chars().take(width - 1).collect();
+    cut.push_str(theme::ELLIPSIS);
+    Cow::Owned(cut)
+}
+
+/// `text` cut to its last `width` characters, starting with `…` when cut:
+/// node names differ at their end more often than at their start.
+fn fit_tail(text: &str, width: usize) -> Cow<'_, str> {
+    let count = text.chars().count();
+    if count <= width {
+        return Cow::Borrowed(text);
+    }
+    if width == 0 {
+        return Cow::Borrowed("");
+    }
+    let mut cut = String::from(theme::ELLIPSIS);
+    cut.extend(text.chars().skip(count - (width - 1)));
+    Cow::Owned(cut)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::app::Msg;
-    use picket_proto::{Circuit, Heart, NodeView, Verdict};
-    use ratatui::Terminal;
-    use ratatui::backend::TestBackend;
-    use ratatui::style::Color;
-
-    fn verdict(route: &str, heart: Heart) -> Verdict {
-        Verdict {
-            route: route.into(),
-            heart,
-            reason: String::new(),
-            ready: 1,
-            total: 1,
-            images: vec![],
-            circuit: Circuit::Closed,
-            since_unix_ms: 0,
-            runtime_stale_since_unix_ms: None,
-        }
-    }
-
-    #[test]
-    fn renders_hearts_and_marks_disagreement() {
-        let mut app = App::default();
-        app.update(Msg::View(vec![
-            NodeView {
-                node: "n1".into(),
-                verdicts: vec![verdict("api", Heart::Green)],
-            },
-            NodeView {
-                node: "n2".into(),
-                verdicts: vec![verdict("api", Heart::Red)],
-            },
-        ]));
-        let mut terminal = Terminal::new(TestBackend::new(40, 5)).unwrap();
-        terminal.draw(|f| render(f, &app)).unwrap();
-        let buffer = terminal.backend().buffer();
-        let lines: Vec<String> = (0..buffer.area.height)
-            .map(|y| {
-                (0..buffer.area.width)
-                    .map(|x| buffer[(x, y)].symbol())
-                    .collect()
-            })
-            .collect();
-        assert!(
-            lines[1].contains("route") && lines[1].contains("n1") && lines[1].contains("n2"),
-            "{lines:#?}"
-        );
-        assert!(lines[2].starts_with("│! api"), "{lines:#?}");
-        let x_of = |needle: &str| {
-            lines[2]
-                .chars()
-                .position(|c| c.to_string() == needle)
-                .unwrap() as u16
-        };
-        assert_eq!(buffer[(x_of(theme::HEART), 2)].fg, Color::Green);
-        assert_eq!(buffer[(x_of(theme::BROKEN_HEART), 2)].fg, Color::Red);
-    }
-}
+mod tests;

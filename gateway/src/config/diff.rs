@@ -47,6 +47,7 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
         ("node.listen", a.listen.value != b.listen.value),
         ("node.admin", a.admin.value != b.admin.value),
         ("node.workers", a.workers.value != b.workers.value),
+        ("node.feed", a.feed != b.feed),
         ("runtime", old.runtime != new.runtime),
         ("cluster", old.cluster != new.cluster),
     ] {

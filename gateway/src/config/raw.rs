@@ -26,6 +26,9 @@ pub struct RawNode {
     pub listen: Option<Spanned<String>>,
     pub admin: Option<Spanned<String>>,
     pub workers: Option<Spanned<i64>>,
+    pub feed: Option<Spanned<String>>,
+    pub feed_cert: Option<Spanned<String>>,
+    pub feed_key: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -31,6 +31,13 @@ pub fn render(config: &Config) -> String {
         &node.workers.value.to_string(),
         node.workers.from,
     );
+    if let Some(feed) = &node.feed {
+        line(&mut out, "feed", &quoted(feed.addr), Origin::File);
+        if let Some((cert, key)) = &feed.cert {
+            line(&mut out, "feed_cert", &quoted(cert.display()), Origin::File);
+            line(&mut out, "feed_key", &quoted(key.display()), Origin::File);
+        }
+    }
 
     let runtime = &config.runtime;
     out.push_str("\n[runtime]\n");

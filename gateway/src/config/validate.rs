@@ -17,8 +17,8 @@ use super::{
     BreakerSettings, ClusterSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
     DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR,
     DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES,
-    ExternalHost, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeKind,
-    RuntimeSettings, ServicePort, Setting, UpstreamConfig,
+    ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig,
+    RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -114,11 +114,42 @@ impl Validator<'_> {
             }
             None => Setting::new(default_workers(), Origin::Default),
         };
+        let feed = raw.feed.as_ref().map(|feed| FeedSettings {
+            addr: self.address(Some(feed), "feed", "0.0.0.0:9901").value,
+            cert: None,
+        });
+        let cert = match (&raw.feed_cert, &raw.feed_key) {
+            (Some(cert), Some(key)) => {
+                Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
+            }
+            (None, None) => None,
+            (Some(one), None) | (None, Some(one)) => {
+                self.problem(
+                    one.span(),
+                    "`feed_cert` and `feed_key` go together: a certificate chain and its key",
+                );
+                None
+            }
+        };
+        let feed = match (feed, cert) {
+            (Some(feed), cert) => Some(FeedSettings { cert, ..feed }),
+            (None, Some(_)) => {
+                if let Some(cert) = &raw.feed_cert {
+                    self.problem(
+                        cert.span(),
+                        "`feed_cert` without `feed`: set the feed's address too",
+                    );
+                }
+                None
+            }
+            (None, None) => None,
+        };
         NodeSettings {
             name,
             listen,
             admin,
             workers,
+            feed,
         }
     }
 

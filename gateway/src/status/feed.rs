@@ -1,0 +1,336 @@
+//! The QUIC feed: the cluster view this node holds, streamed to
+//! `picket-tui` and other clients as a snapshot and then its changes.
+//!
+//! ## Protocol
+//! See [`picket_proto::feed`]: the client opens a stream and writes a
+//! `Subscribe` request; the node answers with frames until either side
+//! goes away.
+//!
+//! ## Invariants
+//! - A client never slows the node. Each client has a task of its own
+//!   that reads the newest view from a watch channel, which holds one view
+//!   whatever the client's pace: a client that falls behind skips the
+//!   views in between and gets the difference to the newest one (or a
+//!   fresh snapshot, when that is smaller). A client that takes nothing
+//!   for [`STALL`] is let go.
+//! - Memory per client is bounded: QUIC flow control bounds what is in
+//!   flight, and a request larger than [`MAX_REQUEST`] is refused unread.
+//! - The feed is read-only: nothing a client sends changes anything.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use picket_proto::ClusterView;
+use picket_proto::codec::{self, CodecError, FRAME_HEADER};
+use picket_proto::feed::{self, ALPN, Frame, Request};
+use quinn::crypto::rustls::QuicServerConfig;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::sync::{Semaphore, watch};
+
+use crate::config::FeedSettings;
+use crate::metrics::FeedMetrics;
+use crate::shutdown::Shutdown;
+
+/// How long a client may take nothing before it is let go.
+pub const STALL: Duration = Duration::from_secs(10);
+/// How long a client has to send its request.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// The largest request frame read.
+const MAX_REQUEST: usize = 1024;
+/// Clients served at once; more are refused.
+const MAX_CLIENTS: usize = 256;
+/// Bytes in flight to one client before it must acknowledge them.
+const SEND_WINDOW: u64 = 4 << 20;
+
+/// Why the feed could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    #[error("reading the feed's {what} {path}: {message}")]
+    Read {
+        what: &'static str,
+        path: String,
+        message: String,
+    },
+    #[error("the feed's TLS setup: {0}")]
+    Tls(String),
+    #[error("binding the feed to {addr}/udp: {message}")]
+    Bind { addr: SocketAddr, message: String },
+}
+
+/// The feed's endpoint, bound and ready to serve.
+pub struct Feed {
+    endpoint: quinn::Endpoint,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// SHA-256 of its certificate, lowercase hex: what clients pin.
+    pub fingerprint: String,
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("addr", &self.addr)
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
+}
+
+/// The SHA-256 fingerprint of a DER certificate, lowercase hex.
+pub fn fingerprint(der: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, der);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The certificate chain and key the feed presents.
+struct Identity {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+fn identity(
+    settings: &FeedSettings,
+    dir: Option<&Path>,
+    node: &str,
+) -> Result<Identity, FeedError> {
+    let Some((cert, key)) = &settings.cert else {
+        let generated = rcgen::generate_simple_self_signed(vec![node.to_string()])
+            .map_err(|e| FeedError::Tls(format!("generating a certificate: {e}")))?;
+        return Ok(Identity {
+            chain: vec![generated.cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+                generated.signing_key.serialize_der(),
+            )),
+        });
+    };
+    let resolve = |path: &Path| match dir {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    };
+    let read = |what: &'static str, path: &Path| {
+        let path = resolve(path);
+        std::fs::read(&path).map_err(|e| FeedError::Read {
+            what,
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    };
+    let pem = read("certificate", cert)?;
+    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pem.as_slice())
+        .collect::<Result<_, _>>()
+        .map_err(|e| FeedError::Read {
+            what: "certificate",
+            path: resolve(cert).display().to_string(),
+            message: e.to_string(),
+        })?;
+    if chain.is_empty() {
+        return Err(FeedError::Read {
+            what: "certificate",
+            path: resolve(cert).display().to_string(),
+            message: "no PEM certificate in it".into(),
+        });
+    }
+    let pem = read("key", key)?;
+    let key = rustls_pemfile::private_key(&mut pem.as_slice())
+        .map_err(|e| e.to_string())
+        .and_then(|k| k.ok_or_else(|| "no PEM private key in it".to_string()))
+        .map_err(|message| FeedError::Read {
+            what: "key",
+            path: resolve(key).display().to_string(),
+            message,
+        })?;
+    Ok(Identity { chain, key })
+}
+
+/// Binds the feed: on `socket` when given (bound before the node started),
+/// else on the configured address.
+pub fn bind(
+    settings: &FeedSettings,
+    dir: Option<&Path>,
+    node: &str,
+    socket: Option<std::net::UdpSocket>,
+) -> Result<Feed, FeedError> {
+    let identity = identity(settings, dir, node)?;
+    let fingerprint = identity
+        .chain
+        .first()
+        .map(|leaf| fingerprint(leaf))
+        .unwrap_or_default();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| FeedError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(identity.chain, identity.key)
+        .map_err(|e| FeedError::Tls(e.to_string()))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = QuicServerConfig::try_from(tls).map_err(|e| FeedError::Tls(e.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .keep_alive_interval(Some(Duration::from_millis(500)))
+        .max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
+            10_000,
+        ))))
+        .max_concurrent_bidi_streams(quinn::VarInt::from_u32(4))
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(0))
+        .send_window(SEND_WINDOW);
+    server.transport_config(Arc::new(transport));
+    let bind_error = |e: std::io::Error| FeedError::Bind {
+        addr: settings.addr,
+        message: e.to_string(),
+    };
+    let socket = match socket {
+        Some(socket) => socket,
+        None => std::net::UdpSocket::bind(settings.addr).map_err(bind_error)?,
+    };
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| FeedError::Tls("no async runtime for QUIC".into()))?;
+    let endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        runtime,
+    )
+    .map_err(bind_error)?;
+    let addr = endpoint.local_addr().map_err(bind_error)?;
+    Ok(Feed {
+        endpoint,
+        addr,
+        fingerprint,
+    })
+}
+
+/// Serves the feed until `shutdown`.
+pub fn spawn(
+    feed: Feed,
+    views: watch::Receiver<Arc<ClusterView>>,
+    metrics: FeedMetrics,
+    mut shutdown: Shutdown,
+) {
+    tokio::spawn(async move {
+        let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
+        loop {
+            let incoming = tokio::select! {
+                incoming = feed.endpoint.accept() => incoming,
+                () = shutdown.wait() => break,
+            };
+            let Some(incoming) = incoming else { break };
+            let Ok(permit) = Arc::clone(&clients).try_acquire_owned() else {
+                incoming.refuse();
+                metrics.refused();
+                continue;
+            };
+            let (views, metrics, shutdown) = (views.clone(), metrics.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                let peer = incoming.remote_address();
+                let connection = match incoming.await {
+                    Ok(connection) => connection,
+                    Err(error) => {
+                        tracing::debug!(%peer, %error, "feed handshake failed");
+                        metrics.refused();
+                        return;
+                    }
+                };
+                metrics.attached();
+                tracing::debug!(%peer, "feed client attached");
+                let ended = serve(&connection, views, &metrics, shutdown).await;
+                metrics.detached();
+                drop(permit);
+                match ended {
+                    Ok(()) => {}
+                    Err(Ended::Slow) => {
+                        metrics.slow();
+                        tracing::info!(%peer, "feed client took nothing for {STALL:?}; let go");
+                        connection.close(quinn::VarInt::from_u32(2), b"too slow");
+                    }
+                    Err(Ended::Refused(why)) => {
+                        metrics.refused();
+                        tracing::debug!(%peer, %why, "feed client refused");
+                        connection.close(quinn::VarInt::from_u32(1), b"bad request");
+                    }
+                    Err(Ended::Gone) => {}
+                }
+            });
+        }
+        feed.endpoint
+            .close(quinn::VarInt::from_u32(0), b"node stopping");
+        let _ = tokio::time::timeout(Duration::from_secs(1), feed.endpoint.wait_idle()).await;
+    });
+}
+
+/// How a client's session ended, other than by shutdown.
+enum Ended {
+    Slow,
+    Refused(String),
+    Gone,
+}
+
+async fn serve(
+    connection: &quinn::Connection,
+    mut views: watch::Receiver<Arc<ClusterView>>,
+    metrics: &FeedMetrics,
+    mut shutdown: Shutdown,
+) -> Result<(), Ended> {
+    let (mut send, mut recv) = tokio::time::timeout(HELLO_WAIT, connection.accept_bi())
+        .await
+        .map_err(|_| Ended::Refused("no stream in time".into()))?
+        .map_err(|_| Ended::Gone)?;
+    let request = tokio::time::timeout(HELLO_WAIT, read_request(&mut recv))
+        .await
+        .map_err(|_| Ended::Refused("no request in time".into()))??;
+    match request {
+        Request::Subscribe => {}
+    }
+    let mut sent: Option<Arc<ClusterView>> = None;
+    loop {
+        let next = Arc::clone(&views.borrow_and_update());
+        let frames = match &sent {
+            Some(sent) => feed::diff(sent, &next),
+            None => feed::snapshot(&next),
+        };
+        let snapshot = matches!(frames.first(), Some(Frame::Reset { .. }));
+        let mut bytes = Vec::new();
+        let mut count = 0;
+        for frame in &frames {
+            match codec::encode_frame(frame) {
+                Ok(encoded) => {
+                    bytes.extend_from_slice(&encoded);
+                    count += 1;
+                }
+                Err(error) => tracing::warn!(%error, "a feed frame could not be encoded; skipped"),
+            }
+        }
+        tokio::select! {
+            written = tokio::time::timeout(STALL, send.write_all(&bytes)) => match written {
+                Ok(Ok(())) => metrics.sent(count, bytes.len(), snapshot),
+                Ok(Err(_)) => return Err(Ended::Gone),
+                Err(_) => return Err(Ended::Slow),
+            },
+            () = shutdown.wait() => return Ok(()),
+        }
+        sent = Some(next);
+        tokio::select! {
+            changed = views.changed() => if changed.is_err() { return Ok(()) },
+            () = shutdown.wait() => return Ok(()),
+            _ = connection.closed() => return Err(Ended::Gone),
+        }
+    }
+}
+
+async fn read_request(recv: &mut quinn::RecvStream) -> Result<Request, Ended> {
+    let mut header = [0u8; FRAME_HEADER];
+    recv.read_exact(&mut header)
+        .await
+        .map_err(|e| Ended::Refused(e.to_string()))?;
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_REQUEST {
+        return Err(Ended::Refused(CodecError::TooLarge { len }.to_string()));
+    }
+    let mut message = vec![0u8; len];
+    recv.read_exact(&mut message)
+        .await
+        .map_err(|e| Ended::Refused(e.to_string()))?;
+    codec::decode(&message).map_err(|e| Ended::Refused(e.to_string()))
+}

@@ -1,0 +1,386 @@
+//! The QUIC feed end to end: three nodes on loopback gossiping over sealed
+//! UDP, clients of `picket-tui`'s feed module attached to one of them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use picket::config::Config;
+use picket_proto::ClusterView;
+use picket_proto::codec;
+use picket_tests::client::percentile;
+use picket_tests::cluster::{self, node_text_with, verdict_in};
+use picket_tests::node::TestNode;
+use picket_tests::upstream::{Behaviour, Upstream};
+use picket_tui::app::{FeedTarget, Link, Msg};
+use picket_tui::feed::{self, Session, Trust};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const INTERVAL: Duration = Duration::from_millis(200);
+const FEED: &str = "feed = \"127.0.0.1:0\"";
+
+fn api(replicas: &[SocketAddr]) -> String {
+    picket_tests::node::route("api", "/api", replicas, "")
+}
+
+/// A node's feed address and certificate fingerprint, from its node info.
+async fn feed_of(node: &TestNode) -> (String, String) {
+    let info = node.membership().await.info.clone();
+    (
+        info.feed.expect("a feed address"),
+        info.feed_fingerprint.expect("a fingerprint"),
+    )
+}
+
+/// Reads views from `session` into a channel, stamped with their arrival.
+fn pump(mut session: Session) -> mpsc::UnboundedReceiver<(Instant, ClusterView)> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(view) = session.next_view().await {
+            if tx.send((Instant::now(), view)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a view where `check` holds; returns when it arrived.
+async fn arrival(
+    views: &mut mpsc::UnboundedReceiver<(Instant, ClusterView)>,
+    within: Duration,
+    check: impl Fn(&ClusterView) -> bool,
+) -> Instant {
+    let deadline = Instant::now() + within;
+    loop {
+        let next = tokio::time::timeout_at(deadline, views.recv())
+            .await
+            .expect("no such view in time")
+            .expect("the feed ended");
+        if check(&next.1) {
+            return next.0;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_on_node_c_reaches_a_client_of_node_a_within_three_intervals_and_100ms() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Upstream::start("a", Behaviour::Echo).await;
+    let b = Upstream::start("b", Behaviour::Echo).await;
+    let nodes = cluster::three(dir.path(), FEED, ["", "", &api(&[a.addr])], INTERVAL).await;
+    let (addr, pin) = feed_of(&nodes[0]).await;
+    let session = Session::open(&addr, &Trust::Pin(pin)).await.unwrap();
+    let mut views = pump(session);
+    // A slow client on the same node, reading nothing at all, must not
+    // delay the one that reads.
+    let (slow_addr, slow_pin) = feed_of(&nodes[0]).await;
+    let _slow = Session::open(&slow_addr, &Trust::Pin(slow_pin))
+        .await
+        .unwrap();
+
+    let source = &nodes[2];
+    let one = Config::parse("n3.toml", &node_text_with("n3", "", "", &api(&[a.addr]))).unwrap();
+    let two = Config::parse(
+        "n3.toml",
+        &node_text_with("n3", "", "", &api(&[a.addr, b.addr])),
+    )
+    .unwrap();
+    let mut samples = Vec::new();
+    for i in 0..30 {
+        let total = if i % 2 == 0 { 2 } else { 1 };
+        source
+            .node()
+            .apply(if total == 2 { two.clone() } else { one.clone() });
+        // The clock starts when node C's own verdict has changed.
+        while source.verdict("api").is_none_or(|v| v.total != total) {
+            tokio::task::yield_now().await;
+        }
+        let start = Instant::now();
+        let seen = arrival(&mut views, Duration::from_secs(10), |view| {
+            verdict_in(view, "n3", "api").is_some_and(|v| v.total == total)
+        })
+        .await;
+        samples.push(seen.saturating_duration_since(start));
+    }
+    samples.sort();
+    let (p50, p99, max) = (
+        percentile(&mut samples, 50.0),
+        percentile(&mut samples, 99.0),
+        samples[samples.len() - 1],
+    );
+    eprintln!(
+        "verdict change on n3 to a feed client of n1, gossip interval {INTERVAL:?}: {} changes, p50 {p50:?}, p99 {p99:?}, max {max:?}",
+        samples.len()
+    );
+    let bound = INTERVAL * 3 + Duration::from_millis(100);
+    assert!(p99 <= bound, "p99 {p99:?} is over {bound:?}");
+    assert_eq!(
+        nodes[0].node().metrics().feed().clients(),
+        2,
+        "both clients still attached"
+    );
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_certificate_is_pinned_and_a_configured_one_is_checked_against_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    // A generated certificate: the published fingerprint opens it, any
+    // other is refused.
+    let node = TestNode::start(&node_text_with("n1", FEED, "", ""));
+    let (addr, pin) = feed_of(&node).await;
+    let wrong = "00".repeat(32);
+    let refused = Session::open(&addr, &Trust::Pin(wrong)).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("invalid peer certificate"),
+        "{refused}"
+    );
+    let colons: String = pin
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| String::from_utf8_lossy(pair).to_uppercase())
+        .collect::<Vec<_>>()
+        .join(":");
+    let mut session = Session::open(&addr, &Trust::Pin(colons)).await.unwrap();
+    let view = session.next_view().await.unwrap();
+    assert_eq!(view.node, "n1");
+    session.close().await;
+    node.stop().await;
+
+    // A certificate signed by the operator's CA, from files.
+    let (ca, leaf, key) = signed_by_a_ca("127.0.0.1");
+    std::fs::write(dir.path().join("feed.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.path().join("feed.key"), key.serialize_pem()).unwrap();
+    let text = node_text_with(
+        "n2",
+        &format!(
+            "{FEED}\nfeed_cert = \"{}\"\nfeed_key = \"{}\"",
+            dir.path().join("feed.pem").display(),
+            dir.path().join("feed.key").display()
+        ),
+        "",
+        "",
+    );
+    let node = TestNode::start(&text);
+    let (addr, pin) = feed_of(&node).await;
+    assert_eq!(pin, feed::fingerprint(leaf.der()), "the leaf's fingerprint");
+    let mut session = Session::open(&addr, &Trust::Ca(vec![ca.der().clone()]))
+        .await
+        .unwrap();
+    assert_eq!(session.next_view().await.unwrap().node, "n2");
+    session.close().await;
+    let (other_ca, _, _) = signed_by_a_ca("127.0.0.1");
+    let refused = Session::open(&addr, &Trust::Ca(vec![other_ca.der().clone()]))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("invalid peer certificate"),
+        "{refused}"
+    );
+    node.stop().await;
+}
+
+/// A CA, and a certificate for `host` that it signed, with its key.
+fn signed_by_a_ca(host: &str) -> (rcgen::Certificate, rcgen::Certificate, rcgen::KeyPair) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "picket test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec![host.to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca, leaf, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_feed_is_refused_and_changes_nothing() {
+    let node = TestNode::start(&node_text_with("n1", FEED, "", ""));
+    let (addr, pin) = feed_of(&node).await;
+    let target: SocketAddr = addr.parse().unwrap();
+    let feed_metrics = node.node().metrics().feed().clone();
+
+    // Random datagrams at the port.
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut seed: u32 = 0x2545_f491;
+    for len in [0usize, 1, 20, 1200, 1500, 9000] {
+        let noise: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed as u8
+            })
+            .collect();
+        socket.send_to(&noise, target).await.unwrap();
+    }
+
+    // A client that speaks TLS but not the feed: an announced 4 GiB
+    // request, a request that is not one, and one that never comes.
+    let config = feed::client_config(&Trust::Pin(pin.clone())).unwrap();
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    endpoint.set_default_client_config(config);
+    for garbage in [
+        u32::MAX.to_be_bytes().to_vec(),
+        codec::encode_frame(&"not a request").unwrap(),
+    ] {
+        let connection = endpoint
+            .connect(target, "127.0.0.1")
+            .unwrap()
+            .await
+            .unwrap();
+        let (mut send, mut recv) = connection.open_bi().await.unwrap();
+        send.write_all(&garbage).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), recv.read_to_end(1 << 20)).await;
+        assert!(
+            matches!(answer, Ok(Err(_))),
+            "the node closes the connection without an answer: {answer:?}"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while feed_metrics.refused_count() < 2 {
+        assert!(Instant::now() < deadline, "refusals were not counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The feed still serves, and the node still proxies.
+    let mut session = Session::open(&addr, &Trust::Pin(pin)).await.unwrap();
+    assert_eq!(session.next_view().await.unwrap().node, "n1");
+    session.close().await;
+    let (_, routes) = node.admin_json("/v1/routes").await;
+    assert!(routes.is_object() || routes.is_array(), "{routes}");
+    node.stop().await;
+}
+
+/// A node in a runtime of its own, so that it can die without a word: its
+/// runtime dropped, its sockets closed, no goodbye sent.
+struct Killable {
+    feed: (String, String),
+    kill: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn killable(text: String) -> Killable {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (kill, killed) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let node = runtime.block_on(async {
+            let node = TestNode::start(&text);
+            let feed = feed_of(&node).await;
+            tx.send((feed, node.gossip_addr().await)).unwrap();
+            node
+        });
+        let _ = killed.recv();
+        std::mem::forget(node);
+        runtime.shutdown_background();
+    });
+    let (feed, _) = rx.recv().unwrap();
+    Killable { feed, kill, thread }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = cluster::key_file(dir.path(), "key");
+    let first = TestNode::start(&node_text_with(
+        "n1",
+        FEED,
+        &cluster::section(&key, &[], INTERVAL),
+        "",
+    ));
+    let seed = first.gossip_addr().await;
+    let doomed = killable(node_text_with(
+        "n2",
+        FEED,
+        &cluster::section(&key, &[seed], INTERVAL),
+        "",
+    ));
+    cluster::view_until(&first, "n2 joined", Duration::from_secs(10), |v| {
+        v.members.len() == 2
+    })
+    .await;
+
+    let (out, mut msgs) = mpsc::channel(1024);
+    let (switch, switches) = mpsc::channel(4);
+    let (addr, pin) = doomed.feed.clone();
+    tokio::spawn(feed::follow(addr.clone(), Trust::Pin(pin), out, switches));
+    // Attached to n2, with both nodes in its view.
+    let mut last = None;
+    let mut live = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(live
+        && last
+            .as_ref()
+            .is_some_and(|v: &ClusterView| v.members.len() == 2))
+    {
+        match tokio::time::timeout_at(deadline, msgs.recv())
+            .await
+            .unwrap()
+        {
+            Some(Msg::View(view)) => last = Some(view),
+            Some(Msg::Link(Link::Live { addr: live_at })) => live = live_at == addr,
+            _ => {}
+        }
+    }
+    let view = last.unwrap();
+    assert_eq!(view.node, "n2");
+
+    doomed.kill.send(()).unwrap();
+    let killed = Instant::now();
+    let stale = loop {
+        match tokio::time::timeout(Duration::from_secs(5), msgs.recv()).await {
+            Ok(Some(Msg::Link(Link::Stale { .. }))) => break killed.elapsed(),
+            Ok(Some(_)) => {}
+            other => panic!("no stale link after the kill: {other:?}"),
+        }
+    };
+    eprintln!("stale {stale:?} after the attached node was killed");
+    assert!(
+        stale <= Duration::from_secs(2),
+        "stale only after {stale:?}"
+    );
+
+    // The other node's feed, as the last view offers it.
+    let n1 = view.members.iter().find(|m| m.name == "n1").unwrap();
+    let info = n1.info.as_ref().unwrap();
+    switch
+        .send(FeedTarget {
+            name: "n1".into(),
+            addr: info.feed.clone().unwrap(),
+            fingerprint: info.feed_fingerprint.clone(),
+        })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut moved = false;
+    let mut from_n1 = false;
+    while !(moved && from_n1) {
+        match tokio::time::timeout_at(deadline, msgs.recv()).await {
+            Ok(Some(Msg::Link(Link::Live { addr: now }))) => {
+                moved = Some(&now) == info.feed.as_ref();
+            }
+            Ok(Some(Msg::View(view))) => from_n1 = view.node == "n1",
+            Ok(Some(_)) => {}
+            other => panic!("never moved to n1: {other:?}"),
+        }
+    }
+    doomed.thread.join().unwrap();
+    first.stop().await;
+}

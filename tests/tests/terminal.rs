@@ -1,0 +1,243 @@
+//! `picket-tui` in a real terminal: tmux runs it against `picket demo`,
+//! keys go in with send-keys, the screen comes out with capture-pane.
+
+// Processes and wall time only: no runtime whose clock could be paused.
+#![allow(clippy::disallowed_types, clippy::expect_used)]
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use picket_tests::{binaries, has_program, require};
+
+/// Kills the process (and so its nodes) when the test ends, even failed.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A tmux server of the test's own, killed when the test ends.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let output = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs");
+        assert!(
+            output.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", "tui"])
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "tui"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
+    /// Waits until the screen satisfies `check`; panics with the screen.
+    fn until(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if check(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never on screen: {what}\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+/// The first of three consecutive loopback ports free for TCP and UDP.
+fn three_free_ports(seed: u16) -> SocketAddr {
+    let mut base = 30_000 + (std::process::id() as u16 % 10_000) + seed * 97;
+    loop {
+        let free = (0..3).all(|i| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
+            TcpListener::bind(addr).is_ok() && UdpSocket::bind(addr).is_ok()
+        });
+        if free {
+            return SocketAddr::from(([127, 0, 0, 1], base));
+        }
+        base += 3;
+    }
+}
+
+/// `picket demo` with its feed at `feed`, other ports from `seed` on.
+fn demo(feed: SocketAddr, seed: u16) -> (Process, SocketAddr) {
+    let (listen, admin, gossip) = (
+        three_free_ports(seed),
+        three_free_ports(seed + 1),
+        three_free_ports(seed + 2),
+    );
+    let child = Command::new(binaries::picket())
+        .args(["demo", "--listen", &listen.to_string()])
+        .args(["--admin", &admin.to_string()])
+        .args(["--gossip", &gossip.to_string()])
+        .args(["--feed", &feed.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("picket demo starts");
+    (Process(child), admin)
+}
+
+#[test]
+fn the_tui_in_tmux_shows_the_demo_matrix_and_detail_and_q_restores_the_terminal() {
+    if !require("tmux", has_program("tmux")) {
+        return;
+    }
+    let feed = three_free_ports(3);
+    let (_demo, _admin) = demo(feed, 0);
+    let tui = binaries::picket_tui();
+    let dir = tempfile::tempdir().unwrap();
+    let stty = dir.path().join("stty");
+    // The TUI in a shell that records the terminal's modes after it exits.
+    let command = format!(
+        "{} --insecure {feed}; echo \"exit=$?\"; stty -a > {}; sleep 30",
+        tui.display(),
+        stty.display()
+    );
+    let tmux = Tmux {
+        socket: format!("picket-test-{}", std::process::id()),
+    };
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "tui",
+        "-x",
+        "120",
+        "-y",
+        "36",
+        "sh",
+        "-c",
+        &command,
+    ]);
+
+    // The matrix: three node columns, the demo's routes, web marked.
+    let screen = tmux.until(
+        "three alive nodes, the demo's routes, web disagreeing",
+        |s| {
+            let lines: Vec<&str> = s.lines().collect();
+            let header = lines
+                .iter()
+                .position(|l| l.contains("demo-1") && l.contains("demo-3"));
+            let alive = header
+                .and_then(|i| lines.get(i + 1))
+                .is_some_and(|l| l.matches('●').count() == 3);
+            let web = lines
+                .iter()
+                .any(|l| l.trim_start().starts_with("≠ web") || l.contains("≠ web "));
+            alive && web && s.contains("slow") && s.contains("refused")
+        },
+    );
+    eprintln!("{screen}");
+
+    // Filter to web and read its detail pane: node 3 alone lists a
+    // replica that refuses.
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", "web"]);
+    tmux.keys(&["Enter"]);
+    let screen = tmux.until("web's detail pane", |s| {
+        s.lines()
+            .any(|l| l.starts_with("demo-3") && l.contains("3/4"))
+            && s.lines()
+                .any(|l| l.starts_with("demo-1") && l.contains("3/3"))
+    });
+    eprintln!("{screen}");
+    assert!(
+        !screen.contains("slow"),
+        "the filter hides other routes:\n{screen}"
+    );
+    assert!(
+        screen.contains("web ≠ live nodes disagree"),
+        "the detail pane's title:\n{screen}"
+    );
+
+    // q exits cleanly and the terminal is itself again.
+    tmux.keys(&["q"]);
+    let screen = tmux.until("the TUI exited", |s| s.contains("exit="));
+    assert!(screen.contains("exit=0"), "{screen}");
+    assert!(
+        !screen.contains("demo-1"),
+        "the alternate screen is gone:\n{screen}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !Path::new(&stty).exists() || std::fs::read_to_string(&stty).unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "stty never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let modes = std::fs::read_to_string(&stty).unwrap();
+    for mode in ["icanon", "echo"] {
+        assert!(
+            modes.split_whitespace().any(|m| m == mode),
+            "raw mode was left on ({mode} is off): {modes}"
+        );
+    }
+}
+
+#[test]
+fn once_json_prints_the_cluster_view_and_exits() {
+    let feed = three_free_ports(7);
+    let (_demo, _admin) = demo(feed, 4);
+    let tui = binaries::picket_tui();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let output = Command::new(&tui)
+            .args(["--insecure", "--once", "--json", &feed.to_string()])
+            .output()
+            .expect("picket-tui runs");
+        let view: Option<picket_proto::ClusterView> = output
+            .status
+            .success()
+            .then(|| serde_json::from_slice(&output.stdout).ok())
+            .flatten();
+        if let Some(view) = view.filter(|v| v.members.len() == 3) {
+            assert_eq!(view.node, "demo-1");
+            assert_eq!(view.cluster, "demo");
+            let routes: Vec<&str> = view.members[0]
+                .verdicts
+                .iter()
+                .map(|v| v.route.as_str())
+                .collect();
+            assert_eq!(routes, ["refused", "slow", "web"]);
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no three-node view: {} {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

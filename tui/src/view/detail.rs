@@ -1,0 +1,255 @@
+//! The selected route in detail: what each node says of it and why, and
+//! its recent transitions.
+//!
+//! Nodes are listed worst first (live before dead, red before orange before
+//! green, then by name), so a cut list still shows the trouble; the last
+//! line then says how many more there are. Ages are on the attached node's
+//! clock ([`App::node_now_unix_ms`]).
+
+use std::cmp::Reverse;
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+
+use super::{age, fit};
+use crate::app::{App, Matrix, Seen, Transition};
+use crate::theme;
+use picket_proto::{ClusterView, Verdict};
+
+/// Node names longer than this are cut in the detail pane.
+const MAX_NAME_WIDTH: usize = 16;
+
+/// The pane's height: what the matrix leaves when that is all the pane
+/// needs, otherwise what it needs up to the larger of two fifths of
+/// `available` and what the matrix leaves.
+pub(super) fn height(app: &App, available: u16, matrix_needs: u16) -> u16 {
+    let Some(row) = app.selected_row() else {
+        return 0;
+    };
+    let route = &app.matrix().rows()[row].name;
+    let transitions = app.history().len(route);
+    let history = if transitions == 0 { 0 } else { 1 + transitions };
+    let needed = 2 + app.matrix().columns().len() + history;
+    let needed = u16::try_from(needed).unwrap_or(u16::MAX);
+    if matrix_needs.saturating_add(needed) <= available {
+        return available - matrix_needs;
+    }
+    let share = available
+        .saturating_sub(matrix_needs)
+        .max(available * 2 / 5)
+        .max(6);
+    needed.min(share).min(available)
+}
+
+pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let (Some(view), Some(row)) = (app.view(), app.selected_row()) else {
+        return;
+    };
+    if area.height == 0 {
+        return;
+    }
+    let matrix = app.matrix();
+    let route = &matrix.rows()[row];
+    let mut title = vec![Span::styled(format!(" {} ", route.name), theme::title())];
+    if route.disagree {
+        title.push(Span::styled(
+            format!("{} live nodes disagree ", theme::DISAGREEMENT),
+            theme::disagreement(),
+        ));
+    }
+    let block = Block::new().borders(Borders::TOP).title(Line::from(title));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+
+    let height = usize::from(inner.height);
+    let transitions = app.history().len(&route.name);
+    let history_lines = if transitions == 0 {
+        0
+    } else {
+        (1 + transitions).min(3.max(height / 3)).min(height)
+    };
+    let node_lines = height - history_lines;
+
+    let mut lines = node_table(app, view, matrix, row, node_lines);
+    if history_lines > 0 {
+        lines.push(Line::styled("history", theme::header()));
+        let now = app.node_now_unix_ms();
+        lines.extend(
+            app.history()
+                .of(&route.name)
+                .take(history_lines - 1)
+                .map(|t| transition(t, now)),
+        );
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// A header and a line per node, at most `room` lines.
+fn node_table(
+    app: &App,
+    view: &ClusterView,
+    matrix: &Matrix,
+    row: usize,
+    room: usize,
+) -> Vec<Line<'static>> {
+    if room == 0 {
+        return Vec::new();
+    }
+    let columns = matrix.columns();
+    let cells = matrix.cells(row);
+    let name_width = matrix.column_width().clamp(4, MAX_NAME_WIDTH);
+    let mut nodes: Vec<usize> = (0..columns.len()).collect();
+    nodes.sort_by_key(|&col| {
+        (
+            !columns[col].live(),
+            cells[col].is_none(),
+            Reverse(cells[col].map(|c| c.seen.heart)),
+        )
+    });
+
+    let mut lines = vec![Line::styled(
+        format!(
+            "{:<name_width$}      ready circuit   since      reason  images",
+            "node"
+        ),
+        theme::muted(),
+    )];
+    let shown = if nodes.len() < room {
+        nodes.len()
+    } else {
+        room.saturating_sub(2)
+    };
+    let now = app.node_now_unix_ms();
+    for &col in &nodes[..shown] {
+        let column = &columns[col];
+        let dim = if column.live() {
+            Style::new()
+        } else {
+            theme::dead()
+        };
+        let mut spans = vec![
+            Span::styled(
+                format!("{:<name_width$} ", fit(&column.name, name_width)),
+                dim,
+            ),
+            Span::styled(
+                theme::liveness_symbol(column.liveness),
+                theme::liveness_style(column.liveness),
+            ),
+            Span::raw(" "),
+        ];
+        match matrix.verdict(view, row, col) {
+            Some(verdict) => spans.extend(verdict_spans(verdict, now, dim)),
+            None => spans.push(Span::styled(
+                format!("{}  no verdict", theme::NO_VERDICT),
+                theme::no_verdict(),
+            )),
+        }
+        lines.push(Line::from(spans));
+    }
+    let rest = &nodes[shown..];
+    if !rest.is_empty() && room > 1 {
+        let green = rest
+            .iter()
+            .filter(|&&col| cells[col].is_some_and(|c| c.seen.heart == picket_proto::Heart::Green))
+            .count();
+        lines.push(Line::styled(
+            format!("{} {} more ({green} green)", theme::ELLIPSIS, rest.len()),
+            theme::muted(),
+        ));
+    }
+    lines
+}
+
+fn verdict_spans(verdict: &Verdict, now: u64, dim: Style) -> Vec<Span<'static>> {
+    let mut spans = vec![
+        Span::styled(
+            theme::heart_symbol(verdict.heart),
+            theme::heart_style(verdict.heart).patch(dim),
+        ),
+        Span::styled(
+            theme::circuit_marker(verdict.circuit),
+            theme::circuit_style(verdict.circuit).patch(dim),
+        ),
+        Span::styled(
+            format!(" {:>5} ", format!("{}/{}", verdict.ready, verdict.total)),
+            dim,
+        ),
+        Span::styled(
+            format!("{:<9}", theme::circuit_word(verdict.circuit)),
+            theme::circuit_style(verdict.circuit).patch(dim),
+        ),
+        Span::styled(
+            format!(
+                " {:<10} ",
+                format!("{} ago", age(now.saturating_sub(verdict.since_unix_ms)))
+            ),
+            theme::muted(),
+        ),
+        Span::styled(verdict.reason.clone(), dim),
+    ];
+    if !verdict.images.is_empty() {
+        let images: Vec<String> = verdict
+            .images
+            .iter()
+            .map(|i| format!("{}×{}", i.image, i.replicas))
+            .collect();
+        spans.push(Span::styled(format!("  {}", images.join(", ")), dim));
+    }
+    if let Some(stale) = verdict.runtime_stale_since_unix_ms {
+        spans.push(Span::styled(
+            format!("  runtime stale {}", age(now.saturating_sub(stale))),
+            theme::warning(),
+        ));
+    }
+    spans
+}
+
+/// `  4s ago  n3  ♥ → ♡○  green → red, circuit closed → open`
+fn transition(t: &Transition, now: u64) -> Line<'static> {
+    let look = |seen: Seen| {
+        [
+            Span::styled(
+                theme::heart_symbol(seen.heart),
+                theme::heart_style(seen.heart),
+            ),
+            Span::styled(
+                theme::circuit_marker(seen.circuit),
+                theme::circuit_style(seen.circuit),
+            ),
+        ]
+    };
+    let mut words = Vec::new();
+    if t.from.heart != t.to.heart {
+        words.push(format!(
+            "{} → {}",
+            theme::heart_word(t.from.heart),
+            theme::heart_word(t.to.heart)
+        ));
+    }
+    if t.from.circuit != t.to.circuit {
+        words.push(format!(
+            "circuit {} → {}",
+            theme::circuit_word(t.from.circuit),
+            theme::circuit_word(t.to.circuit)
+        ));
+    }
+    let mut spans = vec![
+        Span::styled(
+            format!(
+                "{:>10}  ",
+                format!("{} ago", age(now.saturating_sub(t.at_unix_ms)))
+            ),
+            theme::muted(),
+        ),
+        Span::raw(format!("{}  ", t.node)),
+    ];
+    spans.extend(look(t.from));
+    spans.push(Span::raw("→ "));
+    spans.extend(look(t.to));
+    spans.push(Span::raw(format!(" {}", words.join(", "))));
+    Line::from(spans)
+}

@@ -1,0 +1,366 @@
+//! Render tests on a `TestBackend`: symbols and colours are compared
+//! separately (a styled buffer never equals plain lines).
+
+use crossterm::event::KeyCode;
+use picket_proto::{Circuit, Heart};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::Color;
+
+use super::*;
+use crate::app::Msg;
+use crate::app::fixture::{T0, app_with, big, key, keys, three_nodes, verdict};
+
+fn draw(app: &App, width: u16, height: u16) -> Buffer {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| render(frame, app)).unwrap();
+    terminal.backend().buffer().clone()
+}
+
+fn lines(buffer: &Buffer) -> Vec<String> {
+    (0..buffer.area.height)
+        .map(|y| {
+            (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+                .trim_end()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The symbol and foreground colour at (x, y).
+fn at(buffer: &Buffer, x: u16, y: u16) -> (&str, Color) {
+    let cell = &buffer[(x, y)];
+    (cell.symbol(), cell.fg)
+}
+
+fn row_of(lines: &[String], needle: &str) -> usize {
+    lines
+        .iter()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line has {needle:?}: {lines:#?}"))
+}
+
+/// The three-node cluster, at any size of at least 80 × 24: the layout is
+/// anchored top left, so the cells are the same.
+fn assert_three_nodes(width: u16, height: u16) {
+    let app = app_with(three_nodes());
+    let buffer = draw(&app, width, height);
+    let text = lines(&buffer);
+
+    assert_eq!(
+        text[0],
+        "picket prod  n1 @ 10.0.0.1:7000  live  3 routes × 3 nodes  ≠ 1 route disagrees"
+    );
+    // Headers: names, then liveness and data age.
+    assert_eq!(text[1], "  route  n1   n2   n3");
+    assert_eq!(text[2], "  3/3    ●0s  ◌4s  ●1s");
+    assert_eq!(at(&buffer, 9, 2), ("●", Color::Green));
+    assert_eq!(at(&buffer, 14, 2), ("◌", Color::Yellow));
+    assert_eq!(at(&buffer, 19, 2), ("●", Color::Green));
+    // By severity, the disagreeing route comes first, marked.
+    assert_eq!(text[3], "≠ orders ♥    ♥    ♡○");
+    assert_eq!(text[4], "  api    ♥    ♥    ♥");
+    assert_eq!(text[5], "  web    ♥    ♥    ♥");
+    assert_eq!(at(&buffer, 0, 3), ("≠", Color::Magenta));
+    assert_eq!(at(&buffer, 0, 4), (" ", Color::Reset));
+    assert_eq!(at(&buffer, 9, 3), ("♥", Color::Green));
+    assert_eq!(at(&buffer, 14, 3), ("♥", Color::Green));
+    assert_eq!(at(&buffer, 19, 3), ("♡", Color::Red));
+    assert_eq!(at(&buffer, 20, 3), ("○", Color::Red));
+    assert_eq!(at(&buffer, 19, 4), ("♥", Color::Green));
+    // The selected row is highlighted, and only it.
+    assert_eq!(buffer[(2, 3)].bg, Color::DarkGray);
+    assert_eq!(buffer[(19, 3)].bg, Color::DarkGray);
+    assert_eq!(buffer[(2, 4)].bg, Color::Reset);
+
+    // The detail pane, worst first.
+    assert!(
+        text[6].contains(" orders ≠ live nodes disagree "),
+        "{text:#?}"
+    );
+    assert_eq!(
+        text[7],
+        "node      ready circuit   since      reason  images"
+    );
+    assert_eq!(
+        text[8],
+        "n3   ● ♡○   0/2 open      12s ago    no replica ready  orders:1.4×2"
+    );
+    assert_eq!(
+        text[9],
+        "n1   ● ♥    2/2 closed    3m12s ago  2 of 2 ready  orders:1.4×2"
+    );
+    assert_eq!(
+        text[10],
+        "n2   ◌ ♥    2/2 closed    3m12s ago  2 of 2 ready  orders:1.4×2"
+    );
+    assert_eq!(at(&buffer, 7, 8), ("♡", Color::Red));
+    assert_eq!(at(&buffer, 8, 8), ("○", Color::Red));
+    assert_eq!(at(&buffer, 7, 9), ("♥", Color::Green));
+    assert_eq!(at(&buffer, 5, 10), ("◌", Color::Yellow));
+
+    let footer = &text[usize::from(height) - 1];
+    assert!(
+        footer.starts_with("? help  / filter  s sort: severity"),
+        "{footer}"
+    );
+}
+
+#[test]
+fn three_nodes_at_80_by_24() {
+    assert_three_nodes(80, 24);
+}
+
+#[test]
+fn three_nodes_at_160_by_48() {
+    assert_three_nodes(160, 48);
+}
+
+#[test]
+fn sorting_by_name_and_back_to_severity() {
+    let mut app = app_with(three_nodes());
+    app.update(key(KeyCode::Char('s')));
+    let text = lines(&draw(&app, 80, 24));
+    assert_eq!(
+        &text[3..6],
+        [
+            "  api    ♥    ♥    ♥",
+            "≠ orders ♥    ♥    ♡○",
+            "  web    ♥    ♥    ♥"
+        ]
+    );
+    assert!(text[23].contains("sort: name"), "{}", text[23]);
+    // The selection stayed on orders, now second.
+    let buffer = draw(&app, 80, 24);
+    assert_eq!(buffer[(2, 4)].bg, Color::DarkGray);
+
+    app.update(key(KeyCode::Char('s')));
+    let text = lines(&draw(&app, 80, 24));
+    assert!(text[3].starts_with("≠ orders"), "{text:#?}");
+}
+
+#[test]
+fn a_hundred_nodes_collapse_to_counts() {
+    let app = app_with(big(100, 20));
+    for (width, names) in [(80, 11), (160, 27)] {
+        let buffer = draw(&app, width, 24);
+        let text = lines(&buffer);
+        assert_eq!(text[1], "  route     100 nodes collapsed", "at {width}");
+        assert_eq!(text[2], "  20/20     100●", "at {width}");
+        assert_eq!(at(&buffer, 15, 2), ("●", Color::Green));
+        assert_eq!(text[3], "≠ route-007 99♥ 1♡: n042", "at {width}");
+        let orange: Vec<String> = (0..names).map(|n| format!("n{n:03}")).collect();
+        assert_eq!(
+            text[4],
+            format!("≠ route-011 70♥ 30♥: {} …", orange.join(" ")),
+            "at {width}"
+        );
+        assert!(text[4].chars().count() <= usize::from(width), "at {width}");
+        assert_eq!(text[5], "  route-000 100♥", "at {width}");
+        // Counts and names in their hearts' colours.
+        assert_eq!(at(&buffer, 12, 3), ("9", Color::Green));
+        assert_eq!(at(&buffer, 14, 3), ("♥", Color::Green));
+        assert_eq!(at(&buffer, 17, 3), ("♡", Color::Red));
+        assert_eq!(at(&buffer, 20, 3), ("n", Color::Red));
+        assert_eq!(at(&buffer, 16, 4), ("3", Color::Yellow));
+        assert_eq!(at(&buffer, 21, 4), ("n", Color::Yellow));
+    }
+}
+
+#[test]
+fn twenty_nodes_get_columns_at_160_and_counts_at_80() {
+    let app = app_with(big(20, 12));
+    let wide = lines(&draw(&app, 160, 24));
+    assert!(
+        wide[1].starts_with("  route     n000 n001 n002"),
+        "{wide:#?}"
+    );
+    assert!(wide[1].ends_with("n019"), "{wide:#?}");
+    assert!(wide[3].starts_with("  route-011 ♥    ♥    ♥"), "{wide:#?}");
+    // The detail pane has room for 5 of the 20 nodes and says so.
+    assert_eq!(wide[22], "… 15 more (0 green)");
+    let narrow = lines(&draw(&app, 80, 24));
+    assert_eq!(narrow[1], "  route     20 nodes collapsed");
+    assert_eq!(
+        narrow[3],
+        "  route-011 20♥: n000 n001 n002 n003 n004 n005 n006 n007 n008 n009 n010 n011 …"
+    );
+}
+
+#[test]
+fn the_filter_hides_rows() {
+    let mut app = app_with(three_nodes());
+    app.update(key(KeyCode::Char('/')));
+    keys(&mut app, "we");
+    let text = lines(&draw(&app, 80, 24));
+    assert_eq!(text[2], "  1/3    ●0s  ◌4s  ●1s");
+    assert_eq!(text[3], "  web    ♥    ♥    ♥");
+    assert!(
+        !text
+            .iter()
+            .any(|l| l.contains("orders") || l.contains("api"))
+    );
+    assert!(
+        text[23].starts_with("/we█  Enter keep  Esc clear"),
+        "{}",
+        text[23]
+    );
+
+    keys(&mut app, "x");
+    let text = lines(&draw(&app, 80, 24));
+    assert_eq!(text[3], "  no route matches “wex”");
+}
+
+#[test]
+fn only_the_rows_on_screen_are_drawn_and_the_selection_stays_on_it() {
+    let mut app = app_with(big(3, 500));
+    app.update(key(KeyCode::Char('s')));
+    app.update(key(KeyCode::End));
+    let buffer = draw(&app, 80, 24);
+    let text = lines(&buffer);
+    // 24 rows: status, 2 header lines, 15 routes, a detail pane of 5, the footer.
+    assert!(text[3].starts_with("  route-485 "), "{text:#?}");
+    assert!(text[17].starts_with("  route-499 "), "{text:#?}");
+    assert_eq!(buffer[(2, 17)].bg, Color::DarkGray);
+    assert!(text[18].contains(" route-499 "), "{text:#?}");
+
+    app.update(key(KeyCode::Home));
+    for _ in 0..3 {
+        app.update(key(KeyCode::PageDown));
+    }
+    let buffer = draw(&app, 80, 24);
+    let text = lines(&buffer);
+    assert!(text[10].starts_with("  route-030 "), "{text:#?}");
+    assert_eq!(buffer[(2, 10)].bg, Color::DarkGray);
+}
+
+#[test]
+fn history_shows_transitions_in_the_detail_pane() {
+    let mut app = app_with(three_nodes());
+    let mut next = three_nodes();
+    next.taken_unix_ms = T0 + 5_000;
+    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, Circuit::HalfOpen);
+    app.update(Msg::View(next));
+    app.update(Msg::Tick {
+        now_unix_ms: T0 + 5_000,
+    });
+    let buffer = draw(&app, 80, 24);
+    let text = lines(&buffer);
+    let at_history = row_of(&text, "history");
+    assert_eq!(
+        text[at_history + 1],
+        "    5s ago  n3  ♡○→ ♥◐ red → orange, circuit open → half-open"
+    );
+    assert_eq!(at(&buffer, 16, at_history as u16 + 1), ("♡", Color::Red));
+    assert_eq!(at(&buffer, 20, at_history as u16 + 1), ("♥", Color::Yellow));
+    assert_eq!(at(&buffer, 21, at_history as u16 + 1), ("◐", Color::Yellow));
+    // Orders still disagrees (green and orange): the matrix shows the new heart.
+    assert_eq!(at(&buffer, 19, 3), ("♥", Color::Yellow));
+    assert_eq!(at(&buffer, 20, 3), ("◐", Color::Yellow));
+}
+
+#[test]
+fn a_stale_link_says_so() {
+    let mut app = app_with(three_nodes());
+    app.update(Msg::Link(Link::Stale {
+        addr: "10.0.0.1:7000".into(),
+        since_unix_ms: T0,
+        error: "timed out".into(),
+    }));
+    app.update(Msg::Tick {
+        now_unix_ms: T0 + 3_400,
+    });
+    let buffer = draw(&app, 80, 24);
+    let text = lines(&buffer);
+    assert!(
+        text[0].starts_with(
+            "picket prod  n1 @ 10.0.0.1:7000  stale 3s — reconnecting (n: another node)"
+        ),
+        "{}",
+        text[0]
+    );
+    let x = u16::try_from(text[0].chars().position(|c| c == 's').unwrap_or(0)).unwrap_or(0);
+    assert_eq!(at(&buffer, x, 0).1, Color::Red);
+
+    app.update(Msg::Link(Link::Connecting {
+        addr: "10.0.0.2:7000".into(),
+    }));
+    let text = lines(&draw(&app, 80, 24));
+    assert!(
+        text[0].contains("connecting to 10.0.0.2:7000…"),
+        "{}",
+        text[0]
+    );
+}
+
+#[test]
+fn the_picker_lists_members_with_a_feed() {
+    let mut app = app_with(three_nodes());
+    let mut cluster = three_nodes();
+    let mut dead = crate::app::fixture::member("n4", picket_proto::Liveness::Dead, 0, vec![]);
+    dead.info.as_mut().unwrap().feed = None;
+    cluster.members.push(dead);
+    app.update(Msg::View(cluster));
+    app.update(key(KeyCode::Char('n')));
+    app.update(key(KeyCode::Down));
+    let buffer = draw(&app, 80, 24);
+    let text = lines(&buffer);
+    let n1 = row_of(&text, "n1           ● alive   10.0.0.1:7000  (attached)");
+    assert!(
+        text[n1 + 1].contains("▶ n2           ◌ suspect 10.0.0.2:7000"),
+        "{text:#?}"
+    );
+    assert!(
+        text[n1 + 2].contains("  n3           ● alive   10.0.0.3:7000"),
+        "{text:#?}"
+    );
+    let title = row_of(&text, "┌ attach to a node ─");
+    assert_eq!(title + 1, n1);
+    // Inside the box (the detail pane's n4 shows left of it).
+    let inside = |l: &String| l.chars().skip(5).collect::<String>();
+    assert!(
+        !text[title..n1 + 5]
+            .iter()
+            .map(inside)
+            .any(|l| l.contains("n4")),
+        "{text:#?}"
+    );
+}
+
+#[test]
+fn help_lists_keys_and_symbols() {
+    let mut app = app_with(three_nodes());
+    app.update(key(KeyCode::Char('?')));
+    let text = lines(&draw(&app, 80, 24));
+    for needle in [
+        "│ PgUp PgDn     move by 10 rows",
+        "│ n             attach to another node's feed",
+        "│ q  Ctrl-C     quit",
+        "│ ◐ ○           after a heart: circuit half-open, open",
+        "│ ≠             live nodes disagree on the route",
+    ] {
+        row_of(&text, needle);
+    }
+}
+
+#[test]
+fn before_the_first_view() {
+    let app = App::new();
+    let text = lines(&draw(&app, 80, 24));
+    assert_eq!(text[0], "picket  no feed yet");
+    assert_eq!(text[1], "waiting for the first cluster view…");
+}
+
+#[test]
+fn ages() {
+    assert_eq!(compact_age(4_999), "4s");
+    assert_eq!(compact_age(720_000), "12m");
+    assert_eq!(age(192_000), "3m12s");
+    assert_eq!(age(3_900_000), "1h05m");
+    assert_eq!(age(2 * 86_400_000 + 3 * 3_600_000), "2d03h");
+    assert_eq!(fit("orders-api", 6), "order…");
+    assert_eq!(fit_tail("picket-node-7", 6), "…ode-7");
+}
