@@ -384,3 +384,62 @@ async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_whe
     doomed.thread.join().unwrap();
     first.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_nothing_slows_nobody_and_is_let_go() {
+    let a = Upstream::start("a", Behaviour::Echo).await;
+    let b = Upstream::start("b", Behaviour::Echo).await;
+    let routes = |replicas: &[SocketAddr]| -> String {
+        (0..1000)
+            .map(|i| {
+                picket_tests::node::route(&format!("r{i:04}"), &format!("/r{i:04}"), replicas, "")
+            })
+            .collect()
+    };
+    let global = "[global]\ncheck_every = \"10m\"\n";
+    let one = format!("{global}{}", routes(&[a.addr]));
+    let two = format!("{global}{}", routes(&[a.addr, b.addr]));
+    let node = TestNode::start(&node_text_with("n1", FEED, "", &one));
+    let (addr, pin) = feed_of(&node).await;
+    let metrics = node.node().metrics().feed().clone();
+    // Subscribes, then never reads: its stream's flow-control window fills.
+    let slow = Session::open(&addr, &Trust::Pin(pin.clone()))
+        .await
+        .unwrap();
+    let mut views = pump(Session::open(&addr, &Trust::Pin(pin)).await.unwrap());
+
+    let configs = [
+        Config::parse("n1.toml", &node_text_with("n1", "", "", &one)).unwrap(),
+        Config::parse("n1.toml", &node_text_with("n1", "", "", &two)).unwrap(),
+    ];
+    let mut worst = Duration::ZERO;
+    for i in 0..60 {
+        let total = (i % 2 + 1) as u32;
+        node.node().apply(configs[i % 2].clone());
+        while node.verdict("r0999").is_none_or(|v| v.total != total) {
+            tokio::task::yield_now().await;
+        }
+        let start = Instant::now();
+        let seen = arrival(&mut views, Duration::from_secs(5), |view| {
+            verdict_in(view, "n1", "r0999").is_some_and(|v| v.total == total)
+        })
+        .await;
+        worst = worst.max(seen.saturating_duration_since(start));
+    }
+    eprintln!("1,000 verdicts changed 60 times: the reading client's worst lag {worst:?}");
+    assert!(
+        worst < Duration::from_secs(1),
+        "the reading client waited {worst:?} behind one that reads nothing"
+    );
+    let deadline = Instant::now() + picket::status::feed::STALL + Duration::from_secs(5);
+    while metrics.slow_count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck client was never let go"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metrics.clients(), 1, "the reading client stays");
+    drop(slow);
+    node.stop().await;
+}
