@@ -62,7 +62,7 @@ async fn every_endpoint_answers_as_documented() {
     );
     let interval = Duration::from_millis(100);
     let first = TestNode::start(&format!(
-        "[node]\nname = \"n1\"\n{}{routes}",
+        "[node]\nname = \"n1\"\nfeed = \"127.0.0.1:0\"\n{}{routes}",
         section(&key, &[], interval)
     ));
     let seed = first.gossip_addr().await;

@@ -17,7 +17,10 @@ pub struct NodeAnswer {
     /// Where peers reach this node's gossip.
     pub gossip: Option<String>,
     pub admin: String,
+    /// Where its QUIC feed answers, and the SHA-256 fingerprint of the
+    /// feed's certificate, for `picket-tui --pin`.
     pub feed: Option<String>,
+    pub feed_fingerprint: Option<String>,
     pub runtime: String,
     pub started_unix_ms: u64,
     pub members: Counts,
@@ -108,6 +111,7 @@ pub fn node(membership: &Membership) -> NodeAnswer {
         gossip: membership.advertise.map(|a| a.to_string()),
         admin: info.admin.clone(),
         feed: info.feed.clone(),
+        feed_fingerprint: info.feed_fingerprint.clone(),
         runtime: info.runtime.clone(),
         started_unix_ms: info.started_unix_ms,
         members: counts(&membership.view()),
