@@ -74,6 +74,14 @@ enum Command {
         )]
         socket: PathBuf,
     },
+    /// Ask a node's admin listener for `/healthz`: exit 0 when it answers
+    /// 200 within 2 s. For container health checks (an image `FROM
+    /// scratch` has no curl).
+    Health {
+        /// The node's admin listener; `0.0.0.0` means this machine.
+        #[arg(long, env = "PICKET_ADMIN", default_value = "127.0.0.1:9900")]
+        admin: SocketAddr,
+    },
     /// Print a fresh random cluster key (base64 of 32 bytes), for
     /// `[cluster] key_file` or PICKET_CLUSTER_KEY.
     GenKey,
@@ -153,6 +161,7 @@ fn main() -> ExitCode {
             feed,
         }),
         Command::SocketProxy { listen, socket } => run_socket_proxy(listen, socket),
+        Command::Health { admin } => health(admin),
         Command::GenKey => match picket::cluster::generate_key() {
             Some(key) => {
                 println!("{key}");
@@ -211,6 +220,42 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
         gossip_transport: None,
     };
     runtime(config.node.workers.value)?.block_on(serve(config, options))
+}
+
+/// `picket health`: one GET of `/healthz`, bounded.
+fn health(admin: SocketAddr) -> anyhow::Result<()> {
+    use std::io::{Read as _, Write as _};
+    let addr = if admin.ip().is_unspecified() {
+        SocketAddr::new(
+            if admin.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            },
+            admin.port(),
+        )
+    } else {
+        admin
+    };
+    let wait = std::time::Duration::from_secs(2);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, wait)
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(wait))?;
+    stream.set_write_timeout(Some(wait))?;
+    write!(
+        stream,
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head)?;
+    let line = String::from_utf8_lossy(&head[..n]);
+    match line.split_whitespace().nth(1) {
+        Some("200") => Ok(()),
+        other => Err(anyhow::anyhow!(
+            "{addr}/healthz answered {}",
+            other.unwrap_or("nothing")
+        )),
+    }
 }
 
 fn run_demo(first: demo::Ports) -> anyhow::Result<()> {

@@ -103,3 +103,38 @@ pub fn picket_tui() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     workspace_binary("picket-tui", "picket-tui", &BUILT)
 }
+
+/// `picket`, linked statically, for the image `FROM scratch` of
+/// `deploy/Dockerfile`. An optimised build without the release profile's
+/// whole-program LTO, which would only slow the tests down.
+pub fn picket_static() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = target_root().join("static");
+            let triple = "x86_64-unknown-linux-gnu";
+            cargo(
+                &[
+                    "build",
+                    "--release",
+                    "--locked",
+                    "-p",
+                    "picket",
+                    "--bin",
+                    "picket",
+                    "--target",
+                    triple,
+                    "--target-dir",
+                    dir.to_str().expect("UTF-8 path"),
+                ],
+                &[
+                    ("RUSTFLAGS", "-C target-feature=+crt-static"),
+                    ("CARGO_PROFILE_RELEASE_LTO", "false"),
+                    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
+                    ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
+                ],
+            );
+            dir.join(triple).join("release/picket")
+        })
+        .clone()
+}

@@ -16,7 +16,8 @@ pub const IMAGE: &str = "picket-test-upstream";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn docker(args: &[&str]) -> Result<String, String> {
+/// Runs `docker ARGS`; its stdout, trimmed, or why it failed.
+pub fn docker(args: &[&str]) -> Result<String, String> {
     let output = Command::new("docker")
         .args(args)
         .stdin(Stdio::null())
@@ -306,4 +307,22 @@ impl Drop for Container {
     fn drop(&mut self) {
         let _ = docker(&["rm", "-f", &self.name]);
     }
+}
+
+/// The Picket image of `deploy/Dockerfile`, built once per test process
+/// around a static `picket`; returns its tag.
+pub fn picket_image() -> &'static str {
+    const TAG: &str = "picket:test";
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let binary = crate::binaries::picket_static();
+        let context = tempfile::tempdir().expect("a build context");
+        std::fs::copy(&binary, context.path().join("picket")).expect("copy the static binary");
+        let dockerfile =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
+        std::fs::copy(&dockerfile, context.path().join("Dockerfile")).expect("copy the Dockerfile");
+        let path = context.path().to_str().expect("UTF-8 path");
+        docker(&["build", "-q", "-t", TAG, path]).expect("build the Picket image");
+    });
+    TAG
 }

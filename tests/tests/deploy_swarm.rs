@@ -1,0 +1,226 @@
+//! `deploy/swarm/stack.yml` on the machine's engine, made a one-node swarm:
+//! the image of `deploy/Dockerfile`, the stack as operators deploy it (its
+//! ports moved to free ones, plus a service of the test upstream to route
+//! to), traffic through the published port, the verdict in the status API
+//! and in `picket-tui --once --json`, the socket proxy refusing a create,
+//! the service scaled to 0, the stack removed and the swarm left.
+//!
+//! Without an engine this test is skipped outside CI and fails in it.
+
+// Processes and wall time only: no runtime whose clock could be paused.
+#![allow(clippy::disallowed_types)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use picket_tests::docker::{self, docker};
+use picket_tests::{binaries, require};
+
+const STACK: &str = "picket";
+const SOON: Duration = Duration::from_secs(90);
+
+fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// One HTTP/1.1 exchange; the status and body.
+fn http(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+fn until_or_none<T>(mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + SOON;
+    while Instant::now() < deadline {
+        if let Some(found) = check() {
+            return Some(found);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    None
+}
+
+fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + SOON;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "not within {SOON:?}: {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The stack removed, its secret deleted, when the test ends.
+struct Deployed;
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        let _ = docker(&["stack", "rm", STACK]);
+        let label = format!("label=com.docker.stack.namespace={STACK}");
+        for _ in 0..120 {
+            let networks = docker(&["network", "ls", "-q", "--filter", &label]);
+            let containers = docker(&["ps", "-aq", "--filter", &label]);
+            if networks.is_ok_and(|ids| ids.is_empty())
+                && containers.is_ok_and(|ids| ids.is_empty())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let _ = docker(&["secret", "rm", "picket-gossip-key"]);
+    }
+}
+
+fn verdict(admin: SocketAddr, route: &str) -> Option<serde_json::Value> {
+    let (status, body) = http(admin, "GET", &format!("/v1/routes/{route}"))?;
+    (status == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+#[test]
+fn the_swarm_stack_deploys_routes_judges_and_goes() {
+    if !require("a Docker engine", docker::available())
+        || !require(
+            "the engine's socket at /var/run/docker.sock",
+            Path::new("/var/run/docker.sock").exists(),
+        )
+    {
+        return;
+    }
+    let image = docker::picket_image();
+    let upstream = format!("{}:1", docker::images());
+    let tui = binaries::picket_tui();
+    let _swarm = docker::Swarm::join();
+
+    // The stack as shipped, with this test's image and free ports, and a
+    // service to route to.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/swarm");
+    let (proxy, admin, feed) = (free_port(), free_port(), free_port());
+    let stack = std::fs::read_to_string(deploy.join("stack.yml"))
+        .unwrap()
+        .replace("image: picket:latest", &format!("image: {image}"))
+        .replace("published: 8080,", &format!("published: {proxy},"))
+        .replace("published: 9900,", &format!("published: {admin},"))
+        .replace("published: 9901,", &format!("published: {feed},"))
+        .replace(
+            "\nnetworks:\n",
+            &format!(
+                "\n  web:\n    image: {upstream}\n    command: [\"--listen\", \"0.0.0.0:8080\", \"--name\", \"web\"]\n    \
+                 networks: [upstreams]\n    healthcheck: {{ disable: true }}\n    deploy: {{ replicas: 3 }}\n\
+                 \nnetworks:\n"
+            ),
+        );
+    let config = std::fs::read_to_string(deploy.join("picket.toml"))
+        .unwrap()
+        .replace("service = \"shop_web\"", &format!("service = \"{STACK}_web\""))
+        // The socket proxy, reached through the node on its internal
+        // network: what the stack lets through and what it refuses.
+        + "\n[[route]]\nname = \"engine\"\npath_prefix = \"/containers\"\nupstream = \"http://socket-proxy:2375\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stack.yml"), &stack).unwrap();
+    std::fs::write(dir.path().join("picket.toml"), &config).unwrap();
+    let key = picket::cluster::generate_key().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, key).unwrap();
+
+    let _deployed = Deployed;
+    docker(&[
+        "secret",
+        "create",
+        "picket-gossip-key",
+        key_file.to_str().unwrap(),
+    ])
+    .unwrap();
+    let stack_file = dir.path().join("stack.yml");
+    docker(&["stack", "deploy", "-c", stack_file.to_str().unwrap(), STACK])
+        .unwrap_or_else(|e| panic!("{e}\n{stack}"));
+
+    let (proxy, admin) = (
+        SocketAddr::from(([127, 0, 0, 1], proxy)),
+        SocketAddr::from(([127, 0, 0, 1], admin)),
+    );
+    // Traffic through the published port reaches the service's replicas.
+    until("an answer from web through the published port", || {
+        http(proxy, "GET", "/hello").filter(|(status, body)| *status == 200 && body.contains("web"))
+    });
+    let green = until("web green with 3 of 3 ready", || {
+        verdict(admin, "web").filter(|v| {
+            v["nodes"][0]["verdict"]["heart"] == "green" && v["nodes"][0]["verdict"]["ready"] == 3
+        })
+    });
+    eprintln!("{green:#}");
+
+    // The same verdict through the feed, pinned to the fingerprint the
+    // node publishes.
+    let (_, node) = http(admin, "GET", "/v1/node").unwrap();
+    let node: serde_json::Value = serde_json::from_str(&node).unwrap();
+    let pin = node["feed_fingerprint"].as_str().unwrap().to_string();
+    let output = Command::new(&tui)
+        .args([
+            "--pin",
+            &pin,
+            "--once",
+            "--json",
+            &format!("127.0.0.1:{feed}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let view: picket_proto::ClusterView = serde_json::from_slice(&output.stdout).unwrap();
+    let web = view.members[0]
+        .verdicts
+        .iter()
+        .find(|v| v.route == "web")
+        .unwrap();
+    assert_eq!(web.heart, picket_proto::Heart::Green, "{view:#?}");
+
+    // The socket proxy lets a read through and refuses a create.
+    let mut last = None;
+    let found = until_or_none(|| {
+        last = http(proxy, "GET", "/containers/json");
+        last.clone().filter(|(s, _)| *s == 200)
+    });
+    let (status, _) = found.unwrap_or_else(|| {
+        panic!(
+            "the socket proxy never answered through the node: {last:?}; engine: {:#}",
+            verdict(admin, "engine").unwrap_or_default()
+        )
+    });
+    assert_eq!(status, 200);
+    let (status, body) = http(proxy, "POST", "/containers/create").unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("refused by picket socket-proxy"), "{body}");
+
+    // No replica left: red.
+    docker(&["service", "scale", "-d", &format!("{STACK}_web=0")]).unwrap();
+    until("web red with none ready", || {
+        verdict(admin, "web").filter(|v| {
+            v["nodes"][0]["verdict"]["heart"] == "red" && v["nodes"][0]["verdict"]["ready"] == 0
+        })
+    });
+}
