@@ -266,7 +266,7 @@ fn the_network_policy_admits_gossip_and_the_feed_from_picket_pods_only() {
             .filter(|rule| {
                 rule.ports.as_ref().is_some_and(|ports| {
                     ports.iter().any(|p| {
-                        serde_json::to_value(&p.port).unwrap() == Value::from(port)
+                        serde_json::to_value(&p.port).unwrap() == port
                             && p.protocol.as_deref() == Some(protocol)
                     })
                 })
