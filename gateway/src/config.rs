@@ -13,7 +13,7 @@
 
 mod diff;
 mod error;
-mod raw;
+pub mod raw;
 mod render;
 mod validate;
 

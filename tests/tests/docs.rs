@@ -1,0 +1,125 @@
+//! The documentation cannot drift from the code: every field the
+//! configuration structs read is in the reference, under its section, and
+//! every example configuration passes `picket check`.
+
+// Processes only: no runtime whose clock could be paused.
+#![allow(clippy::disallowed_types)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use picket::config::raw::RawConfig;
+use picket_tests::{binaries, fields};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The part of `text` under `heading`, up to the next heading of its level
+/// or above.
+fn section<'a>(text: &'a str, heading: &str) -> &'a str {
+    let start = text
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no section {heading:?}"));
+    let body = &text[start + heading.len() + 2..];
+    let level = heading.split(' ').next().unwrap_or("##").len();
+    let end = body
+        .match_indices("\n#")
+        .find(|(i, _)| {
+            let hashes = body[i + 1..].chars().take_while(|c| *c == '#').count();
+            hashes <= level
+        })
+        .map_or(body.len(), |(i, _)| i);
+    &body[..end]
+}
+
+#[test]
+fn every_configuration_field_is_in_the_reference_under_its_section() {
+    let reference = std::fs::read_to_string(root().join("docs/configuration.md")).unwrap();
+    let paths = fields::paths::<RawConfig>();
+    assert!(paths.len() > 40, "the tracer found the fields: {paths:?}");
+    let mut missing = Vec::new();
+    for path in &paths {
+        let (table, field) = path.rsplit_once('.').unwrap_or(("", path));
+        let heading = match table {
+            // The top-level tables are sections, not fields.
+            "" => continue,
+            "node" => "## `[node]`",
+            "global" => "## `[global]`",
+            "global.breaker" | "route.breaker" => "### `[global.breaker]`",
+            "cluster" => "## `[cluster]`",
+            "runtime" => "## `[runtime]`",
+            "route" => "## `[[route]]`",
+            other => panic!("a table the reference has no section for: {other}"),
+        };
+        if matches!(field, "breaker") && table == "global" {
+            continue; // its own section
+        }
+        let rows = section(&reference, heading);
+        let named = rows.lines().filter(|l| l.starts_with('|')).any(|row| {
+            row.split('|')
+                .nth(1)
+                .is_some_and(|cell| cell.contains(&format!("`{field}`")))
+        });
+        if !named {
+            missing.push(format!("{path} (under {heading})"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in docs/configuration.md: {missing:#?}"
+    );
+}
+
+/// Every ```toml block of the docs and the README, and the shipped
+/// configurations.
+fn examples() -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    files.push(root().join("README.md"));
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let mut rest = text.as_str();
+        let mut n = 0;
+        while let Some(start) = rest.find("```toml\n") {
+            let block = &rest[start + 8..];
+            let end = block.find("```").unwrap();
+            n += 1;
+            found.push((format!("{name}, toml block {n}"), block[..end].to_string()));
+            rest = &block[end..];
+        }
+    }
+    found.push((
+        "deploy/swarm/picket.toml".into(),
+        std::fs::read_to_string(root().join("deploy/swarm/picket.toml")).unwrap(),
+    ));
+    found
+}
+
+#[test]
+fn every_example_configuration_passes_picket_check() {
+    let examples = examples();
+    assert!(examples.len() >= 3, "{examples:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let picket = binaries::picket();
+    for (i, (name, text)) in examples.iter().enumerate() {
+        let file = dir.path().join(format!("example-{i}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let output = Command::new(&picket)
+            .arg("check")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{name} fails picket check:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
