@@ -474,3 +474,39 @@ fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
         "{cluster}"
     );
 }
+
+#[test]
+fn health_asks_the_admin_listener_and_says_when_it_does_not_answer() {
+    let a = answering("from a");
+    let (listen, admin) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("picket.toml");
+    std::fs::write(&path, config(listen, admin, a)).unwrap();
+    let child = Command::new(PICKET)
+        .args(["run", "--config"])
+        .arg(&path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let process = Process(child);
+    let health = |admin: SocketAddr| {
+        Command::new(PICKET)
+            .args(["health", "--admin", &admin.to_string()])
+            .output()
+            .unwrap()
+    };
+    wait_until("the node is healthy", Duration::from_secs(10), || {
+        health(admin).status.success()
+    });
+    // The image's form: the admin listener on every interface.
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], admin.port()));
+    assert!(health(unspecified).status.success());
+    drop(process);
+    let output = health(admin);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(&format!("connecting to {admin}")),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
