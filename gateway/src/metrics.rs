@@ -215,6 +215,8 @@ pub struct RouteMetrics {
     pub first_answer: Histogram,
     pub retry_connect: Counter,
     pub retry_answer: Counter,
+    /// An attempt that had no answer within the first-answer bound.
+    pub retry_timeout: Counter,
 }
 
 impl RouteMetrics {
@@ -474,6 +476,7 @@ impl Metrics {
                 .clone(),
             retry_connect: retry("connect"),
             retry_answer: retry("answer"),
+            retry_timeout: retry("first_answer_timeout"),
         }
     }
 

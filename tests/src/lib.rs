@@ -12,6 +12,7 @@ pub mod client;
 pub mod cluster;
 pub mod docker;
 pub mod fake_kube;
+pub mod faults;
 pub mod fields;
 pub mod netns;
 pub mod node;

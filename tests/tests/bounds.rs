@@ -108,3 +108,53 @@ async fn a_trickling_body_outlives_the_first_answer_bound() {
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_silent_replica_costs_an_idempotent_request_one_bound_not_an_answer() {
+    let silent = Upstream::start("silent", Behaviour::Hang).await;
+    let echo = Upstream::start("echo", Behaviour::Echo).await;
+    let node = TestNode::start(&route(
+        "s",
+        "/",
+        &[silent.addr, echo.addr],
+        "first_answer_timeout = \"1s\"",
+    ));
+    // GET: moved on to the other replica after the bound.
+    for _ in 0..4 {
+        let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert!(answer.text().starts_with("echo:"), "{}", answer.text());
+    }
+    let silent_gets = silent.hits();
+    assert!(
+        silent_gets >= 1,
+        "some GETs went to the silent replica first"
+    );
+
+    // POST with a body: it may be in progress, so it is not sent twice.
+    let mut timed_out = 0;
+    for _ in 0..4 {
+        let req = client::request(
+            http::Method::POST,
+            "example.com",
+            "/",
+            bytes::Bytes::from_static(b"order"),
+        );
+        let answer = client::send(node.proxy, req).await.unwrap();
+        match answer.status.as_u16() {
+            504 => timed_out += 1,
+            200 => assert!(answer.text().starts_with("echo:")),
+            other => panic!("POST answered {other}"),
+        }
+    }
+    assert_eq!(
+        timed_out,
+        silent.hits() - silent_gets,
+        "every POST that reached the silent replica got 504, and went nowhere else"
+    );
+    assert!(
+        timed_out >= 1,
+        "round robin sent a POST to the silent replica"
+    );
+    node.stop().await;
+}

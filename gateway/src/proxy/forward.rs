@@ -9,18 +9,21 @@
 //!   sent again on a new connection to the same replica, without spending
 //!   a try, when that is safe: nothing of its body has been read yet, or it
 //!   is idempotent without a body.
-//! - A replica answered 502/503/504, or its connection broke after the
-//!   request was written: the request moves to another replica only if its
-//!   method is idempotent and it has no body.
+//! - A replica answered 502/503/504, its connection broke after the
+//!   request was written, or it gave no answer within the first-answer
+//!   bound: the request moves to another replica only if its method is
+//!   idempotent and it has no body. (A replica that stopped answering, a
+//!   paused container, still accepts connections: only its silence tells.)
 //! - Each attempt goes to a different replica, at most `tries` of them.
 //!   When no other replica can be had, the client gets the last answer.
 //!
 //! ## Bounds
 //! The connect bound is the upstream's ([`crate::upstream`]). The
 //! first-answer bound runs from the end of the request (its last byte
-//! written to the upstream) to the response head; past it, 504, and the
-//! request is not retried (the upstream may be working on it). Nothing
-//! bounds the response body.
+//! written to the upstream) to the response head, on each attempt; past
+//! it, 504 when the request cannot move on (a body, a method that is not
+//! idempotent, no other replica, or no try left). A client therefore waits
+//! at most `tries` bounds for a head. Nothing bounds the response body.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,7 +193,14 @@ async fn attempts<B: RequestBody>(
             .await;
         }
         match exchange {
-            Exchange::TimedOut => return Err(ProxyError::FirstAnswerTimeout(bound)),
+            Exchange::TimedOut => {
+                if replayable && tried.len() < upstream.tries() {
+                    route.metrics.retry_timeout.inc();
+                    last = Some(Err(ProxyError::FirstAnswerTimeout(bound)));
+                    continue;
+                }
+                return Err(ProxyError::FirstAnswerTimeout(bound));
+            }
             Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
             Exchange::Failed(e) => {
                 if replayable && tried.len() < upstream.tries() {

@@ -1,0 +1,163 @@
+//! The fault suite's harness: a steady load over several nodes, every
+//! answer recorded, and one report line per fault.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::{self, percentile};
+
+/// One request of the load.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub sent: Instant,
+    pub latency: Duration,
+    /// 0 when no answer came (the connection failed).
+    pub status: u16,
+    /// The body: test upstreams answer with their name first.
+    pub body: String,
+}
+
+impl Sample {
+    /// The upstream that answered, from a test upstream's body.
+    pub fn upstream(&self) -> &str {
+        self.body.split(':').next().unwrap_or_default()
+    }
+}
+
+/// A steady load: `rate` requests per second, round robin over `targets`,
+/// each on a connection of its own, until stopped.
+#[derive(Debug)]
+pub struct Load {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    task: JoinHandle<()>,
+}
+
+impl Load {
+    pub fn start(targets: Vec<SocketAddr>, host: &str, path: &str, rate: u32) -> Load {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (host, path) = (host.to_string(), path.to_string());
+        let every = Duration::from_secs(1) / rate.max(1);
+        let task = {
+            let samples = Arc::clone(&samples);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                for i in 0usize.. {
+                    tick.tick().await;
+                    let target = targets[i % targets.len()];
+                    let (samples, host, path) = (Arc::clone(&samples), host.clone(), path.clone());
+                    tokio::spawn(async move {
+                        let sent = Instant::now();
+                        let answer = tokio::time::timeout(
+                            Duration::from_secs(30),
+                            client::get(target, &host, &path),
+                        )
+                        .await;
+                        let sample = match answer {
+                            Ok(Ok(answer)) => Sample {
+                                sent,
+                                latency: sent.elapsed(),
+                                status: answer.status.as_u16(),
+                                body: answer.text(),
+                            },
+                            _ => Sample {
+                                sent,
+                                latency: sent.elapsed(),
+                                status: 0,
+                                body: String::new(),
+                            },
+                        };
+                        samples.lock().expect("samples").push(sample);
+                    });
+                }
+            })
+        };
+        Load { samples, task }
+    }
+
+    /// Stops sending, waits for the answers in flight, and hands them over.
+    pub async fn stop(self) -> Vec<Sample> {
+        self.task.abort();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut samples = std::mem::take(&mut *self.samples.lock().expect("samples"));
+        samples.sort_by_key(|s| s.sent);
+        samples
+    }
+}
+
+/// What one fault did to the load.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub fault: String,
+    pub sent: usize,
+    /// Failed requests by status (0: no answer).
+    pub failed: BTreeMap<u16, usize>,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub max: Duration,
+    /// Answers from a replica after it was gone, when the fault removes one.
+    pub after_gone: Option<usize>,
+    /// From the fault to the first moment the nodes saw reality again.
+    pub recovered: Option<Duration>,
+}
+
+impl Report {
+    pub fn new(fault: &str, samples: &[Sample]) -> Report {
+        let mut failed = BTreeMap::new();
+        for s in samples.iter().filter(|s| !(200..400).contains(&s.status)) {
+            *failed.entry(s.status).or_insert(0) += 1;
+        }
+        let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+        Report {
+            fault: fault.to_string(),
+            sent: samples.len(),
+            failed,
+            p50: percentile(&mut latencies, 50.0),
+            p99: percentile(&mut latencies, 99.0),
+            max: latencies.last().copied().unwrap_or_default(),
+            after_gone: None,
+            recovered: None,
+        }
+    }
+
+    pub fn failed_total(&self) -> usize {
+        self.failed.values().sum()
+    }
+
+    /// One line for the suite's table, printed on stderr.
+    pub fn print(&self) {
+        let failed = if self.failed.is_empty() {
+            "0".to_string()
+        } else {
+            self.failed
+                .iter()
+                .map(|(status, n)| format!("{n}×{status}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let opt = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{d:.1?}"));
+        eprintln!(
+            "FAULT | {} | {} sent | failed {} | p50 {:.1?} p99 {:.1?} max {:.1?} | to a gone replica {} | recovered {}",
+            self.fault,
+            self.sent,
+            failed,
+            self.p50,
+            self.p99,
+            self.max,
+            self.after_gone.map_or("-".to_string(), |n| n.to_string()),
+            opt(self.recovered),
+        );
+    }
+}
+
+/// This process's resident memory, in kB (from `/proc/self/status`).
+pub fn rss_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}

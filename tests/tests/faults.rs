@@ -1,0 +1,390 @@
+//! The fault suite: a three-node cluster on loopback under a steady load
+//! spread over its nodes, one fault at a time, each on a fresh cluster.
+//! Every fault prints a `FAULT |` line: requests sent, failed by status,
+//! latency, answers from a replica after it was gone, time to recover.
+//!
+//!   cargo test -p picket-tests --test faults -- --nocapture
+//!
+//! The faults run one after another in one test, so that they do not
+//! compete for the machine's two cores.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use picket::config::Config;
+use picket_proto::Liveness;
+use picket_tests::client;
+use picket_tests::cluster::{self, liveness_in, node_text_with};
+use picket_tests::faults::{Load, Report, Sample, rss_kb};
+use picket_tests::node::{TestNode, route};
+use picket_tests::upstream::{Behaviour, Control, Upstream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep};
+
+const INTERVAL: Duration = Duration::from_millis(200);
+const RATE: u32 = 150;
+const HOST: &str = "api.test";
+
+fn api(replicas: &[SocketAddr]) -> String {
+    route(
+        "api",
+        "/",
+        replicas,
+        "connect_timeout = \"1s\"\nfirst_answer_timeout = \"1s\"\ntries = 3",
+    )
+}
+
+async fn three(dir: &std::path::Path, replicas: &[SocketAddr]) -> Vec<TestNode> {
+    let routes = api(replicas);
+    cluster::three(
+        dir,
+        "feed = \"127.0.0.1:0\"",
+        [&routes, &routes, &routes],
+        INTERVAL,
+    )
+    .await
+}
+
+fn proxies(nodes: &[TestNode]) -> Vec<SocketAddr> {
+    nodes.iter().map(|n| n.proxy).collect()
+}
+
+async fn upstreams(names: &[&str]) -> Vec<Upstream> {
+    let mut all = Vec::new();
+    for name in names {
+        all.push(Upstream::start(name, Behaviour::Echo).await);
+    }
+    all
+}
+
+fn after(samples: &[Sample], at: Instant, from: &str) -> usize {
+    samples
+        .iter()
+        .filter(|s| s.sent >= at && s.upstream() == from)
+        .count()
+}
+
+async fn stop_all(nodes: Vec<TestNode>) {
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+fn zero_failed(report: &Report) {
+    report.print();
+    assert_eq!(
+        report.failed_total(),
+        0,
+        "{}: {:?}",
+        report.fault,
+        report.failed
+    );
+    assert!(report.sent > 100, "{}: a real load", report.fault);
+}
+
+async fn replica_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = upstreams(&["a", "b", "c"]).await;
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
+    let nodes = three(dir.path(), &addrs).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(2)).await;
+    let killed = Instant::now();
+    replicas.remove(0).stop();
+    sleep(Duration::from_secs(4)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("replica killed", &samples);
+    report.after_gone = Some(after(&samples, killed + Duration::from_millis(50), "a"));
+    zero_failed(&report);
+    assert_eq!(report.after_gone, Some(0));
+    stop_all(nodes).await;
+}
+
+async fn replica_restarted_in_a_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = upstreams(&["a", "b", "c"]).await;
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
+    let nodes = three(dir.path(), &addrs).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    for _ in 0..5 {
+        let addr = replicas.remove(0).stop();
+        sleep(Duration::from_millis(600)).await;
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        replicas.insert(0, Upstream::on(listener, "a", Behaviour::Echo));
+        sleep(Duration::from_millis(600)).await;
+    }
+    let samples = load.stop().await;
+    zero_failed(&Report::new("replica restarted 5 times", &samples));
+    stop_all(nodes).await;
+}
+
+async fn replica_paused() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = Control::new(200);
+    let paused = Upstream::start("a", Behaviour::Controlled(control.clone())).await;
+    let rest = upstreams(&["b", "c"]).await;
+    let nodes = three(dir.path(), &[paused.addr, rest[0].addr, rest[1].addr]).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    // Connections are still accepted; nothing answers.
+    control.set_delay(Duration::from_secs(3600));
+    sleep(Duration::from_secs(4)).await;
+    control.set_delay(Duration::ZERO);
+    sleep(Duration::from_secs(1)).await;
+    let samples = load.stop().await;
+    zero_failed(&Report::new("replica paused 4 s", &samples));
+    stop_all(nodes).await;
+}
+
+async fn replica_503_while_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = Control::new(200);
+    let starting = Upstream::start("a", Behaviour::Controlled(control.clone())).await;
+    let other = Upstream::start("b", Behaviour::Echo).await;
+    let nodes = three(dir.path(), &[starting.addr, other.addr]).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    control.set_status(503);
+    sleep(Duration::from_secs(3)).await;
+    control.set_status(200);
+    sleep(Duration::from_secs(1)).await;
+    let samples = load.stop().await;
+    zero_failed(&Report::new(
+        "replica 503 while starting (2 replicas)",
+        &samples,
+    ));
+    stop_all(nodes).await;
+}
+
+async fn rolling_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = upstreams(&["v1-a", "v1-b", "v1-c"]).await;
+    let addrs: Vec<SocketAddr> = live.iter().map(|u| u.addr).collect();
+    let nodes = three(dir.path(), &addrs).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let apply = |replicas: &[SocketAddr]| {
+        for (i, node) in nodes.iter().enumerate() {
+            let text = node_text_with(&format!("n{}", i + 1), "", "", &api(replicas));
+            node.node().apply(Config::parse("n.toml", &text).unwrap());
+        }
+    };
+    let mut removed = Vec::new();
+    for name in ["v2-a", "v2-b", "v2-c"] {
+        let new = Upstream::start(name, Behaviour::Echo).await;
+        live.push(new);
+        apply(&live.iter().map(|u| u.addr).collect::<Vec<_>>());
+        sleep(Duration::from_millis(400)).await;
+        let old = live.remove(0);
+        apply(&live.iter().map(|u| u.addr).collect::<Vec<_>>());
+        removed.push((old.name.clone(), Instant::now()));
+        sleep(Duration::from_millis(400)).await;
+        old.stop();
+    }
+    sleep(Duration::from_secs(1)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("rolling update of 3 replicas", &samples);
+    report.after_gone = Some(
+        removed
+            .iter()
+            .map(|(name, at)| after(&samples, *at + Duration::from_millis(50), name))
+            .sum(),
+    );
+    zero_failed(&report);
+    assert_eq!(report.after_gone, Some(0), "answers from removed replicas");
+    stop_all(nodes).await;
+}
+
+/// A node in a runtime of its own, so that it can die without a word.
+struct Killable {
+    kill: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+fn killable(text: String) -> Killable {
+    let (ready, started) = std::sync::mpsc::channel();
+    let (kill, killed) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let node = runtime.block_on(async {
+            let node = TestNode::start(&text);
+            node.membership().await;
+            node
+        });
+        ready.send(()).unwrap();
+        let _ = killed.recv();
+        std::mem::forget(node);
+        runtime.shutdown_background();
+    });
+    started.recv().unwrap();
+    Killable { kill, thread }
+}
+
+async fn gateway_node_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let replicas = upstreams(&["a", "b"]).await;
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
+    let key = cluster::key_file(dir.path(), "key");
+    let first = TestNode::start(&node_text_with(
+        "n1",
+        "",
+        &cluster::section(&key, &[], INTERVAL),
+        &api(&addrs),
+    ));
+    let seed = first.gossip_addr().await;
+    let second = TestNode::start(&node_text_with(
+        "n2",
+        "",
+        &cluster::section(&key, &[seed], INTERVAL),
+        &api(&addrs),
+    ));
+    let doomed = killable(node_text_with(
+        "n3",
+        "",
+        &cluster::section(&key, &[seed], INTERVAL),
+        &api(&addrs),
+    ));
+    cluster::view_until(&first, "three alive", Duration::from_secs(10), |v| {
+        v.members.len() == 3 && v.members.iter().all(|m| m.liveness == Liveness::Alive)
+    })
+    .await;
+    let load = Load::start(vec![first.proxy, second.proxy], HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    doomed.kill.send(()).unwrap();
+    let killed = Instant::now();
+    let seen = loop {
+        let view = first.view().await;
+        if liveness_in(&view, "n3").is_some_and(|l| l != Liveness::Alive) {
+            break killed.elapsed();
+        }
+        assert!(killed.elapsed() < Duration::from_secs(15), "n3 still alive");
+        sleep(Duration::from_millis(20)).await;
+    };
+    sleep(Duration::from_secs(2)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("gateway node killed (load on the others)", &samples);
+    report.recovered = Some(seen);
+    zero_failed(&report);
+    // Suspect once the heartbeat is 5 intervals quiet.
+    assert!(
+        seen <= INTERVAL * 5 + Duration::from_secs(1),
+        "n3 seen gone only after {seen:?}"
+    );
+    doomed.thread.join().unwrap();
+    first.stop().await;
+    second.stop().await;
+}
+
+async fn bad_input_at_every_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let replicas = upstreams(&["a", "b"]).await;
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
+    let nodes = three(dir.path(), &addrs).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_millis(500)).await;
+    let before = rss_kb();
+    let target = &nodes[0];
+    // Malformed requests and oversized headers, many times over.
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
+    let garbage: Vec<Vec<u8>> = vec![
+        b"\x00\x01\x02 garbage\r\n\r\n".to_vec(),
+        b"GET / HTTP/9.9\r\n\r\n".to_vec(),
+        b"GET\r\n\r\n".to_vec(),
+        huge.into_bytes(),
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec(),
+        b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+    ];
+    for _ in 0..20 {
+        for bytes in &garbage {
+            for addr in [target.proxy, target.admin] {
+                if let Ok(mut stream) = TcpStream::connect(addr).await {
+                    let _ = stream.write_all(bytes).await;
+                    let _ = stream.shutdown().await;
+                }
+            }
+        }
+    }
+    // Slowloris: 200 connections that send a header byte now and then.
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        if let Ok(mut stream) = TcpStream::connect(target.proxy).await {
+            let _ = stream.write_all(b"GET / HTTP/1.1\r\nX-A: ").await;
+            slow.push(stream);
+        }
+    }
+    // Garbage on the gossip and feed ports.
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let gossip = target.gossip_addr().await;
+    let feed: SocketAddr = target
+        .membership()
+        .await
+        .info
+        .feed
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut seed: u32 = 0x1234_5678;
+    for len in (0..2000).step_by(7) {
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed as u8
+            })
+            .collect();
+        let _ = udp.send_to(&bytes, gossip).await;
+        let _ = udp.send_to(&bytes, feed).await;
+    }
+    for stream in &mut slow {
+        let _ = stream.write_all(b"a").await;
+    }
+    sleep(Duration::from_secs(2)).await;
+    drop(slow);
+    let samples = load.stop().await;
+    let after_rss = rss_kb();
+    zero_failed(&Report::new("bad input at every port", &samples));
+    eprintln!(
+        "FAULT | bad input | RSS of the test process {before:?} kB before, {after_rss:?} kB after"
+    );
+    if let (Some(before), Some(after)) = (before, after_rss) {
+        assert!(
+            after < before + 64 * 1024,
+            "memory grew from {before} to {after} kB"
+        );
+    }
+    // Every port still answers normal traffic.
+    let answer = client::get(target.proxy, HOST, "/").await.unwrap();
+    assert_eq!(answer.status, 200);
+    let (status, _) = target.admin_json("/v1/cluster").await;
+    assert_eq!(status, 200);
+    let gossip_dropped = target.node().metrics().gossip().dropped_total();
+    assert!(gossip_dropped > 0, "the gossip garbage was counted");
+    cluster::view_until(target, "gossip still flows", Duration::from_secs(5), |v| {
+        v.members.iter().all(|m| m.liveness == Liveness::Alive) && v.members.len() == 3
+    })
+    .await;
+    stop_all(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_under_load_lose_nothing() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    replica_killed().await;
+    replica_restarted_in_a_loop().await;
+    replica_paused().await;
+    replica_503_while_starting().await;
+    rolling_update().await;
+    gateway_node_killed().await;
+    bad_input_at_every_port().await;
+}
