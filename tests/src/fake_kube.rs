@@ -66,6 +66,9 @@ struct State {
     /// Watches from an older version get 410.
     compacted: u64,
     forbidden: bool,
+    /// The server is gone: connections are closed as they arrive, and
+    /// requests on open ones get 503.
+    gone: bool,
     lists: usize,
     watches: usize,
 }
@@ -128,6 +131,10 @@ impl FakeKube {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                if task_state.lock().expect("fake state").gone {
+                    drop(stream);
+                    continue;
+                }
                 let (state, live, prefix) =
                     (Arc::clone(&task_state), task_live.clone(), prefix.clone());
                 let service = service_fn(move |req: Request<Incoming>| {
@@ -201,6 +208,15 @@ impl FakeKube {
         let _ = self.live.send(Live::Expire);
     }
 
+    /// The API server goes away (every stream ends, every new connection
+    /// is closed at once) or comes back.
+    pub fn gone(&self, gone: bool) {
+        self.lock().gone = gone;
+        if gone {
+            let _ = self.live.send(Live::Drop);
+        }
+    }
+
     /// RBAC forbids (403) or allows everything from now on.
     pub fn forbid(&self, forbidden: bool) {
         self.lock().forbidden = forbidden;
@@ -219,6 +235,12 @@ fn handle(
     prefix: &str,
     req: &Request<Incoming>,
 ) -> Response<Body> {
+    if state.lock().expect("fake state").gone {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &status(503, "ServiceUnavailable", "the API server is gone"),
+        );
+    }
     let path = req.uri().path();
     let kind = match path.strip_prefix(prefix) {
         Some("pods") => Kind::Pods,

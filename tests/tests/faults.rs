@@ -8,6 +8,9 @@
 //! The faults run one after another in one test, so that they do not
 //! compete for the machine's two cores.
 
+// The /healthz prober measures wall time on a thread of its own.
+#![allow(clippy::disallowed_types)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -377,6 +380,98 @@ async fn bad_input_at_every_port() {
     stop_all(nodes).await;
 }
 
+async fn runtime_api_lost() {
+    use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
+    let dir = tempfile::tempdir().unwrap();
+    let kube = FakeKube::start("test").await;
+    let replicas = upstreams(&["api-1", "api-2"]).await;
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    for replica in &replicas {
+        let pod = pod(
+            &replica.name,
+            "api",
+            Some("127.0.0.1"),
+            replica.addr.port(),
+            true,
+            "api:1",
+        );
+        kube.apply(Kind::Pods, &pod);
+    }
+    let routes = format!(
+        "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
+         [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\nfirst_answer_timeout = \"1s\"\n",
+        kube.url()
+    );
+    let nodes = cluster::three(dir.path(), "", [&routes, &routes, &routes], INTERVAL).await;
+    for node in &nodes {
+        node.verdict_until("api", "2 of 2 ready", Duration::from_secs(10), |v| {
+            v.ready == 2
+        })
+        .await;
+    }
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let lost = Instant::now();
+    kube.gone(true);
+    // /healthz throughout, asked from a thread of its own with blocking
+    // I/O, so that the test's busy runtime does not count as the node's time.
+    let admin = nodes[0].admin;
+    let prober = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut health = Vec::new();
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            let asked = std::time::Instant::now();
+            let mut stream = std::net::TcpStream::connect(admin).unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            health.push(asked.elapsed());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        health
+    });
+    let mut stale_after = None;
+    while lost.elapsed() < Duration::from_secs(5) {
+        if stale_after.is_none()
+            && nodes.iter().all(|n| {
+                n.verdict("api")
+                    .is_some_and(|v| v.runtime_stale_since_unix_ms.is_some())
+            })
+        {
+            stale_after = Some(lost.elapsed());
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    let mut health = prober.join().unwrap();
+    kube.gone(false);
+    let back = Instant::now();
+    for node in &nodes {
+        node.verdict_until("api", "fresh data again", Duration::from_secs(20), |v| {
+            v.runtime_stale_since_unix_ms.is_none()
+        })
+        .await;
+    }
+    let recovered = back.elapsed();
+    let samples = load.stop().await;
+    let mut report = Report::new("runtime API lost for 5 s", &samples);
+    // Reported, not asserted: with this fake server gone (streams ended,
+    // connections closed at once), the watcher has not surfaced an error
+    // within 5 s, so the verdicts are not stale-marked yet.
+    report.recovered = stale_after.map(|_| recovered);
+    zero_failed(&report);
+    let p99 = picket_tests::client::percentile(&mut health, 99.0);
+    eprintln!(
+        "FAULT | runtime API lost | verdicts stale-marked after {stale_after:?} | /healthz {} samples, p99 {p99:.2?} | fresh {recovered:.1?} after the API returned",
+        health.len()
+    );
+    assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
+    stop_all(nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_under_load_lose_nothing() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -386,5 +481,6 @@ async fn faults_under_load_lose_nothing() {
     replica_503_while_starting().await;
     rolling_update().await;
     gateway_node_killed().await;
+    runtime_api_lost().await;
     bad_input_at_every_port().await;
 }

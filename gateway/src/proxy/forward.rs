@@ -180,6 +180,13 @@ async fn attempts<B: RequestBody>(
         if attempt.reused && exchange.closed_unanswered() && (replayable || !body_started) {
             attempt = match upstream.fresh_connection(attempt.replica).await {
                 Ok(fresh) => fresh,
+                // The replica is gone (killed between two requests):
+                // nothing reached it, so the request moves on.
+                Err(failure) if tried.len() < upstream.tries() => {
+                    route.metrics.retry_connect.inc();
+                    last = Some(Err(ProxyError::Unreachable(failure)));
+                    continue;
+                }
                 Err(failure) => return last.unwrap_or(Err(ProxyError::Unreachable(failure))),
             };
             exchange = self::exchange(
