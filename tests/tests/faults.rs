@@ -458,10 +458,7 @@ async fn runtime_api_lost() {
     let recovered = back.elapsed();
     let samples = load.stop().await;
     let mut report = Report::new("runtime API lost for 5 s", &samples);
-    // Reported, not asserted: with this fake server gone (streams ended,
-    // connections closed at once), the watcher has not surfaced an error
-    // within 5 s, so the verdicts are not stale-marked yet.
-    report.recovered = stale_after.map(|_| recovered);
+    report.recovered = Some(recovered);
     zero_failed(&report);
     let p99 = picket_tests::client::percentile(&mut health, 99.0);
     eprintln!(
@@ -469,6 +466,14 @@ async fn runtime_api_lost() {
         health.len()
     );
     assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
+    let stale_after = stale_after.expect("the verdicts said the data is stale");
+    assert!(
+        stale_after
+            <= picket::targets::kube::PROBE_EVERY
+                + picket::targets::kube::PROBE_TIMEOUT
+                + Duration::from_secs(1),
+        "stale-marked only after {stale_after:?}"
+    );
     stop_all(nodes).await;
 }
 

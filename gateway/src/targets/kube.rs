@@ -9,9 +9,17 @@
 //! without a selector is checked like an external host: a connect to its
 //! name. If RBAC forbids the watch, every service falls back to that
 //! connect check, and the node says once which right is missing.
+//!
+//! The watcher retries a failing watch by itself, without a word: an API
+//! server that went away shows only in a bounded probe of it (`GET
+//! /version`, every [`PROBE_EVERY`], at most [`PROBE_TIMEOUT`]). Any HTTP
+//! answer is reachable; no answer, or a 5xx, is not, and marks the data
+//! stale until the probe gets an answer again. Routing keeps the last
+//! known replicas meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -212,6 +220,64 @@ fn forbidden(error: &watcher::Error) -> bool {
     matches!(api, kube::Error::Api(status) if status.code == 403)
 }
 
+/// How often the API server is probed, and how long a probe may take.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the API server answered a probe at all.
+fn reachable(
+    answer: &Result<
+        Result<k8s_openapi::apimachinery::pkg::version::Info, kube::Error>,
+        tokio::time::error::Elapsed,
+    >,
+) -> bool {
+    match answer {
+        Ok(Ok(_)) => true,
+        Ok(Err(kube::Error::Api(status))) => status.code < 500,
+        Ok(Err(_)) | Err(_) => false,
+    }
+}
+
+/// Probes the API server until `shutdown`; marks the runtime's data stale
+/// while it does not answer, and clears only what it marked.
+fn spawn_probe(
+    client: kube::Client,
+    namespace: String,
+    status: Arc<RuntimeStatus>,
+    changes: Arc<Changes>,
+    mut shutdown: Shutdown,
+) {
+    tokio::spawn(async move {
+        let mut marked = false;
+        let mut every = tokio::time::interval(PROBE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = shutdown.wait() => return,
+            }
+            let answer = tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await;
+            match (reachable(&answer), marked) {
+                (false, false) => {
+                    marked = true;
+                    if status.set_stale(true) {
+                        tracing::warn!(%namespace, "Kubernetes API not answering; keeping the last known replicas");
+                        changes.signal();
+                    }
+                }
+                (true, true) => {
+                    marked = false;
+                    if status.set_stale(false) {
+                        tracing::info!(%namespace, "Kubernetes API reachable again");
+                        changes.signal();
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
 /// Watches the namespace's Services and Pods until `shutdown`.
 pub fn spawn(
     client: kube::Client,
@@ -221,6 +287,13 @@ pub fn spawn(
     changes: Arc<Changes>,
     mut shutdown: Shutdown,
 ) {
+    spawn_probe(
+        client.clone(),
+        namespace.clone(),
+        Arc::clone(&status),
+        Arc::clone(&changes),
+        shutdown.clone(),
+    );
     tokio::spawn(async move {
         let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
         let pods: Api<Pod> = Api::namespaced(client, &namespace);
