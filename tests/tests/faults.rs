@@ -477,6 +477,115 @@ async fn runtime_api_lost() {
     stop_all(nodes).await;
 }
 
+async fn reload_storm_during_a_rollout() {
+    use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
+    let dir = tempfile::tempdir().unwrap();
+    let kube = FakeKube::start("test").await;
+    let mut live = upstreams(&["v1-1", "v1-2", "v1-3"]).await;
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    for replica in &live {
+        let pod = pod(
+            &replica.name,
+            "api",
+            Some("127.0.0.1"),
+            replica.addr.port(),
+            true,
+            "api:1",
+        );
+        kube.apply(Kind::Pods, &pod);
+    }
+    let routes = |extra: bool| {
+        let mut text = format!(
+            "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
+             [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\nfirst_answer_timeout = \"1s\"\n",
+            kube.url()
+        );
+        if extra {
+            text.push_str("[[route]]\nname = \"extra\"\npath_prefix = \"/extra\"\nreplicas = [\"127.0.0.1:9\"]\n");
+        }
+        text
+    };
+    let plain = routes(false);
+    let nodes = cluster::three(dir.path(), "", [&plain, &plain, &plain], INTERVAL).await;
+    for node in &nodes {
+        node.verdict_until("api", "3 of 3 ready", Duration::from_secs(10), |v| {
+            v.ready == 3
+        })
+        .await;
+    }
+    // Ten reloads a second on every node, each a real change.
+    let configs: Vec<[Config; 2]> = (1..=3)
+        .map(|i| {
+            let name = format!("n{i}");
+            [false, true].map(|extra| {
+                Config::parse("n.toml", &node_text_with(&name, "", "", &routes(extra))).unwrap()
+            })
+        })
+        .collect();
+    let targets: Vec<std::sync::Arc<picket::node::Node>> = nodes
+        .iter()
+        .map(|n| std::sync::Arc::clone(n.node()))
+        .collect();
+    let storm = tokio::spawn(async move {
+        for i in 0usize.. {
+            for (node, configs) in targets.iter().zip(&configs) {
+                node.apply(configs[i % 2].clone());
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_millis(500)).await;
+    let mut removed = Vec::new();
+    for name in ["v2-1", "v2-2", "v2-3"] {
+        let new = Upstream::start(name, Behaviour::Echo).await;
+        kube.apply(
+            Kind::Pods,
+            &pod(
+                name,
+                "api",
+                Some("127.0.0.1"),
+                new.addr.port(),
+                true,
+                "api:2",
+            ),
+        );
+        live.push(new);
+        sleep(Duration::from_millis(400)).await;
+        let old = live.remove(0);
+        kube.delete(Kind::Pods, &old.name);
+        removed.push((old.name.clone(), Instant::now()));
+        sleep(Duration::from_millis(400)).await;
+        old.stop();
+    }
+    sleep(Duration::from_millis(500)).await;
+    let samples = load.stop().await;
+    storm.abort();
+    let mut report = Report::new("rollout of 3 pods during 10 reloads/s per node", &samples);
+    report.after_gone = Some(
+        removed
+            .iter()
+            .map(|(name, at)| after(&samples, *at + Duration::from_millis(50), name))
+            .sum(),
+    );
+    zero_failed(&report);
+    assert_eq!(
+        report.after_gone,
+        Some(0),
+        "requests to a removed pod more than 50 ms after its removal"
+    );
+    let applied = nodes[0].node().metrics().encode();
+    let reloaded = applied
+        .lines()
+        .find(|l| l.starts_with("picket_config_reloads_total{result=\"applied\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    eprintln!("FAULT | reload storm | node 1 applied {reloaded} reloads during the rollout");
+    assert!(reloaded >= 20.0, "the storm reloaded ({reloaded})");
+    stop_all(nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_under_load_lose_nothing() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -487,5 +596,6 @@ async fn faults_under_load_lose_nothing() {
     rolling_update().await;
     gateway_node_killed().await;
     runtime_api_lost().await;
+    reload_storm_during_a_rollout().await;
     bad_input_at_every_port().await;
 }
