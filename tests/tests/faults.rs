@@ -586,6 +586,39 @@ async fn reload_storm_during_a_rollout() {
     stop_all(nodes).await;
 }
 
+async fn replica_dropping_packets() {
+    use picket_tests::netns::Host;
+    if !picket_tests::require("root, ip and iptables for a test host", Host::available()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = Host::create().unwrap();
+    let dropping = host
+        .upstream(&picket_tests::binaries::test_upstream(), 8080, "dropping")
+        .await
+        .unwrap();
+    let rest = upstreams(&["b", "c"]).await;
+    let nodes = three(dir.path(), &[dropping, rest[0].addr, rest[1].addr]).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    host.drop_packets(8080).unwrap();
+    let dropped = Instant::now();
+    sleep(Duration::from_secs(4)).await;
+    host.heal(8080).unwrap();
+    sleep(Duration::from_secs(1)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("replica dropping packets for 4 s", &samples);
+    // Requests sent after the drop began that the dropping replica still
+    // answered: connections made before the drop, finishing.
+    report.after_gone = Some(after(
+        &samples,
+        dropped + Duration::from_millis(50),
+        "dropping",
+    ));
+    zero_failed(&report);
+    stop_all(nodes).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_under_load_lose_nothing() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -593,6 +626,7 @@ async fn faults_under_load_lose_nothing() {
     replica_restarted_in_a_loop().await;
     replica_paused().await;
     replica_503_while_starting().await;
+    replica_dropping_packets().await;
     rolling_update().await;
     gateway_node_killed().await;
     runtime_api_lost().await;
