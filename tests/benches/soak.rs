@@ -1,0 +1,176 @@
+//! The soak: a three-node cluster on loopback (gossip sealed, interval
+//! 200 ms) over four replicas, a steady load spread over the nodes, and one
+//! fault a minute, in turn: a replica killed and restarted, a replica
+//! paused, a replica answering 503, a reload storm, bad input at the proxy.
+//! Run by hand:
+//!
+//!   cargo bench -p picket-tests --bench soak            # 30 minutes
+//!   cargo bench -p picket-tests --bench soak -- 5 200   # MINUTES RATE
+//!
+//! Prints one `SOAK |` line a minute (the fault and what the load saw in
+//! that minute) and a total line with the process's RSS at start and end.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use picket::config::Config;
+use picket_tests::cluster::{self, node_text_with};
+use picket_tests::faults::{Load, Report, rss_kb};
+use picket_tests::node::route;
+use picket_tests::upstream::{Behaviour, Control, Upstream};
+use tokio::io::AsyncWriteExt;
+use tokio::time::{Instant, sleep};
+
+const INTERVAL: Duration = Duration::from_millis(200);
+
+fn routes(replicas: &[SocketAddr], extra: bool) -> String {
+    let mut text = route(
+        "api",
+        "/",
+        replicas,
+        "connect_timeout = \"1s\"\nfirst_answer_timeout = \"1s\"\ntries = 3",
+    );
+    if extra {
+        text.push_str(
+            "[[route]]\nname = \"extra\"\npath_prefix = \"/extra\"\nreplicas = [\"127.0.0.1:9\"]\n",
+        );
+    }
+    text
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let minutes: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(30);
+    let rate: u32 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(soak(minutes, rate));
+}
+
+async fn soak(minutes: u64, rate: u32) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().expect("a directory");
+    let control = Control::new(200);
+    let controlled = Upstream::start("r0", Behaviour::Controlled(control.clone())).await;
+    let mut killable = Upstream::start("r1", Behaviour::Echo).await;
+    let others = [
+        Upstream::start("r2", Behaviour::Echo).await,
+        Upstream::start("r3", Behaviour::Echo).await,
+    ];
+    let replicas = [
+        controlled.addr,
+        killable.addr,
+        others[0].addr,
+        others[1].addr,
+    ];
+    let plain = routes(&replicas, false);
+    let nodes = cluster::three(dir.path(), "", [&plain, &plain, &plain], INTERVAL).await;
+    let configs: Vec<[Config; 2]> = (1..=3)
+        .map(|i| {
+            [false, true].map(|extra| {
+                Config::parse(
+                    "n.toml",
+                    &node_text_with(&format!("n{i}"), "", "", &routes(&replicas, extra)),
+                )
+                .expect("a valid configuration")
+            })
+        })
+        .collect();
+    let proxies: Vec<SocketAddr> = nodes.iter().map(|n| n.proxy).collect();
+    let rss_start = rss_kb();
+    let started = Instant::now();
+    let mut total = Vec::new();
+    eprintln!(
+        "soak: {minutes} min at {rate} requests/s over 3 nodes and 4 replicas, one fault a minute"
+    );
+    for minute in 0..minutes {
+        let load = Load::start(proxies.clone(), "api.test", "/", rate);
+        sleep(Duration::from_secs(10)).await;
+        let fault = match minute % 5 {
+            0 => {
+                let addr = killable.stop();
+                sleep(Duration::from_secs(10)).await;
+                let listener = tokio::net::TcpListener::bind(addr).await.expect("rebind");
+                killable = Upstream::on(listener, "r1", Behaviour::Echo);
+                "a replica killed for 10 s, then restarted"
+            }
+            1 => {
+                control.set_delay(Duration::from_secs(3600));
+                sleep(Duration::from_secs(10)).await;
+                control.set_delay(Duration::ZERO);
+                "a replica paused for 10 s"
+            }
+            2 => {
+                control.set_status(503);
+                sleep(Duration::from_secs(10)).await;
+                control.set_status(200);
+                "a replica answering 503 for 10 s"
+            }
+            3 => {
+                for i in 0..100usize {
+                    for (node, configs) in nodes.iter().zip(&configs) {
+                        node.node().apply(configs[i % 2].clone());
+                    }
+                    sleep(Duration::from_millis(100)).await;
+                }
+                "10 reloads a second on every node for 10 s"
+            }
+            _ => {
+                let target = nodes[0].proxy;
+                let huge = format!(
+                    "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                    "a".repeat(200_000)
+                );
+                for _ in 0..200 {
+                    for bytes in [
+                        &b"\x00garbage\r\n\r\n"[..],
+                        huge.as_bytes(),
+                        b"GET / HTTP/9.9\r\n\r\n",
+                    ] {
+                        if let Ok(mut stream) = tokio::net::TcpStream::connect(target).await {
+                            let _ = stream.write_all(bytes).await;
+                        }
+                    }
+                }
+                "bad input at a proxy: 600 malformed requests"
+            }
+        };
+        // The rest of the minute, steady.
+        sleep(Duration::from_secs(40)).await;
+        let samples = load.stop().await;
+        let report = Report::new(fault, &samples);
+        eprintln!(
+            "SOAK | minute {:>2} | {} | {} sent | failed {} | p50 {:.1?} p99 {:.1?} max {:.1?} | RSS {:?} kB",
+            minute + 1,
+            fault,
+            report.sent,
+            report.failed_total(),
+            report.p50,
+            report.p99,
+            report.max,
+            rss_kb()
+        );
+        total.extend(samples);
+    }
+    let report = Report::new("soak", &total);
+    eprintln!(
+        "SOAK | total {:.0?} | {} sent | failed {} {:?} | p50 {:.1?} p99 {:.1?} max {:.1?} | RSS {rss_start:?} kB at start, {:?} kB at end",
+        started.elapsed(),
+        report.sent,
+        report.failed_total(),
+        report.failed,
+        report.p50,
+        report.p99,
+        report.max,
+        rss_kb()
+    );
+    for node in nodes {
+        node.stop().await;
+    }
+}
