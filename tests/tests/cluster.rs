@@ -238,10 +238,13 @@ async fn a_node_with_a_thousand_routes_converges() {
         },
     )
     .await;
-    assert_eq!(
-        liveness_in(&*small.view().await, "big"),
-        Some(Liveness::Alive)
-    );
+    // Alive once the sync has settled: while 1,000 values cross on a busy
+    // machine, heartbeats arrive unevenly and the failure detector may
+    // call the node dead for a moment.
+    view_until(&small, "big alive", Duration::from_secs(10), |v| {
+        liveness_in(v, "big") == Some(Liveness::Alive)
+    })
+    .await;
     // Every sealed datagram, parts included, opened: nothing failed the
     // seal. (A message chitchat could not decode in time on a starved
     // machine is a scheduling matter, not a sealing one.)
