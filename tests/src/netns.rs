@@ -164,3 +164,36 @@ impl Drop for Host {
         let _ = run("ip", &["link", "del", &self.link]);
     }
 }
+
+/// Drops every UDP datagram to and from a port on loopback while it lives:
+/// a node's gossip cut off from its peers, nothing else touched. Needs
+/// what [`Host::available`] checks.
+#[derive(Debug)]
+pub struct LoopbackUdpCut(u16);
+
+impl LoopbackUdpCut {
+    fn rule(action: &str, port: u16, way: &str) -> std::io::Result<()> {
+        let port = port.to_string();
+        run(
+            "iptables",
+            &[
+                action, "INPUT", "-i", "lo", "-p", "udp", way, &port, "-j", "DROP",
+            ],
+        )
+    }
+
+    pub fn new(port: u16) -> std::io::Result<LoopbackUdpCut> {
+        LoopbackUdpCut::rule("-I", port, "--dport")?;
+        // Built before the second rule, so that a failure removes the first.
+        let cut = LoopbackUdpCut(port);
+        LoopbackUdpCut::rule("-I", port, "--sport")?;
+        Ok(cut)
+    }
+}
+
+impl Drop for LoopbackUdpCut {
+    fn drop(&mut self) {
+        let _ = LoopbackUdpCut::rule("-D", self.0, "--dport");
+        let _ = LoopbackUdpCut::rule("-D", self.0, "--sport");
+    }
+}

@@ -169,3 +169,54 @@ impl TestNode {
         }
     }
 }
+
+/// A node in a runtime of its own, so that it can die without a word: its
+/// runtime dropped, its sockets closed, no goodbye sent.
+#[derive(Debug)]
+pub struct Killable {
+    pub proxy: SocketAddr,
+    /// What the node publishes of itself: its feed and fingerprint.
+    pub info: picket_proto::NodeInfo,
+    kill: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Killable {
+    /// Starts a node on `text` and waits until it has joined its cluster.
+    pub fn start(text: String) -> Killable {
+        let (ready, started) = std::sync::mpsc::channel();
+        let (kill, killed) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime for the node");
+            let node = runtime.block_on(async {
+                let node = TestNode::start(&text);
+                let info = node.membership().await.info.clone();
+                ready
+                    .send((node.proxy, info))
+                    .expect("the test waits for the node");
+                node
+            });
+            let _ = killed.recv();
+            // No stop, no goodbye: the runtime and its sockets just go.
+            std::mem::forget(node);
+            runtime.shutdown_background();
+        });
+        let (proxy, info) = started.recv().expect("the node started");
+        Killable {
+            proxy,
+            info,
+            kill,
+            thread,
+        }
+    }
+
+    /// Kills the node and returns once its runtime is gone.
+    pub fn kill(self) {
+        let _ = self.kill.send(());
+        self.thread.join().expect("the node's thread ends");
+    }
+}

@@ -13,7 +13,7 @@ use picket::config::Config;
 use picket_proto::Liveness;
 use picket_tests::client;
 use picket_tests::cluster::{key_file, liveness_in, section, verdict_in, view_until};
-use picket_tests::netns::Host;
+use picket_tests::netns::{Host, LoopbackUdpCut};
 use picket_tests::node::TestNode;
 use picket_tests::require;
 use picket_tests::upstream::{Behaviour, Upstream};
@@ -142,46 +142,6 @@ async fn an_in_memory_partition_is_suspected_then_dead_and_heals() {
     }
 }
 
-/// Drops every UDP datagram to and from a port on loopback while it lives.
-struct Blocked(u16);
-
-impl Blocked {
-    fn rule(action: &str, port: u16, way: &str) -> std::io::Result<()> {
-        let status = std::process::Command::new("iptables")
-            .args([
-                action,
-                "INPUT",
-                "-i",
-                "lo",
-                "-p",
-                "udp",
-                way,
-                &port.to_string(),
-                "-j",
-                "DROP",
-            ])
-            .status()?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(std::io::Error::other(format!("iptables {action} failed")))
-        }
-    }
-
-    fn new(port: u16) -> Blocked {
-        Blocked::rule("-I", port, "--dport").unwrap();
-        Blocked::rule("-I", port, "--sport").unwrap();
-        Blocked(port)
-    }
-}
-
-impl Drop for Blocked {
-    fn drop(&mut self) {
-        let _ = Blocked::rule("-D", self.0, "--dport");
-        let _ = Blocked::rule("-D", self.0, "--sport");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_on_real_sockets_heals() {
     if !require(
@@ -221,7 +181,7 @@ async fn a_partition_on_real_sockets_heals() {
         })
         .await;
     }
-    let cut = Blocked::new(nodes[2].gossip_addr().await.port());
+    let cut = LoopbackUdpCut::new(nodes[2].gossip_addr().await.port()).unwrap();
     view_until(&nodes[0], "n3 dead on n1", SOON, |v| {
         liveness_in(v, "n3") == Some(Liveness::Dead)
     })

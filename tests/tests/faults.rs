@@ -5,29 +5,48 @@
 //!
 //!   cargo test -p picket-tests --test faults -- --nocapture
 //!
+//! `FAULT=partitioned` (any part of a fault's function name) runs only the
+//! faults that match.
+//!
 //! The faults run one after another in one test, so that they do not
 //! compete for the machine's two cores.
 
 // The /healthz prober measures wall time on a thread of its own.
 #![allow(clippy::disallowed_types)]
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use picket::config::Config;
 use picket_proto::Liveness;
+use picket_proto::NodeInfo;
 use picket_tests::client;
-use picket_tests::cluster::{self, liveness_in, node_text_with};
+use picket_tests::cluster::{self, node_text_with};
 use picket_tests::faults::{Load, Report, Sample, rss_kb};
-use picket_tests::node::{TestNode, route};
+use picket_tests::node::{Killable, TestNode, route};
 use picket_tests::upstream::{Behaviour, Control, Upstream};
+use picket_tui::app::{App, Msg};
+use picket_tui::feed::{self, Trust};
+use picket_tui::{theme, view};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep};
 
 const INTERVAL: Duration = Duration::from_millis(200);
 const RATE: u32 = 150;
 const HOST: &str = "api.test";
+const FEED: &str = "feed = \"127.0.0.1:0\"";
+/// Suspect once a node's heartbeat is 5 intervals quiet (and the view,
+/// rebuilt every interval, says so).
+const SUSPECT_BOUND: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 * 5 + 1000);
+/// Dead once phi passes 8: about 18.4 mean heartbeat gaps, a gap being
+/// an interval or less on a healthy cluster; twice that, plus a second.
+const DEAD_BOUND: Duration = Duration::from_millis(INTERVAL.as_millis() as u64 * 37 + 1000);
 
 fn api(replicas: &[SocketAddr]) -> String {
     route(
@@ -40,13 +59,7 @@ fn api(replicas: &[SocketAddr]) -> String {
 
 async fn three(dir: &std::path::Path, replicas: &[SocketAddr]) -> Vec<TestNode> {
     let routes = api(replicas);
-    cluster::three(
-        dir,
-        "feed = \"127.0.0.1:0\"",
-        [&routes, &routes, &routes],
-        INTERVAL,
-    )
-    .await
+    cluster::three(dir, FEED, [&routes, &routes, &routes], INTERVAL).await
 }
 
 fn proxies(nodes: &[TestNode]) -> Vec<SocketAddr> {
@@ -200,88 +213,266 @@ async fn rolling_update() {
     stop_all(nodes).await;
 }
 
-/// A node in a runtime of its own, so that it can die without a word.
-struct Killable {
-    kill: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
+/// `picket-tui` attached to a node's feed: its own feed client and App, a
+/// frame drawn on a test terminal after every message. What each frame
+/// shows of the nodes' liveness goes to a watch channel.
+struct Tui {
+    shown: watch::Receiver<BTreeMap<String, Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-fn killable(text: String) -> Killable {
-    let (ready, started) = std::sync::mpsc::channel();
-    let (kill, killed) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let node = runtime.block_on(async {
-            let node = TestNode::start(&text);
-            node.membership().await;
-            node
+impl Tui {
+    fn attach(info: &NodeInfo) -> Tui {
+        let addr = info.feed.clone().expect("a feed address");
+        let pin = info.feed_fingerprint.clone().expect("a fingerprint");
+        let (tx, shown) = watch::channel(BTreeMap::new());
+        let task = tokio::spawn(async move {
+            let (out, mut msgs) = mpsc::channel(1024);
+            let (_switch, switches) = mpsc::channel(1);
+            let follow = tokio::spawn(feed::follow(addr, Trust::Pin(pin), out, switches));
+            let mut app = App::new();
+            let mut terminal = Terminal::new(TestBackend::new(160, 40)).unwrap();
+            while let Some(msg) = msgs.recv().await {
+                app.update(Msg::Tick {
+                    now_unix_ms: feed::now_unix_ms(),
+                });
+                app.update(msg);
+                terminal.draw(|frame| view::render(frame, &app)).unwrap();
+                let _ = tx.send(liveness_drawn(terminal.backend().buffer()));
+            }
+            follow.abort();
         });
-        ready.send(()).unwrap();
-        let _ = killed.recv();
-        std::mem::forget(node);
-        runtime.shutdown_background();
-    });
-    started.recv().unwrap();
-    Killable { kill, thread }
+        Tui { shown, task }
+    }
+
+    /// Waits until the TUI draws a column for `node` whose liveness
+    /// symbol passes `check`; panics after `within`.
+    async fn until(&mut self, node: &str, within: Duration, check: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + within;
+        loop {
+            if self
+                .shown
+                .borrow_and_update()
+                .get(node)
+                .is_some_and(|symbols| symbols.iter().any(|s| check(s)))
+            {
+                return;
+            }
+            let changed = tokio::time::timeout_at(deadline, self.shown.changed()).await;
+            assert!(
+                matches!(changed, Ok(Ok(()))),
+                "the TUI did not draw {node} as expected within {within:?}: {:?}",
+                self.shown.borrow()
+            );
+        }
+    }
 }
 
-async fn gateway_node_killed() {
+impl Drop for Tui {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every node column the frame draws: its name on one row, its liveness
+/// symbol below the name's first letter.
+fn liveness_drawn(buffer: &Buffer) -> BTreeMap<String, Vec<String>> {
+    let symbols = [theme::ALIVE, theme::SUSPECT, theme::DEAD];
+    let mut drawn: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let area = buffer.area;
+    for y in 0..area.height.saturating_sub(1) {
+        let mut x = 0;
+        while x < area.width {
+            if buffer[(x, y)].symbol().trim().is_empty() {
+                x += 1;
+                continue;
+            }
+            let start = x;
+            let mut word = String::new();
+            while x < area.width && !buffer[(x, y)].symbol().trim().is_empty() {
+                word.push_str(buffer[(x, y)].symbol());
+                x += 1;
+            }
+            let below = buffer[(start, y + 1)].symbol();
+            if symbols.contains(&below) {
+                drawn.entry(word).or_default().push(below.to_string());
+            }
+        }
+    }
+    drawn
+}
+
+/// `name`'s liveness in each of its entries in `node`'s `/v1/cluster`.
+async fn liveness_served(node: &TestNode, name: &str) -> Vec<String> {
+    let (_, json) = node.admin_json("/v1/cluster").await;
+    json["members"]
+        .as_array()
+        .map(|members| {
+            members
+                .iter()
+                .filter(|m| m["name"] == name)
+                .filter_map(|m| m["liveness"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `node`'s `/v1/cluster` until an entry of `name` has a liveness
+/// `check` accepts; returns how long after `since` that was.
+async fn served_until(
+    node: &TestNode,
+    name: &str,
+    since: Instant,
+    within: Duration,
+    check: impl Fn(&str) -> bool,
+) -> Duration {
+    loop {
+        let served = liveness_served(node, name).await;
+        if served.iter().any(|l| check(l)) {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < within,
+            "/v1/cluster: {name} is {served:?} after {within:?}"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// When a watcher saw a node leave: suspect (or already dead), then dead.
+#[derive(Debug, Clone, Copy)]
+struct Gone {
+    suspect: Duration,
+    dead: Duration,
+}
+
+/// When `node`'s `/v1/cluster` and a TUI attached to `node` saw `name`
+/// suspect and dead, from `since`.
+async fn seen_gone(node: &TestNode, tui: &mut Tui, name: &str, since: Instant) -> (Gone, Gone) {
+    let within = DEAD_BOUND + Duration::from_secs(5);
+    let served = async {
+        let suspect = served_until(node, name, since, within, |l| l != "alive").await;
+        let dead = served_until(node, name, since, within, |l| l == "dead").await;
+        Gone { suspect, dead }
+    };
+    let drawn = async {
+        tui.until(name, within, |s| s != theme::ALIVE).await;
+        let suspect = since.elapsed();
+        tui.until(name, within, |s| s == theme::DEAD).await;
+        Gone {
+            suspect,
+            dead: since.elapsed(),
+        }
+    };
+    tokio::join!(served, drawn)
+}
+
+/// Both watchers saw the node gone within the failure detector's bounds.
+fn within_bounds(fault: &str, served: Gone, drawn: Gone) {
+    eprintln!(
+        "FAULT | {fault} | /v1/cluster: suspect {:.1?}, dead {:.1?} | TUI: suspect {:.1?}, dead {:.1?}",
+        served.suspect, served.dead, drawn.suspect, drawn.dead
+    );
+    for (who, gone) in [("/v1/cluster", served), ("the TUI", drawn)] {
+        assert!(
+            gone.suspect <= SUSPECT_BOUND,
+            "{fault}: {who} showed it suspect only after {:?}",
+            gone.suspect
+        );
+        assert!(
+            gone.dead <= DEAD_BOUND,
+            "{fault}: {who} showed it dead only after {:?}",
+            gone.dead
+        );
+    }
+}
+
+fn node_text(key: &std::path::Path, name: &str, seeds: &[SocketAddr], routes: &str) -> String {
+    node_text_with(name, FEED, &cluster::section(key, seeds, INTERVAL), routes)
+}
+
+async fn gateway_node_killed_and_restarted() {
     let dir = tempfile::tempdir().unwrap();
     let replicas = upstreams(&["a", "b"]).await;
-    let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
+    let routes = api(&replicas.iter().map(|u| u.addr).collect::<Vec<_>>());
     let key = cluster::key_file(dir.path(), "key");
-    let first = TestNode::start(&node_text_with(
-        "n1",
-        "",
-        &cluster::section(&key, &[], INTERVAL),
-        &api(&addrs),
-    ));
+    let first = TestNode::start(&node_text(&key, "n1", &[], &routes));
     let seed = first.gossip_addr().await;
-    let second = TestNode::start(&node_text_with(
-        "n2",
-        "",
-        &cluster::section(&key, &[seed], INTERVAL),
-        &api(&addrs),
-    ));
-    let doomed = killable(node_text_with(
-        "n3",
-        "",
-        &cluster::section(&key, &[seed], INTERVAL),
-        &api(&addrs),
-    ));
-    cluster::view_until(&first, "three alive", Duration::from_secs(10), |v| {
-        v.members.len() == 3 && v.members.iter().all(|m| m.liveness == Liveness::Alive)
-    })
-    .await;
+    let second = TestNode::start(&node_text(&key, "n2", &[seed], &routes));
+    let doomed = Killable::start(node_text(&key, "n3", &[seed], &routes));
+    let mut tui = Tui::attach(&first.membership().await.info);
+    tui.until("n3", Duration::from_secs(10), |s| s == theme::ALIVE)
+        .await;
     let load = Load::start(vec![first.proxy, second.proxy], HOST, "/", RATE);
     sleep(Duration::from_secs(1)).await;
-    doomed.kill.send(()).unwrap();
+    doomed.kill();
     let killed = Instant::now();
-    let seen = loop {
-        let view = first.view().await;
-        if liveness_in(&view, "n3").is_some_and(|l| l != Liveness::Alive) {
-            break killed.elapsed();
-        }
-        assert!(killed.elapsed() < Duration::from_secs(15), "n3 still alive");
-        sleep(Duration::from_millis(20)).await;
-    };
-    sleep(Duration::from_secs(2)).await;
+    let (served, drawn) = seen_gone(&first, &mut tui, "n3", killed).await;
+    // Back with a new generation; the dead entry may linger beside it.
+    let again = TestNode::start(&node_text(&key, "n3", &[seed], &routes));
+    let restarted = Instant::now();
+    let back = served_until(&first, "n3", restarted, Duration::from_secs(10), |l| {
+        l == "alive"
+    })
+    .await;
+    tui.until("n3", Duration::from_secs(10), |s| s == theme::ALIVE)
+        .await;
+    sleep(Duration::from_secs(1)).await;
     let samples = load.stop().await;
-    let mut report = Report::new("gateway node killed (load on the others)", &samples);
-    report.recovered = Some(seen);
-    zero_failed(&report);
-    // Suspect once the heartbeat is 5 intervals quiet.
-    assert!(
-        seen <= INTERVAL * 5 + Duration::from_secs(1),
-        "n3 seen gone only after {seen:?}"
+    let mut report = Report::new(
+        "gateway node killed, restarted (load on the others)",
+        &samples,
     );
-    doomed.thread.join().unwrap();
-    first.stop().await;
-    second.stop().await;
+    report.recovered = Some(back);
+    zero_failed(&report);
+    within_bounds("gateway node killed", served, drawn);
+    stop_all(vec![first, second, again]).await;
+}
+
+async fn gateway_node_partitioned() {
+    use picket_tests::netns::{Host, LoopbackUdpCut};
+    if !picket_tests::require(
+        "root and iptables to cut a node's gossip",
+        Host::available(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let replicas = upstreams(&["a", "b"]).await;
+    let nodes = three(dir.path(), &[replicas[0].addr, replicas[1].addr]).await;
+    let mut tui = Tui::attach(&nodes[0].membership().await.info);
+    tui.until("n3", Duration::from_secs(10), |s| s == theme::ALIVE)
+        .await;
+    // Every node takes load: the cut one serves on from what it knows.
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let cut = LoopbackUdpCut::new(nodes[2].gossip_addr().await.port()).unwrap();
+    let partitioned = Instant::now();
+    let (served, drawn) = seen_gone(&nodes[0], &mut tui, "n3", partitioned).await;
+    // The cut node, for its part, sees the others go.
+    for other in ["n1", "n2"] {
+        served_until(&nodes[2], other, partitioned, DEAD_BOUND, |l| l == "dead").await;
+    }
+    drop(cut);
+    let healed = Instant::now();
+    for node in &nodes {
+        for name in ["n1", "n2", "n3"] {
+            served_until(node, name, healed, Duration::from_secs(15), |l| {
+                l == "alive"
+            })
+            .await;
+        }
+    }
+    let back = healed.elapsed();
+    tui.until("n3", Duration::from_secs(5), |s| s == theme::ALIVE)
+        .await;
+    sleep(Duration::from_secs(1)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("gateway node partitioned (load on all three)", &samples);
+    report.recovered = Some(back);
+    zero_failed(&report);
+    within_bounds("gateway node partitioned", served, drawn);
+    stop_all(nodes).await;
 }
 
 async fn bad_input_at_every_port() {
@@ -622,14 +813,26 @@ async fn replica_dropping_packets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_under_load_lose_nothing() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    replica_killed().await;
-    replica_restarted_in_a_loop().await;
-    replica_paused().await;
-    replica_503_while_starting().await;
-    replica_dropping_packets().await;
-    rolling_update().await;
-    gateway_node_killed().await;
-    runtime_api_lost().await;
-    reload_storm_during_a_rollout().await;
-    bad_input_at_every_port().await;
+    // `FAULT=partitioned` runs only the faults whose name has that in it.
+    let only = std::env::var("FAULT").unwrap_or_default();
+    macro_rules! fault {
+        ($($name:ident),* $(,)?) => {$(
+            if stringify!($name).contains(only.as_str()) {
+                $name().await;
+            }
+        )*};
+    }
+    fault!(
+        replica_killed,
+        replica_restarted_in_a_loop,
+        replica_paused,
+        replica_503_while_starting,
+        replica_dropping_packets,
+        rolling_update,
+        gateway_node_killed_and_restarted,
+        gateway_node_partitioned,
+        runtime_api_lost,
+        reload_storm_during_a_rollout,
+        bad_input_at_every_port,
+    );
 }

@@ -9,7 +9,7 @@ use picket_proto::ClusterView;
 use picket_proto::codec;
 use picket_tests::client::percentile;
 use picket_tests::cluster::{self, node_text_with, verdict_in};
-use picket_tests::node::TestNode;
+use picket_tests::node::{Killable, TestNode};
 use picket_tests::upstream::{Behaviour, Upstream};
 use picket_tui::app::{FeedTarget, Link, Msg};
 use picket_tui::feed::{self, Session, Trust};
@@ -264,37 +264,6 @@ async fn garbage_on_the_feed_is_refused_and_changes_nothing() {
     node.stop().await;
 }
 
-/// A node in a runtime of its own, so that it can die without a word: its
-/// runtime dropped, its sockets closed, no goodbye sent.
-struct Killable {
-    feed: (String, String),
-    kill: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-fn killable(text: String) -> Killable {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (kill, killed) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let node = runtime.block_on(async {
-            let node = TestNode::start(&text);
-            let feed = feed_of(&node).await;
-            tx.send((feed, node.gossip_addr().await)).unwrap();
-            node
-        });
-        let _ = killed.recv();
-        std::mem::forget(node);
-        runtime.shutdown_background();
-    });
-    let (feed, _) = rx.recv().unwrap();
-    Killable { feed, kill, thread }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_when_asked() {
     let dir = tempfile::tempdir().unwrap();
@@ -306,7 +275,7 @@ async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_whe
         "",
     ));
     let seed = first.gossip_addr().await;
-    let doomed = killable(node_text_with(
+    let doomed = Killable::start(node_text_with(
         "n2",
         FEED,
         &cluster::section(&key, &[seed], INTERVAL),
@@ -319,7 +288,8 @@ async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_whe
 
     let (out, mut msgs) = mpsc::channel(1024);
     let (switch, switches) = mpsc::channel(4);
-    let (addr, pin) = doomed.feed.clone();
+    let addr = doomed.info.feed.clone().unwrap();
+    let pin = doomed.info.feed_fingerprint.clone().unwrap();
     tokio::spawn(feed::follow(addr.clone(), Trust::Pin(pin), out, switches));
     // Attached to n2, with both nodes in its view.
     let mut last = None;
@@ -342,7 +312,7 @@ async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_whe
     let view = last.unwrap();
     assert_eq!(view.node, "n2");
 
-    doomed.kill.send(()).unwrap();
+    doomed.kill();
     let killed = Instant::now();
     let stale = loop {
         match tokio::time::timeout(Duration::from_secs(5), msgs.recv()).await {
@@ -381,7 +351,6 @@ async fn a_killed_node_shows_stale_within_2s_and_the_client_moves_to_another_whe
             other => panic!("never moved to n1: {other:?}"),
         }
     }
-    doomed.thread.join().unwrap();
     first.stop().await;
 }
 
