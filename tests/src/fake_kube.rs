@@ -3,7 +3,8 @@
 //! `resourceVersion`; `watch=true` streams newline-delimited JSON events
 //! from a given version; a version older than the server keeps is answered
 //! with an `ERROR` event of code 410 inside the stream; streams can be
-//! dropped; and RBAC can be made to forbid everything (403).
+//! dropped; the server can hang or go away; and RBAC can be made to forbid
+//! everything (403).
 //!
 //! Objects are k8s-openapi types, serialized as the real API server would.
 
@@ -69,6 +70,10 @@ struct State {
     /// The server is gone: connections are closed as they arrive, and
     /// requests on open ones get 503.
     gone: bool,
+    /// The server hangs: connections are accepted and held, and requests
+    /// get no answer, until it recovers.
+    hanging: bool,
+    held: Vec<tokio::net::TcpStream>,
     lists: usize,
     watches: usize,
 }
@@ -131,15 +136,27 @@ impl FakeKube {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                if task_state.lock().expect("fake state").gone {
-                    drop(stream);
-                    continue;
+                {
+                    let mut state = task_state.lock().expect("fake state");
+                    if state.gone {
+                        drop(stream);
+                        continue;
+                    }
+                    if state.hanging {
+                        state.held.push(stream);
+                        continue;
+                    }
                 }
                 let (state, live, prefix) =
                     (Arc::clone(&task_state), task_live.clone(), prefix.clone());
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let response = handle(&state, &live, &prefix, &req);
-                    async move { Ok::<_, Infallible>(response) }
+                    let (state, live, prefix) = (Arc::clone(&state), live.clone(), prefix.clone());
+                    async move {
+                        while state.lock().expect("fake state").hanging {
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                        Ok::<_, Infallible>(handle(&state, &live, &prefix, &req))
+                    }
                 });
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
             }
@@ -214,6 +231,17 @@ impl FakeKube {
         self.lock().gone = gone;
         if gone {
             let _ = self.live.send(Live::Drop);
+        }
+    }
+
+    /// The API server hangs (new connections are accepted and held, no
+    /// request is answered, open streams go quiet) or recovers, closing
+    /// the held connections.
+    pub fn hang(&self, hanging: bool) {
+        let mut state = self.lock();
+        state.hanging = hanging;
+        if !hanging {
+            state.held.clear();
         }
     }
 

@@ -571,8 +571,29 @@ async fn bad_input_at_every_port() {
     stop_all(nodes).await;
 }
 
-async fn runtime_api_lost() {
+/// How the Kubernetes API server goes away.
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// Accepts connections and answers nothing; open watches go quiet.
+    Hanging,
+    /// Ends every watch and closes every connection as it comes.
+    Gone,
+}
+
+async fn runtime_api_hanging() {
+    runtime_api_lost(Loss::Hanging).await;
+}
+
+async fn runtime_api_gone() {
+    runtime_api_lost(Loss::Gone).await;
+}
+
+async fn runtime_api_lost(loss: Loss) {
     use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
+    let lose = |kube: &FakeKube, lost: bool| match loss {
+        Loss::Hanging => kube.hang(lost),
+        Loss::Gone => kube.gone(lost),
+    };
     let dir = tempfile::tempdir().unwrap();
     let kube = FakeKube::start("test").await;
     let replicas = upstreams(&["api-1", "api-2"]).await;
@@ -603,7 +624,7 @@ async fn runtime_api_lost() {
     let load = Load::start(proxies(&nodes), HOST, "/", RATE);
     sleep(Duration::from_secs(1)).await;
     let lost = Instant::now();
-    kube.gone(true);
+    lose(&kube, true);
     // /healthz throughout, asked from a thread of its own with blocking
     // I/O, so that the test's busy runtime does not count as the node's time.
     let admin = nodes[0].admin;
@@ -627,6 +648,10 @@ async fn runtime_api_lost() {
     });
     let mut stale_after = None;
     while lost.elapsed() < Duration::from_secs(5) {
+        for node in &nodes {
+            let ready = node.verdict("api").map(|v| v.ready);
+            assert_eq!(ready, Some(2), "the last known replicas are kept");
+        }
         if stale_after.is_none()
             && nodes.iter().all(|n| {
                 n.verdict("api")
@@ -638,7 +663,7 @@ async fn runtime_api_lost() {
         sleep(Duration::from_millis(20)).await;
     }
     let mut health = prober.join().unwrap();
-    kube.gone(false);
+    lose(&kube, false);
     let back = Instant::now();
     for node in &nodes {
         node.verdict_until("api", "fresh data again", Duration::from_secs(20), |v| {
@@ -648,12 +673,13 @@ async fn runtime_api_lost() {
     }
     let recovered = back.elapsed();
     let samples = load.stop().await;
-    let mut report = Report::new("runtime API lost for 5 s", &samples);
+    let fault = format!("Kubernetes API {loss:?} for 5 s").to_lowercase();
+    let mut report = Report::new(&fault, &samples);
     report.recovered = Some(recovered);
     zero_failed(&report);
     let p99 = picket_tests::client::percentile(&mut health, 99.0);
     eprintln!(
-        "FAULT | runtime API lost | verdicts stale-marked after {stale_after:?} | /healthz {} samples, p99 {p99:.2?} | fresh {recovered:.1?} after the API returned",
+        "FAULT | {fault} | verdicts stale-marked after {stale_after:?} | /healthz {} samples, p99 {p99:.2?} | fresh {recovered:.1?} after the API returned",
         health.len()
     );
     assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
@@ -831,7 +857,8 @@ async fn faults_under_load_lose_nothing() {
         rolling_update,
         gateway_node_killed_and_restarted,
         gateway_node_partitioned,
-        runtime_api_lost,
+        runtime_api_hanging,
+        runtime_api_gone,
         reload_storm_during_a_rollout,
         bad_input_at_every_port,
     );
