@@ -7,6 +7,11 @@ use std::net::IpAddr;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::copy_bidirectional;
+use tokio::net::{TcpListener, UnixStream};
+use tokio::task::JoinHandle;
 
 /// The image of the test upstream, tagged `:1` and `:2` (two images of
 /// one program, for a service running two versions). Both carry a
@@ -325,4 +330,72 @@ pub fn picket_image() -> &'static str {
         docker(&["build", "-q", "-t", TAG, path]).expect("build the Picket image");
     });
     TAG
+}
+
+/// A TCP relay to the engine's socket that the test can cut and restore:
+/// the node's only way to the engine.
+#[derive(Debug)]
+pub struct Relay {
+    pub port: u16,
+    accepting: Option<JoinHandle<()>>,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Relay {
+    pub async fn start() -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the relay");
+        let port = listener.local_addr().expect("relay address").port();
+        let mut relay = Relay {
+            port,
+            accepting: None,
+            connections: Arc::default(),
+        };
+        relay.accept(listener);
+        relay
+    }
+
+    fn accept(&mut self, listener: TcpListener) {
+        let connections = Arc::clone(&self.connections);
+        self.accepting = Some(tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let task = tokio::spawn(async move {
+                    if let Ok(mut engine) = UnixStream::connect("/var/run/docker.sock").await {
+                        let _ = copy_bidirectional(&mut client, &mut engine).await;
+                    }
+                });
+                connections.lock().expect("relay connections").push(task);
+            }
+        }));
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&mut self) {
+        if let Some(task) = self.accepting.take() {
+            task.abort();
+        }
+        for task in self
+            .connections
+            .lock()
+            .expect("relay connections")
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+
+    pub async fn restore(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("bind the relay again");
+        self.accept(listener);
+    }
+}
+
+impl Relay {
+    /// The endpoint a node's `[runtime] endpoint` names.
+    pub fn endpoint(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.port)
+    }
 }

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use picket_proto::Heart;
 use picket_tests::client;
-use picket_tests::docker::{self, Container, Network, Spec};
+use picket_tests::docker::{self, Container, Network, Relay, Spec};
 use picket_tests::node::TestNode;
 use picket_tests::require;
-use tokio::io::copy_bidirectional;
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 const SOON: Duration = Duration::from_secs(20);
@@ -197,57 +196,6 @@ async fn healthchecks_pauses_and_images() {
     node.stop().await;
 }
 
-/// A TCP relay to the engine's socket that the test can cut and restore:
-/// the node's only way to the engine.
-struct Relay {
-    port: u16,
-    accepting: Option<JoinHandle<()>>,
-    connections: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Relay {
-    async fn start() -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let mut relay = Relay {
-            port,
-            accepting: None,
-            connections: Arc::default(),
-        };
-        relay.accept(listener);
-        relay
-    }
-
-    fn accept(&mut self, listener: TcpListener) {
-        let connections = Arc::clone(&self.connections);
-        self.accepting = Some(tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let task = tokio::spawn(async move {
-                    if let Ok(mut engine) = UnixStream::connect("/var/run/docker.sock").await {
-                        let _ = copy_bidirectional(&mut client, &mut engine).await;
-                    }
-                });
-                connections.lock().unwrap().push(task);
-            }
-        }));
-    }
-
-    /// Drops every connection and refuses new ones.
-    fn cut(&mut self) {
-        if let Some(task) = self.accepting.take() {
-            task.abort();
-        }
-        for task in self.connections.lock().unwrap().drain(..) {
-            task.abort();
-        }
-    }
-
-    async fn restore(&mut self) {
-        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
-        self.accept(listener);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_event_stream_reconnects_with_a_fresh_inventory() {
     if !engine()
@@ -262,8 +210,7 @@ async fn a_cut_event_stream_reconnects_with_a_fresh_inventory() {
     let a = Container::run(&network, &api("1"));
     let b = Container::run(&network, &api("1"));
     let mut relay = Relay::start().await;
-    let endpoint = format!("tcp://127.0.0.1:{}", relay.port);
-    let node = TestNode::start(&config(&network, Some(&endpoint)));
+    let node = TestNode::start(&config(&network, Some(&relay.endpoint())));
     node.verdict_until("api", "green 2/2", SOON, |v| {
         v.heart == Heart::Green && v.ready == 2
     })

@@ -213,6 +213,123 @@ async fn rolling_update() {
     stop_all(nodes).await;
 }
 
+/// Real replicas: containers of the test upstream on the machine's Docker
+/// engine, which every node follows through a relay the test can cut.
+/// `docker kill`, `docker pause`, then the engine's connection cut, each
+/// under its own load.
+async fn docker_replicas_and_engine() {
+    use picket_tests::docker::{self, Container, Network, Relay, Spec};
+    if !picket_tests::require("a Docker engine", docker::available()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let network = Network::create();
+    let spec = Spec {
+        service: "api",
+        version: "1",
+        healthy: None,
+    };
+    let containers: Vec<Container> = (0..3).map(|_| Container::run(&network, &spec)).collect();
+    let mut relay = Relay::start().await;
+    let routes = format!(
+        "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\nendpoint = \"{}\"\n\
+         [[route]]\nname = \"api\"\nservice = \"api\"\nport = 8080\n\
+         connect_timeout = \"1s\"\nfirst_answer_timeout = \"1s\"\ntries = 3\n",
+        network.name,
+        relay.endpoint()
+    );
+    let nodes = cluster::three(dir.path(), FEED, [&routes, &routes, &routes], INTERVAL).await;
+    let ready_on_all = async |ready: u32, what: &str| {
+        for node in &nodes {
+            node.verdict_until("api", what, Duration::from_secs(20), |v| {
+                v.ready == ready && v.runtime_stale_since_unix_ms.is_none()
+            })
+            .await;
+        }
+    };
+    ready_on_all(3, "3 of 3 ready").await;
+
+    // docker kill: the engine's `die` event takes it out on every node.
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let killed = Instant::now();
+    containers[0].kill();
+    ready_on_all(2, "the killed container out").await;
+    let seen = killed.elapsed();
+    sleep(Duration::from_secs(2)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("container killed (docker kill)", &samples);
+    report.after_gone = Some(after(
+        &samples,
+        killed + Duration::from_millis(50),
+        &containers[0].name,
+    ));
+    report.recovered = Some(seen);
+    zero_failed(&report);
+    assert_eq!(report.after_gone, Some(0));
+
+    // docker pause: connections are taken by the kernel, nothing answers.
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let paused = Instant::now();
+    containers[1].pause();
+    ready_on_all(1, "the paused container out").await;
+    let seen = paused.elapsed();
+    sleep(Duration::from_secs(3)).await;
+    containers[1].unpause();
+    ready_on_all(2, "the unpaused container back").await;
+    sleep(Duration::from_secs(1)).await;
+    let samples = load.stop().await;
+    let mut report = Report::new("container paused 4 s (docker pause)", &samples);
+    report.recovered = Some(seen);
+    zero_failed(&report);
+
+    // The engine's connection cut: the last known replicas stay.
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let prober = probe_health(nodes[0].admin, Duration::from_secs(5));
+    let cut = Instant::now();
+    relay.cut();
+    let mut stale_after = None;
+    while cut.elapsed() < Duration::from_secs(5) {
+        for node in &nodes {
+            let ready = node.verdict("api").map(|v| v.ready);
+            assert_eq!(ready, Some(2), "the last known replicas are kept");
+        }
+        if stale_after.is_none()
+            && nodes.iter().all(|n| {
+                n.verdict("api")
+                    .is_some_and(|v| v.runtime_stale_since_unix_ms.is_some())
+            })
+        {
+            stale_after = Some(cut.elapsed());
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    let mut health = prober.join().unwrap();
+    relay.restore().await;
+    let back = Instant::now();
+    ready_on_all(2, "fresh data again").await;
+    let recovered = back.elapsed();
+    let samples = load.stop().await;
+    let fault = "Docker engine connection cut for 5 s";
+    let mut report = Report::new(fault, &samples);
+    report.recovered = Some(recovered);
+    zero_failed(&report);
+    let p99 = picket_tests::client::percentile(&mut health, 99.0);
+    eprintln!(
+        "FAULT | {fault} | verdicts stale-marked after {stale_after:?} | /healthz {} samples, p99 {p99:.2?} | fresh {recovered:.1?} after it returned",
+        health.len()
+    );
+    assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
+    let stale_after = stale_after.expect("the verdicts said the data is stale");
+    assert!(
+        stale_after < Duration::from_secs(2),
+        "stale-marked only after {stale_after:?}"
+    );
+    stop_all(nodes).await;
+}
+
 /// `picket-tui` attached to a node's feed: its own feed client and App, a
 /// frame drawn on a test terminal after every message. What each frame
 /// shows of the nodes' liveness goes to a watch channel.
@@ -571,6 +688,30 @@ async fn bad_input_at_every_port() {
     stop_all(nodes).await;
 }
 
+/// Asks `admin` for `/healthz` every 20 ms for `during`, from a thread of
+/// its own with blocking I/O, so that the test's busy runtime does not
+/// count as the node's time. Every answer must be 200.
+fn probe_health(admin: SocketAddr, during: Duration) -> std::thread::JoinHandle<Vec<Duration>> {
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut health = Vec::new();
+        let started = std::time::Instant::now();
+        while started.elapsed() < during {
+            let asked = std::time::Instant::now();
+            let mut stream = std::net::TcpStream::connect(admin).unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            health.push(asked.elapsed());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        health
+    })
+}
+
 /// How the Kubernetes API server goes away.
 #[derive(Debug, Clone, Copy)]
 enum Loss {
@@ -625,27 +766,7 @@ async fn runtime_api_lost(loss: Loss) {
     sleep(Duration::from_secs(1)).await;
     let lost = Instant::now();
     lose(&kube, true);
-    // /healthz throughout, asked from a thread of its own with blocking
-    // I/O, so that the test's busy runtime does not count as the node's time.
-    let admin = nodes[0].admin;
-    let prober = std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        let mut health = Vec::new();
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(5) {
-            let asked = std::time::Instant::now();
-            let mut stream = std::net::TcpStream::connect(admin).unwrap();
-            stream
-                .write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-                .unwrap();
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).unwrap();
-            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-            health.push(asked.elapsed());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        health
-    });
+    let prober = probe_health(nodes[0].admin, Duration::from_secs(5));
     let mut stale_after = None;
     while lost.elapsed() < Duration::from_secs(5) {
         for node in &nodes {
@@ -855,6 +976,7 @@ async fn faults_under_load_lose_nothing() {
         replica_503_while_starting,
         replica_dropping_packets,
         rolling_update,
+        docker_replicas_and_engine,
         gateway_node_killed_and_restarted,
         gateway_node_partitioned,
         runtime_api_hanging,
