@@ -25,6 +25,13 @@ use crate::{ClusterView, Liveness, Member, NodeInfo, Verdict};
 /// The ALPN both ends of the feed speak.
 pub const ALPN: &[u8] = b"picket-feed/1";
 
+/// The SHA-256 fingerprint of a DER certificate, lowercase hex: what a node
+/// publishes of its feed certificate and what a client pins.
+pub fn fingerprint(der: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, der);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// What a client asks for, as its first frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {

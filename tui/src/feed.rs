@@ -59,11 +59,7 @@ const KEEP_ALIVE: Duration = Duration::from_millis(300);
 const IDLE: u32 = 1_500;
 const CONNECT_WAIT: Duration = Duration::from_secs(3);
 
-/// The lowercase hex SHA-256 of a DER certificate.
-pub fn fingerprint(der: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, der);
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use picket_proto::feed::fingerprint;
 
 /// Normalises a fingerprint as operators may write it: any case, with or
 /// without colons.

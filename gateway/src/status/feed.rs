@@ -77,11 +77,7 @@ impl std::fmt::Debug for Feed {
     }
 }
 
-/// The SHA-256 fingerprint of a DER certificate, lowercase hex.
-pub fn fingerprint(der: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, der);
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use picket_proto::feed::fingerprint;
 
 /// The certificate chain and key the feed presents.
 struct Identity {
