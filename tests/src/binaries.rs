@@ -48,11 +48,18 @@ pub fn test_upstream() -> PathBuf {
 }
 
 /// `picket-test-upstream`, linked statically, for an image `FROM scratch`.
-/// Built in a target directory of its own, so that its flags do not
-/// invalidate the main build.
 pub fn test_upstream_static() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
+    static_binary("picket-test-upstream", "picket-test-upstream", &BUILT)
+}
+
+/// A binary of the workspace linked statically, for an image `FROM
+/// scratch`: an optimised build without the release profile's
+/// whole-program LTO, which would only slow the tests down. Built in a
+/// target directory of its own, so that its flags do not invalidate the
+/// main build; every static binary shares it, and so shares dependencies.
+fn static_binary(package: &str, bin: &str, built: &'static OnceLock<PathBuf>) -> PathBuf {
+    built
         .get_or_init(|| {
             let dir = target_root().join("static");
             let triple = "x86_64-unknown-linux-gnu";
@@ -62,15 +69,22 @@ pub fn test_upstream_static() -> PathBuf {
                     "--release",
                     "--locked",
                     "-p",
-                    "picket-test-upstream",
+                    package,
+                    "--bin",
+                    bin,
                     "--target",
                     triple,
                     "--target-dir",
                     dir.to_str().expect("UTF-8 path"),
                 ],
-                &[("RUSTFLAGS", "-C target-feature=+crt-static")],
+                &[
+                    ("RUSTFLAGS", "-C target-feature=+crt-static"),
+                    ("CARGO_PROFILE_RELEASE_LTO", "false"),
+                    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
+                    ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
+                ],
             );
-            dir.join(triple).join("release/picket-test-upstream")
+            dir.join(triple).join("release").join(bin)
         })
         .clone()
 }
@@ -105,36 +119,8 @@ pub fn picket_tui() -> PathBuf {
 }
 
 /// `picket`, linked statically, for the image `FROM scratch` of
-/// `deploy/Dockerfile`. An optimised build without the release profile's
-/// whole-program LTO, which would only slow the tests down.
+/// `deploy/Dockerfile`.
 pub fn picket_static() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = target_root().join("static");
-            let triple = "x86_64-unknown-linux-gnu";
-            cargo(
-                &[
-                    "build",
-                    "--release",
-                    "--locked",
-                    "-p",
-                    "picket",
-                    "--bin",
-                    "picket",
-                    "--target",
-                    triple,
-                    "--target-dir",
-                    dir.to_str().expect("UTF-8 path"),
-                ],
-                &[
-                    ("RUSTFLAGS", "-C target-feature=+crt-static"),
-                    ("CARGO_PROFILE_RELEASE_LTO", "false"),
-                    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
-                    ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
-                ],
-            );
-            dir.join(triple).join("release/picket")
-        })
-        .clone()
+    static_binary("picket", "picket", &BUILT)
 }
