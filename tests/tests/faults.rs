@@ -81,6 +81,24 @@ fn after(samples: &[Sample], at: Instant, from: &str) -> usize {
         .count()
 }
 
+/// Waits until every node's verdict on `api` counts `ready` replicas;
+/// returns how long after `since` that was. Panics after `within`.
+async fn every_verdict(
+    nodes: &[TestNode],
+    ready: u32,
+    since: Instant,
+    within: Duration,
+) -> Duration {
+    for node in nodes {
+        let left = within.saturating_sub(since.elapsed());
+        node.verdict_until("api", "its verdict matches the replicas", left, |v| {
+            v.ready == ready
+        })
+        .await;
+    }
+    since.elapsed()
+}
+
 async fn stop_all(nodes: Vec<TestNode>) {
     for node in nodes {
         node.stop().await;
@@ -108,10 +126,12 @@ async fn replica_killed() {
     sleep(Duration::from_secs(2)).await;
     let killed = Instant::now();
     replicas.remove(0).stop();
+    let seen = every_verdict(&nodes, 2, killed, Duration::from_secs(2)).await;
     sleep(Duration::from_secs(4)).await;
     let samples = load.stop().await;
     let mut report = Report::new("replica killed", &samples);
     report.after_gone = Some(after(&samples, killed + Duration::from_millis(50), "a"));
+    report.recovered = Some(seen);
     zero_failed(&report);
     assert_eq!(report.after_gone, Some(0));
     stop_all(nodes).await;
@@ -941,11 +961,14 @@ async fn replica_dropping_packets() {
     sleep(Duration::from_secs(1)).await;
     host.drop_packets(8080).unwrap();
     let dropped = Instant::now();
+    // Ejected on every node once a connect outlives its 1 s bound.
+    let seen = every_verdict(&nodes, 2, dropped, Duration::from_secs(3)).await;
     sleep(Duration::from_secs(4)).await;
     host.heal(8080).unwrap();
     sleep(Duration::from_secs(1)).await;
     let samples = load.stop().await;
     let mut report = Report::new("replica dropping packets for 4 s", &samples);
+    report.recovered = Some(seen);
     // Requests sent after the drop began that the dropping replica still
     // answered: connections made before the drop, finishing.
     report.after_gone = Some(after(
