@@ -2,21 +2,24 @@
 //! 200 ms) over four replicas, a steady load spread over the nodes, and one
 //! fault a minute, in turn: a replica killed and restarted, a replica
 //! paused, a replica answering 503, a reload storm, bad input at the proxy.
-//! Run by hand:
+//! The nodes are `picket run` processes (the static build the image
+//! ships), so that their memory is their own; the load and the replicas
+//! run here. Run by hand:
 //!
 //!   cargo bench -p picket-tests --bench soak            # 30 minutes
 //!   cargo bench -p picket-tests --bench soak -- 5 200   # MINUTES RATE
 //!
-//! Prints one `SOAK |` line a minute (the fault and what the load saw in
-//! that minute) and a total line with the process's RSS at start and end.
+//! Prints one `SOAK |` line a minute (the fault, what the load saw in that
+//! minute, each node's RSS) and a total line with each node's RSS at start,
+//! at its highest and at the end, and how many lines each node logged.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use picket::config::Config;
-use picket_tests::cluster::{self, node_text_with};
+use picket_tests::cluster;
 use picket_tests::faults::{Load, Report, rss_kb};
 use picket_tests::node::route;
+use picket_tests::process::NodeProcess;
 use picket_tests::upstream::{Behaviour, Control, Upstream};
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, sleep};
@@ -69,21 +72,55 @@ async fn soak(minutes: u64, rate: u32) {
         others[0].addr,
         others[1].addr,
     ];
+    let binary = picket_tests::binaries::picket_static();
+    let key = cluster::key_file(dir.path(), "key");
+    let cluster = |seeds: &[SocketAddr]| {
+        let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+        format!(
+            "id = \"soak\"\nseeds = [{}]\nkey_file = \"{}\"\ngossip_interval = \"{}ms\"\n",
+            seeds.join(", "),
+            key.display(),
+            INTERVAL.as_millis()
+        )
+    };
     let plain = routes(&replicas, false);
-    let nodes = cluster::three(dir.path(), "", [&plain, &plain, &plain], INTERVAL).await;
-    let configs: Vec<[Config; 2]> = (1..=3)
-        .map(|i| {
-            [false, true].map(|extra| {
-                Config::parse(
-                    "n.toml",
-                    &node_text_with(&format!("n{i}"), "", "", &routes(&replicas, extra)),
-                )
-                .expect("a valid configuration")
-            })
-        })
-        .collect();
+    let first = NodeProcess::start(&binary, dir.path(), "n1", &cluster(&[]), &plain);
+    let seeds = [first.gossip];
+    let mut nodes = vec![first];
+    for name in ["n2", "n3"] {
+        nodes.push(NodeProcess::start(
+            &binary,
+            dir.path(),
+            name,
+            &cluster(&seeds),
+            &plain,
+        ));
+    }
+    for node in &nodes {
+        node.ready(Duration::from_secs(10)).await;
+    }
+    for node in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while node
+            .metric("picket_cluster_members{liveness=\"alive\"}")
+            .await
+            != Some(3.0)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{} never saw three alive",
+                node.name
+            );
+            sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let node_rss = |nodes: &[NodeProcess]| -> Vec<Option<u64>> {
+        nodes.iter().map(NodeProcess::rss_kb).collect()
+    };
     let proxies: Vec<SocketAddr> = nodes.iter().map(|n| n.proxy).collect();
     let rss_start = rss_kb();
+    let nodes_start = node_rss(&nodes);
+    let mut nodes_peak = nodes_start.clone();
     let started = Instant::now();
     let mut total = Vec::new();
     eprintln!(
@@ -113,13 +150,20 @@ async fn soak(minutes: u64, rate: u32) {
                 "a replica answering 503 for 10 s"
             }
             3 => {
+                let reloads = "picket_config_reloads_total{result=\"applied\"}";
+                let before = nodes[0].metric(reloads).await.unwrap_or(0.0);
                 for i in 0..100usize {
-                    for (node, configs) in nodes.iter().zip(&configs) {
-                        node.node().apply(configs[i % 2].clone());
+                    for (node, seeds) in nodes.iter().zip([&[][..], &seeds, &seeds]) {
+                        node.write_config(&cluster(seeds), &routes(&replicas, i % 2 == 1));
                     }
                     sleep(Duration::from_millis(100)).await;
                 }
-                "10 reloads a second on every node for 10 s"
+                let after = nodes[0].metric(reloads).await.unwrap_or(0.0);
+                eprintln!(
+                    "SOAK | reload storm | n1 applied {} reloads",
+                    after - before
+                );
+                "10 configuration rewrites a second on every node for 10 s"
             }
             _ => {
                 let target = nodes[0].proxy;
@@ -145,8 +189,12 @@ async fn soak(minutes: u64, rate: u32) {
         sleep(Duration::from_secs(40)).await;
         let samples = load.stop().await;
         let report = Report::new(fault, &samples);
+        let rss = node_rss(&nodes);
+        for (peak, now) in nodes_peak.iter_mut().zip(&rss) {
+            *peak = (*peak).max(*now);
+        }
         eprintln!(
-            "SOAK | minute {:>2} | {} | {} sent | failed {} | p50 {:.1?} p99 {:.1?} max {:.1?} | RSS {:?} kB",
+            "SOAK | minute {:>2} | {} | {} sent | failed {} | p50 {:.1?} p99 {:.1?} max {:.1?} | nodes' RSS {:?} kB | harness RSS {:?} kB",
             minute + 1,
             fault,
             report.sent,
@@ -154,13 +202,14 @@ async fn soak(minutes: u64, rate: u32) {
             report.p50,
             report.p99,
             report.max,
+            rss,
             rss_kb()
         );
         total.extend(samples);
     }
     let report = Report::new("soak", &total);
     eprintln!(
-        "SOAK | total {:.0?} | {} sent | failed {} {:?} | p50 {:.1?} p99 {:.1?} max {:.1?} | RSS {rss_start:?} kB at start, {:?} kB at end",
+        "SOAK | total {:.0?} | {} sent | failed {} {:?} | p50 {:.1?} p99 {:.1?} max {:.1?}",
         started.elapsed(),
         report.sent,
         report.failed_total(),
@@ -168,9 +217,26 @@ async fn soak(minutes: u64, rate: u32) {
         report.p50,
         report.p99,
         report.max,
+    );
+    let end = node_rss(&nodes);
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let state = if node.running() {
+            "running"
+        } else {
+            "NOT RUNNING"
+        };
+        eprintln!(
+            "SOAK | {} | RSS {:?} kB at start, {:?} kB at its highest minute, {:?} kB at the end | {} log lines | {}",
+            node.name,
+            nodes_start[i],
+            nodes_peak[i],
+            end[i],
+            node.log_lines(),
+            state,
+        );
+    }
+    eprintln!(
+        "SOAK | harness (load, replicas) RSS {rss_start:?} kB at start, {:?} kB at the end",
         rss_kb()
     );
-    for node in nodes {
-        node.stop().await;
-    }
 }

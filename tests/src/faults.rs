@@ -157,7 +157,12 @@ impl Report {
 
 /// This process's resident memory, in kB (from `/proc/self/status`).
 pub fn rss_kb() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    rss_kb_of("/proc/self/status")
+}
+
+/// A process's resident memory, in kB, from its `/proc/<pid>/status`.
+pub fn rss_kb_of(status: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(status).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -16,6 +16,7 @@ pub mod faults;
 pub mod fields;
 pub mod netns;
 pub mod node;
+pub mod process;
 pub use picket_test_upstream as upstream;
 pub mod wire;
 
