@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use picket_tests::cluster;
-use picket_tests::faults::{Load, Report, rss_kb};
+use picket_tests::faults::{Load, Report, malformed_requests, rss_kb};
 use picket_tests::node::route;
 use picket_tests::process::NodeProcess;
 use picket_tests::upstream::{Behaviour, Control, Upstream};
@@ -167,16 +167,9 @@ async fn soak(minutes: u64, rate: u32) {
             }
             _ => {
                 let target = nodes[0].proxy;
-                let huge = format!(
-                    "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-                    "a".repeat(200_000)
-                );
-                for _ in 0..200 {
-                    for bytes in [
-                        &b"\x00garbage\r\n\r\n"[..],
-                        huge.as_bytes(),
-                        b"GET / HTTP/9.9\r\n\r\n",
-                    ] {
+                let malformed = malformed_requests();
+                for _ in 0..100 {
+                    for bytes in &malformed {
                         if let Ok(mut stream) = tokio::net::TcpStream::connect(target).await {
                             let _ = stream.write_all(bytes).await;
                         }

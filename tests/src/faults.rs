@@ -166,3 +166,37 @@ pub fn rss_kb_of(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// Malformed HTTP that a proxy or status API must shrug off: garbage, an
+/// unknown version, no path, a 200 kB header, a negative `Content-Length`,
+/// a bad chunk.
+pub fn malformed_requests() -> Vec<Vec<u8>> {
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
+    vec![
+        b"\x00\x01\x02 garbage\r\n\r\n".to_vec(),
+        b"GET / HTTP/9.9\r\n\r\n".to_vec(),
+        b"GET\r\n\r\n".to_vec(),
+        huge.into_bytes(),
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec(),
+        b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+    ]
+}
+
+/// Random datagrams of 0 to 2,000 bytes (every 7th length), the same on
+/// every run: what garbage at a gossip or feed port looks like.
+pub fn garbage_datagrams() -> impl Iterator<Item = Vec<u8>> {
+    let mut seed: u32 = 0x1234_5678;
+    (0..2000).step_by(7).map(move |len| {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed.to_le_bytes()[0]
+            })
+            .collect()
+    })
+}

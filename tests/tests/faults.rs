@@ -23,7 +23,7 @@ use picket_proto::Liveness;
 use picket_proto::NodeInfo;
 use picket_tests::client;
 use picket_tests::cluster::{self, node_text_with};
-use picket_tests::faults::{Load, Report, Sample, rss_kb};
+use picket_tests::faults::{Load, Report, Sample, garbage_datagrams, malformed_requests, rss_kb};
 use picket_tests::node::{Killable, TestNode, route};
 use picket_tests::upstream::{Behaviour, Control, Upstream};
 use picket_tui::app::{App, Msg};
@@ -117,110 +117,115 @@ fn zero_failed(report: &Report) {
     assert!(report.sent > 100, "{}: a real load", report.fault);
 }
 
-async fn replica_killed() {
+/// A fresh cluster of three over `replicas`, a second of steady load, then
+/// `fault` with the load still on; the load's samples and what `fault`
+/// returned come back once the load and the nodes have stopped.
+async fn under_load<T>(
+    replicas: &[SocketAddr],
+    fault: impl AsyncFnOnce(&[TestNode]) -> T,
+) -> (Vec<Sample>, T) {
     let dir = tempfile::tempdir().unwrap();
+    let nodes = three(dir.path(), replicas).await;
+    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
+    sleep(Duration::from_secs(1)).await;
+    let out = fault(&nodes).await;
+    let samples = load.stop().await;
+    stop_all(nodes).await;
+    (samples, out)
+}
+
+async fn replica_killed() {
     let mut replicas = upstreams(&["a", "b", "c"]).await;
     let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
-    let nodes = three(dir.path(), &addrs).await;
-    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
-    sleep(Duration::from_secs(2)).await;
-    let killed = Instant::now();
-    replicas.remove(0).stop();
-    let seen = every_verdict(&nodes, 2, killed, Duration::from_secs(2)).await;
-    sleep(Duration::from_secs(4)).await;
-    let samples = load.stop().await;
+    let (samples, (killed, seen)) = under_load(&addrs, async |nodes| {
+        let killed = Instant::now();
+        replicas.remove(0).stop();
+        let seen = every_verdict(nodes, 2, killed, Duration::from_secs(2)).await;
+        sleep(Duration::from_secs(4)).await;
+        (killed, seen)
+    })
+    .await;
     let mut report = Report::new("replica killed", &samples);
     report.after_gone = Some(after(&samples, killed + Duration::from_millis(50), "a"));
     report.recovered = Some(seen);
     zero_failed(&report);
     assert_eq!(report.after_gone, Some(0));
-    stop_all(nodes).await;
 }
 
 async fn replica_restarted_in_a_loop() {
-    let dir = tempfile::tempdir().unwrap();
     let mut replicas = upstreams(&["a", "b", "c"]).await;
     let addrs: Vec<SocketAddr> = replicas.iter().map(|u| u.addr).collect();
-    let nodes = three(dir.path(), &addrs).await;
-    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
-    sleep(Duration::from_secs(1)).await;
-    for _ in 0..5 {
-        let addr = replicas.remove(0).stop();
-        sleep(Duration::from_millis(600)).await;
-        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-        replicas.insert(0, Upstream::on(listener, "a", Behaviour::Echo));
-        sleep(Duration::from_millis(600)).await;
-    }
-    let samples = load.stop().await;
+    let (samples, ()) = under_load(&addrs, async |_| {
+        for _ in 0..5 {
+            let addr = replicas.remove(0).stop();
+            sleep(Duration::from_millis(600)).await;
+            let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+            replicas.insert(0, Upstream::on(listener, "a", Behaviour::Echo));
+            sleep(Duration::from_millis(600)).await;
+        }
+    })
+    .await;
     zero_failed(&Report::new("replica restarted 5 times", &samples));
-    stop_all(nodes).await;
 }
 
 async fn replica_paused() {
-    let dir = tempfile::tempdir().unwrap();
     let control = Control::new(200);
     let paused = Upstream::start("a", Behaviour::Controlled(control.clone())).await;
     let rest = upstreams(&["b", "c"]).await;
-    let nodes = three(dir.path(), &[paused.addr, rest[0].addr, rest[1].addr]).await;
-    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
-    sleep(Duration::from_secs(1)).await;
-    // Connections are still accepted; nothing answers.
-    control.set_delay(Duration::from_secs(3600));
-    sleep(Duration::from_secs(4)).await;
-    control.set_delay(Duration::ZERO);
-    sleep(Duration::from_secs(1)).await;
-    let samples = load.stop().await;
+    let (samples, ()) = under_load(&[paused.addr, rest[0].addr, rest[1].addr], async |_| {
+        // Connections are still accepted; nothing answers.
+        control.set_delay(Duration::from_secs(3600));
+        sleep(Duration::from_secs(4)).await;
+        control.set_delay(Duration::ZERO);
+        sleep(Duration::from_secs(1)).await;
+    })
+    .await;
     zero_failed(&Report::new("replica paused 4 s", &samples));
-    stop_all(nodes).await;
 }
 
 async fn replica_503_while_starting() {
-    let dir = tempfile::tempdir().unwrap();
     let control = Control::new(200);
     let starting = Upstream::start("a", Behaviour::Controlled(control.clone())).await;
     let other = Upstream::start("b", Behaviour::Echo).await;
-    let nodes = three(dir.path(), &[starting.addr, other.addr]).await;
-    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
-    sleep(Duration::from_secs(1)).await;
-    control.set_status(503);
-    sleep(Duration::from_secs(3)).await;
-    control.set_status(200);
-    sleep(Duration::from_secs(1)).await;
-    let samples = load.stop().await;
+    let (samples, ()) = under_load(&[starting.addr, other.addr], async |_| {
+        control.set_status(503);
+        sleep(Duration::from_secs(3)).await;
+        control.set_status(200);
+        sleep(Duration::from_secs(1)).await;
+    })
+    .await;
     zero_failed(&Report::new(
         "replica 503 while starting (2 replicas)",
         &samples,
     ));
-    stop_all(nodes).await;
 }
 
 async fn rolling_update() {
-    let dir = tempfile::tempdir().unwrap();
     let mut live = upstreams(&["v1-a", "v1-b", "v1-c"]).await;
     let addrs: Vec<SocketAddr> = live.iter().map(|u| u.addr).collect();
-    let nodes = three(dir.path(), &addrs).await;
-    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
-    sleep(Duration::from_secs(1)).await;
-    let apply = |replicas: &[SocketAddr]| {
-        for (i, node) in nodes.iter().enumerate() {
-            let text = node_text_with(&format!("n{}", i + 1), "", "", &api(replicas));
-            node.node().apply(Config::parse("n.toml", &text).unwrap());
+    let (samples, removed) = under_load(&addrs, async |nodes| {
+        let apply = |replicas: &[SocketAddr]| {
+            for (i, node) in nodes.iter().enumerate() {
+                let text = node_text_with(&format!("n{}", i + 1), "", "", &api(replicas));
+                node.node().apply(Config::parse("n.toml", &text).unwrap());
+            }
+        };
+        let mut removed = Vec::new();
+        for name in ["v2-a", "v2-b", "v2-c"] {
+            let new = Upstream::start(name, Behaviour::Echo).await;
+            live.push(new);
+            apply(&live.iter().map(|u| u.addr).collect::<Vec<_>>());
+            sleep(Duration::from_millis(400)).await;
+            let old = live.remove(0);
+            apply(&live.iter().map(|u| u.addr).collect::<Vec<_>>());
+            removed.push((old.name.clone(), Instant::now()));
+            sleep(Duration::from_millis(400)).await;
+            old.stop();
         }
-    };
-    let mut removed = Vec::new();
-    for name in ["v2-a", "v2-b", "v2-c"] {
-        let new = Upstream::start(name, Behaviour::Echo).await;
-        live.push(new);
-        apply(&live.iter().map(|u| u.addr).collect::<Vec<_>>());
-        sleep(Duration::from_millis(400)).await;
-        let old = live.remove(0);
-        apply(&live.iter().map(|u| u.addr).collect::<Vec<_>>());
-        removed.push((old.name.clone(), Instant::now()));
-        sleep(Duration::from_millis(400)).await;
-        old.stop();
-    }
-    sleep(Duration::from_secs(1)).await;
-    let samples = load.stop().await;
+        sleep(Duration::from_secs(1)).await;
+        removed
+    })
+    .await;
     let mut report = Report::new("rolling update of 3 replicas", &samples);
     report.after_gone = Some(
         removed
@@ -230,7 +235,6 @@ async fn rolling_update() {
     );
     zero_failed(&report);
     assert_eq!(report.after_gone, Some(0), "answers from removed replicas");
-    stop_all(nodes).await;
 }
 
 /// Real replicas: containers of the test upstream on the machine's Docker
@@ -307,46 +311,18 @@ async fn docker_replicas_and_engine() {
     // The engine's connection cut: the last known replicas stay.
     let load = Load::start(proxies(&nodes), HOST, "/", RATE);
     sleep(Duration::from_secs(1)).await;
-    let prober = probe_health(nodes[0].admin, Duration::from_secs(5));
     let cut = Instant::now();
     relay.cut();
-    let mut stale_after = None;
-    while cut.elapsed() < Duration::from_secs(5) {
-        for node in &nodes {
-            let ready = node.verdict("api").map(|v| v.ready);
-            assert_eq!(ready, Some(2), "the last known replicas are kept");
-        }
-        if stale_after.is_none()
-            && nodes.iter().all(|n| {
-                n.verdict("api")
-                    .is_some_and(|v| v.runtime_stale_since_unix_ms.is_some())
-            })
-        {
-            stale_after = Some(cut.elapsed());
-        }
-        sleep(Duration::from_millis(20)).await;
-    }
-    let mut health = prober.join().unwrap();
+    let (stale_after, health) = out_of_reach(&nodes, 2, cut).await;
     relay.restore().await;
     let back = Instant::now();
     ready_on_all(2, "fresh data again").await;
     let recovered = back.elapsed();
     let samples = load.stop().await;
-    let fault = "Docker engine connection cut for 5 s";
-    let mut report = Report::new(fault, &samples);
+    let mut report = Report::new("Docker engine connection cut for 5 s", &samples);
     report.recovered = Some(recovered);
-    zero_failed(&report);
-    let p99 = picket_tests::client::percentile(&mut health, 99.0);
-    eprintln!(
-        "FAULT | {fault} | verdicts stale-marked after {stale_after:?} | /healthz {} samples, p99 {p99:.2?} | fresh {recovered:.1?} after it returned",
-        health.len()
-    );
-    assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
-    let stale_after = stale_after.expect("the verdicts said the data is stale");
-    assert!(
-        stale_after < Duration::from_secs(2),
-        "stale-marked only after {stale_after:?}"
-    );
+    // The event stream ends with the connection: stale at once.
+    back_in_reach(&report, stale_after, health, Duration::from_secs(1));
     stop_all(nodes).await;
 }
 
@@ -622,18 +598,7 @@ async fn bad_input_at_every_port() {
     let before = rss_kb();
     let target = &nodes[0];
     // Malformed requests and oversized headers, many times over.
-    let huge = format!(
-        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-        "a".repeat(200_000)
-    );
-    let garbage: Vec<Vec<u8>> = vec![
-        b"\x00\x01\x02 garbage\r\n\r\n".to_vec(),
-        b"GET / HTTP/9.9\r\n\r\n".to_vec(),
-        b"GET\r\n\r\n".to_vec(),
-        huge.into_bytes(),
-        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec(),
-        b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec(),
-    ];
+    let garbage = malformed_requests();
     for _ in 0..20 {
         for bytes in &garbage {
             for addr in [target.proxy, target.admin] {
@@ -664,16 +629,7 @@ async fn bad_input_at_every_port() {
         .unwrap()
         .parse()
         .unwrap();
-    let mut seed: u32 = 0x1234_5678;
-    for len in (0..2000).step_by(7) {
-        let bytes: Vec<u8> = (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed as u8
-            })
-            .collect();
+    for bytes in garbage_datagrams() {
         let _ = udp.send_to(&bytes, gossip).await;
         let _ = udp.send_to(&bytes, feed).await;
     }
@@ -732,6 +688,59 @@ fn probe_health(admin: SocketAddr, during: Duration) -> std::thread::JoinHandle<
     })
 }
 
+/// The runtime's API out of reach for 5 s from `since`: every node's
+/// verdict keeps the last known `ready` replicas throughout, and `/healthz`
+/// is asked meanwhile. Returns when every node's verdict first said its
+/// data is stale, and how long each `/healthz` took.
+async fn out_of_reach(
+    nodes: &[TestNode],
+    ready: u32,
+    since: Instant,
+) -> (Option<Duration>, Vec<Duration>) {
+    let prober = probe_health(nodes[0].admin, Duration::from_secs(5));
+    let mut stale_after = None;
+    while since.elapsed() < Duration::from_secs(5) {
+        for node in nodes {
+            let kept = node.verdict("api").map(|v| v.ready);
+            assert_eq!(kept, Some(ready), "the last known replicas are kept");
+        }
+        if stale_after.is_none()
+            && nodes.iter().all(|n| {
+                n.verdict("api")
+                    .is_some_and(|v| v.runtime_stale_since_unix_ms.is_some())
+            })
+        {
+            stale_after = Some(since.elapsed());
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+    (stale_after, prober.join().unwrap())
+}
+
+/// The report of a runtime fault: nothing failed, `/healthz` p99 under
+/// 5 ms, the verdicts stale-marked within `bound` (plus a second).
+fn back_in_reach(
+    report: &Report,
+    stale_after: Option<Duration>,
+    mut health: Vec<Duration>,
+    bound: Duration,
+) {
+    zero_failed(report);
+    let p99 = picket_tests::client::percentile(&mut health, 99.0);
+    eprintln!(
+        "FAULT | {} | verdicts stale-marked after {stale_after:.1?} | /healthz {} samples, p99 {p99:.2?} | fresh {:.1?} after it returned",
+        report.fault,
+        health.len(),
+        report.recovered.unwrap_or_default(),
+    );
+    assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
+    let stale_after = stale_after.expect("the verdicts said the data is stale");
+    assert!(
+        stale_after <= bound + Duration::from_secs(1),
+        "stale-marked only after {stale_after:?}"
+    );
+}
+
 /// How the Kubernetes API server goes away.
 #[derive(Debug, Clone, Copy)]
 enum Loss {
@@ -786,24 +795,7 @@ async fn runtime_api_lost(loss: Loss) {
     sleep(Duration::from_secs(1)).await;
     let lost = Instant::now();
     lose(&kube, true);
-    let prober = probe_health(nodes[0].admin, Duration::from_secs(5));
-    let mut stale_after = None;
-    while lost.elapsed() < Duration::from_secs(5) {
-        for node in &nodes {
-            let ready = node.verdict("api").map(|v| v.ready);
-            assert_eq!(ready, Some(2), "the last known replicas are kept");
-        }
-        if stale_after.is_none()
-            && nodes.iter().all(|n| {
-                n.verdict("api")
-                    .is_some_and(|v| v.runtime_stale_since_unix_ms.is_some())
-            })
-        {
-            stale_after = Some(lost.elapsed());
-        }
-        sleep(Duration::from_millis(20)).await;
-    }
-    let mut health = prober.join().unwrap();
+    let (stale_after, health) = out_of_reach(&nodes, 2, lost).await;
     lose(&kube, false);
     let back = Instant::now();
     for node in &nodes {
@@ -817,21 +809,9 @@ async fn runtime_api_lost(loss: Loss) {
     let fault = format!("Kubernetes API {loss:?} for 5 s").to_lowercase();
     let mut report = Report::new(&fault, &samples);
     report.recovered = Some(recovered);
-    zero_failed(&report);
-    let p99 = picket_tests::client::percentile(&mut health, 99.0);
-    eprintln!(
-        "FAULT | {fault} | verdicts stale-marked after {stale_after:?} | /healthz {} samples, p99 {p99:.2?} | fresh {recovered:.1?} after the API returned",
-        health.len()
-    );
-    assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
-    let stale_after = stale_after.expect("the verdicts said the data is stale");
-    assert!(
-        stale_after
-            <= picket::targets::kube::PROBE_EVERY
-                + picket::targets::kube::PROBE_TIMEOUT
-                + Duration::from_secs(1),
-        "stale-marked only after {stale_after:?}"
-    );
+    // The watcher retries silently; the node's probe of the API tells.
+    let bound = picket::targets::kube::PROBE_EVERY + picket::targets::kube::PROBE_TIMEOUT;
+    back_in_reach(&report, stale_after, health, bound);
     stop_all(nodes).await;
 }
 
@@ -949,24 +929,24 @@ async fn replica_dropping_packets() {
     if !picket_tests::require("root, ip and iptables for a test host", Host::available()) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
     let mut host = Host::create().unwrap();
     let dropping = host
         .upstream(&picket_tests::binaries::test_upstream(), 8080, "dropping")
         .await
         .unwrap();
     let rest = upstreams(&["b", "c"]).await;
-    let nodes = three(dir.path(), &[dropping, rest[0].addr, rest[1].addr]).await;
-    let load = Load::start(proxies(&nodes), HOST, "/", RATE);
-    sleep(Duration::from_secs(1)).await;
-    host.drop_packets(8080).unwrap();
-    let dropped = Instant::now();
-    // Ejected on every node once a connect outlives its 1 s bound.
-    let seen = every_verdict(&nodes, 2, dropped, Duration::from_secs(3)).await;
-    sleep(Duration::from_secs(4)).await;
-    host.heal(8080).unwrap();
-    sleep(Duration::from_secs(1)).await;
-    let samples = load.stop().await;
+    let (samples, (dropped, seen)) =
+        under_load(&[dropping, rest[0].addr, rest[1].addr], async |nodes| {
+            host.drop_packets(8080).unwrap();
+            let dropped = Instant::now();
+            // Ejected on every node once a connect outlives its 1 s bound.
+            let seen = every_verdict(nodes, 2, dropped, Duration::from_secs(3)).await;
+            sleep(Duration::from_secs(4)).await;
+            host.heal(8080).unwrap();
+            sleep(Duration::from_secs(1)).await;
+            (dropped, seen)
+        })
+        .await;
     let mut report = Report::new("replica dropping packets for 4 s", &samples);
     report.recovered = Some(seen);
     // Requests sent after the drop began that the dropping replica still
@@ -977,7 +957,6 @@ async fn replica_dropping_packets() {
         "dropping",
     ));
     zero_failed(&report);
-    stop_all(nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
