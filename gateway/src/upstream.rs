@@ -16,7 +16,9 @@
 //! rotation; an ejected one never is.
 //!
 //! ## Ejection and re-admission
-//! A failed connect ejects the replica ([`health`]); a background probe
+//! A failed connect ejects the replica ([`health`]), and so does a request
+//! on it that got no response head within the first-answer bound, while
+//! another replica is in rotation ([`Upstream::silent`]); a background probe
 //! ([`probe`]) re-admits it with a plain TCP connect, one ejection period
 //! after the ejection and every period after that until it answers.
 //!
@@ -328,6 +330,21 @@ impl Upstream {
         let chosen = Arc::clone(pick(IN_ROTATION).or_else(|| pick(STALLED))?);
         tried.push(&chosen);
         Some(chosen)
+    }
+
+    /// A request on `replica` got no response head within the first-answer
+    /// bound: the replica is ejected as silent, unless no other replica of
+    /// the route is in rotation. The last one keeps taking requests, each
+    /// bounded, rather than the route answering 502 to all.
+    pub fn silent(&self, replica: &Arc<Replica>) {
+        let others = self
+            .replicas
+            .load()
+            .iter()
+            .any(|r| !Arc::ptr_eq(r, replica) && r.in_rotation());
+        if others {
+            self.observe(replica, Observation::AnswerOverdue);
+        }
     }
 
     /// Feeds one observation of a replica to its health state machine and

@@ -8,7 +8,7 @@ use picket_tests::client;
 use picket_tests::netns::Host;
 use picket_tests::node::{TestNode, route};
 use picket_tests::require;
-use picket_tests::upstream::{Behaviour, Upstream, refused_addr};
+use picket_tests::upstream::{Behaviour, Control, Upstream, refused_addr};
 
 fn within(elapsed: Duration, bound: Duration, tolerance: f64) -> bool {
     let (low, high) = (
@@ -110,7 +110,7 @@ async fn a_trickling_body_outlives_the_first_answer_bound() {
 }
 
 #[tokio::test]
-async fn a_silent_replica_costs_an_idempotent_request_one_bound_not_an_answer() {
+async fn a_silent_replica_costs_one_idempotent_request_one_bound_then_is_ejected() {
     let silent = Upstream::start("silent", Behaviour::Hang).await;
     let echo = Upstream::start("echo", Behaviour::Echo).await;
     let node = TestNode::start(&route(
@@ -119,18 +119,41 @@ async fn a_silent_replica_costs_an_idempotent_request_one_bound_not_an_answer() 
         &[silent.addr, echo.addr],
         "first_answer_timeout = \"1s\"",
     ));
-    // GET: moved on to the other replica after the bound.
-    for _ in 0..4 {
+    let mut slow = 0;
+    for _ in 0..10 {
         let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
         assert_eq!(answer.status, 200, "{}", answer.text());
         assert!(answer.text().starts_with("echo:"), "{}", answer.text());
+        if answer.elapsed >= Duration::from_millis(900) {
+            slow += 1;
+        }
     }
-    let silent_gets = silent.hits();
+    // The first GET to reach it waited one bound and moved on; after that
+    // the silent replica was out of this node's rotation.
+    assert_eq!(silent.hits(), 1, "one request reached the silent replica");
+    assert_eq!(slow, 1, "one request paid the bound");
+    let verdict = node.verdict("s").unwrap();
+    assert_eq!((verdict.ready, verdict.total), (1, 2));
     assert!(
-        silent_gets >= 1,
-        "some GETs went to the silent replica first"
+        verdict
+            .reason
+            .contains("ejected by this node: no answer within the first-answer bound"),
+        "{}",
+        verdict.reason
     );
+    node.stop().await;
+}
 
+#[tokio::test]
+async fn a_post_to_a_silent_replica_is_504_and_sent_nowhere_else() {
+    let silent = Upstream::start("silent", Behaviour::Hang).await;
+    let echo = Upstream::start("echo", Behaviour::Echo).await;
+    let node = TestNode::start(&route(
+        "s",
+        "/",
+        &[silent.addr, echo.addr],
+        "first_answer_timeout = \"1s\"",
+    ));
     // POST with a body: it may be in progress, so it is not sent twice.
     let mut timed_out = 0;
     for _ in 0..4 {
@@ -148,13 +171,68 @@ async fn a_silent_replica_costs_an_idempotent_request_one_bound_not_an_answer() 
         }
     }
     assert_eq!(
-        timed_out,
-        silent.hits() - silent_gets,
-        "every POST that reached the silent replica got 504, and went nowhere else"
+        silent.hits(),
+        1,
+        "round robin sent one POST there, then none"
     );
-    assert!(
-        timed_out >= 1,
-        "round robin sent a POST to the silent replica"
+    assert_eq!(
+        timed_out, 1,
+        "the POST that reached the silent replica got 504, and went nowhere else"
     );
+    assert_eq!(echo.hits(), 3);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_last_replica_in_rotation_is_not_ejected_for_silence() {
+    let silent = Upstream::start("silent", Behaviour::Hang).await;
+    let node = TestNode::start(&route(
+        "s",
+        "/",
+        &[silent.addr],
+        "first_answer_timeout = \"1s\"",
+    ));
+    for _ in 0..2 {
+        let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+        assert_eq!(answer.status, 504, "{}", answer.text());
+    }
+    assert_eq!(silent.hits(), 2, "each request tried it: no 502 at once");
+    assert_eq!(node.verdict("s").unwrap().ready, 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_replica_that_answers_again_is_back_one_period_later() {
+    let control = Control::new(200);
+    let paused = Upstream::start("paused", Behaviour::Controlled(control.clone())).await;
+    let echo = Upstream::start("echo", Behaviour::Echo).await;
+    let node = TestNode::start(&route(
+        "s",
+        "/",
+        &[paused.addr, echo.addr],
+        "first_answer_timeout = \"1s\"\neject_for = \"1s\"",
+    ));
+    control.set_delay(Duration::from_secs(3600));
+    while paused.hits() == 0 {
+        let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+        assert_eq!(answer.status, 200);
+    }
+    node.verdict_until("s", "the paused replica out", Duration::from_secs(3), |v| {
+        v.ready == 1
+    })
+    .await;
+    control.set_delay(Duration::ZERO);
+    // The probe connects one period after the ejection and re-admits it.
+    node.verdict_until("s", "the replica back", Duration::from_secs(3), |v| {
+        v.ready == 2
+    })
+    .await;
+    let mut from_paused = 0;
+    for _ in 0..4 {
+        let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+        assert_eq!(answer.status, 200);
+        from_paused += usize::from(answer.text().starts_with("paused:"));
+    }
+    assert_eq!(from_paused, 2, "round robin over both again");
     node.stop().await;
 }

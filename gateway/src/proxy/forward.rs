@@ -201,6 +201,7 @@ async fn attempts<B: RequestBody>(
         }
         match exchange {
             Exchange::TimedOut => {
+                upstream.silent(&attempt.replica);
                 if replayable && tried.len() < upstream.tries() {
                     route.metrics.retry_timeout.inc();
                     last = Some(Err(ProxyError::FirstAnswerTimeout(bound)));

@@ -6,8 +6,11 @@
 //! - `Stalled`: a connect to it has been pending longer than the race delay;
 //!   requests avoid it until that connect ends. A stall is not an ejection:
 //!   the connect that stalled decides (success puts it back, failure ejects).
-//! - `Ejected`: a connect failed (refused, timed out, unreachable). Only a
-//!   background probe puts it back: no user request is gambled on it.
+//! - `Ejected`: a connect failed (refused, timed out, unreachable), or a
+//!   request on it got no response head within the first-answer bound (a
+//!   paused or hung replica still accepts connections; only its silence
+//!   tells). Only a background probe puts it back: no user request is
+//!   gambled on it.
 //!
 //! ## Invariants
 //! - Every change of state is returned exactly once, so the caller logs one
@@ -25,6 +28,8 @@ pub enum EjectReason {
     Refused,
     TimedOut,
     Unreachable,
+    /// Connected, but no response head within the first-answer bound.
+    Silent,
 }
 
 impl fmt::Display for EjectReason {
@@ -33,6 +38,7 @@ impl fmt::Display for EjectReason {
             EjectReason::Refused => "connect refused",
             EjectReason::TimedOut => "connect timed out",
             EjectReason::Unreachable => "connect failed",
+            EjectReason::Silent => "no answer within the first-answer bound",
         })
     }
 }
@@ -44,6 +50,8 @@ pub enum Observation {
     /// A connect has been pending longer than the race delay.
     ConnectOverdue,
     ConnectFailed(EjectReason),
+    /// A request on it got no response head within the first-answer bound.
+    AnswerOverdue,
     ProbeOk,
     ProbeFailed(EjectReason),
 }
@@ -79,6 +87,13 @@ impl Health {
             (InRotation | Stalled { .. }, ConnectFailed(reason)) => (
                 Ejected { since: now, reason },
                 Some(Change::Ejected(reason)),
+            ),
+            (InRotation | Stalled { .. }, AnswerOverdue) => (
+                Ejected {
+                    since: now,
+                    reason: EjectReason::Silent,
+                },
+                Some(Change::Ejected(EjectReason::Silent)),
             ),
             (Ejected { .. }, ProbeOk) => (InRotation, Some(Change::Readmitted)),
             (Ejected { since, .. }, ProbeFailed(reason)) => (Ejected { since, reason }, None),
@@ -139,6 +154,25 @@ mod tests {
             (ejected, ConnectOk, ejected, None),
             (ejected, ConnectOverdue, ejected, None),
             (ejected, ConnectFailed(EjectReason::TimedOut), ejected, None),
+            (ejected, AnswerOverdue, ejected, None),
+            (
+                Health::InRotation,
+                AnswerOverdue,
+                Health::Ejected {
+                    since: t1,
+                    reason: EjectReason::Silent,
+                },
+                Some(Change::Ejected(EjectReason::Silent)),
+            ),
+            (
+                stalled,
+                AnswerOverdue,
+                Health::Ejected {
+                    since: t1,
+                    reason: EjectReason::Silent,
+                },
+                Some(Change::Ejected(EjectReason::Silent)),
+            ),
             (
                 ejected,
                 ProbeFailed(EjectReason::TimedOut),
