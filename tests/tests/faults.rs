@@ -172,15 +172,31 @@ async fn replica_paused() {
     let control = Control::new(200);
     let paused = Upstream::start("a", Behaviour::Controlled(control.clone())).await;
     let rest = upstreams(&["b", "c"]).await;
-    let (samples, ()) = under_load(&[paused.addr, rest[0].addr, rest[1].addr], async |_| {
+    let (samples, seen) = under_load(&[paused.addr, rest[0].addr, rest[1].addr], async |nodes| {
         // Connections are still accepted; nothing answers.
         control.set_delay(Duration::from_secs(3600));
-        sleep(Duration::from_secs(4)).await;
+        let paused = Instant::now();
+        // Ejected as silent on every node after its first bound.
+        let seen = every_verdict(nodes, 2, paused, Duration::from_secs(3)).await;
+        sleep(Duration::from_secs(4).saturating_sub(paused.elapsed())).await;
         control.set_delay(Duration::ZERO);
         sleep(Duration::from_secs(1)).await;
+        seen
     })
     .await;
-    zero_failed(&Report::new("replica paused 4 s", &samples));
+    let mut report = Report::new("replica paused 4 s", &samples);
+    report.recovered = Some(seen);
+    zero_failed(&report);
+    // Only the requests sent to it before the first bound ran out waited.
+    let waited = samples
+        .iter()
+        .filter(|s| s.latency >= Duration::from_millis(900))
+        .count();
+    eprintln!("FAULT | replica paused 4 s | {waited} requests waited one first-answer bound");
+    assert!(
+        waited <= RATE as usize / 2,
+        "{waited} requests waited: the silent replica stayed in rotation"
+    );
 }
 
 async fn replica_503_while_starting() {
