@@ -317,7 +317,12 @@ async fn docker_replicas_and_engine() {
     let seen = paused.elapsed();
     sleep(Duration::from_secs(3)).await;
     containers[1].unpause();
+    let unpaused = Instant::now();
     ready_on_all(2, "the unpaused container back").await;
+    eprintln!(
+        "FAULT | container paused | back in every node's rotation {:.1?} after the unpause",
+        unpaused.elapsed()
+    );
     sleep(Duration::from_secs(1)).await;
     let samples = load.stop().await;
     let mut report = Report::new("container paused 4 s (docker pause)", &samples);
