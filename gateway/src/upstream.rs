@@ -18,7 +18,8 @@
 //! ## Ejection and re-admission
 //! A failed connect ejects the replica ([`health`]), and so does a request
 //! on it that got no response head within the first-answer bound, while
-//! another replica is in rotation ([`Upstream::silent`]); a background probe
+//! another replica is in rotation ([`Upstream::silent`]); a silent one is
+//! back when its runtime reports it ready again after not ready; a background probe
 //! ([`probe`]) re-admits it with a plain TCP connect, one ejection period
 //! after the ejection and every period after that until it answers.
 //!
@@ -389,6 +390,14 @@ impl Upstream {
                     probe::spawn(self.this.clone(), Arc::downgrade(replica));
                 }
             }
+            Change::Resumed => {
+                replica.readmissions.inc();
+                tracing::info!(
+                    route,
+                    replica = label,
+                    "silent replica re-admitted: its runtime reports it ready again"
+                );
+            }
             Change::Readmitted => {
                 replica.readmissions.inc();
                 tracing::info!(
@@ -407,6 +416,8 @@ impl Upstream {
     pub fn set_endpoints(&self, endpoints: &[Endpoint]) {
         let current = self.replicas.load_full();
         let mut changed = endpoints.len() != current.len();
+        // Replicas the runtime reports ready again after not ready.
+        let mut back = Vec::new();
         let next: Vec<Arc<Replica>> = endpoints
             .iter()
             .map(|endpoint| {
@@ -419,7 +430,11 @@ impl Upstream {
                     Some(existing) => {
                         // A connect-checked replica's readiness is the check's.
                         if !existing.checked {
-                            changed |= existing.ready.swap(ready, Ordering::Relaxed) != ready;
+                            let was = existing.ready.swap(ready, Ordering::Relaxed);
+                            changed |= was != ready;
+                            if ready && !was {
+                                back.push(Arc::clone(existing));
+                            }
                         }
                         let mut image = existing.image.lock().unwrap_or_else(|e| e.into_inner());
                         if image.as_deref() != endpoint.image.as_deref() {
@@ -458,6 +473,9 @@ impl Upstream {
             );
             self.replicas.store(Arc::new(next));
             self.changed();
+        }
+        for replica in &back {
+            self.observe(replica, Observation::RuntimeReady);
         }
     }
 

@@ -8,7 +8,7 @@ use picket_proto::Heart;
 use picket_tests::client;
 use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
 use picket_tests::node::{TestNode, eventually};
-use picket_tests::upstream::{Behaviour, Upstream};
+use picket_tests::upstream::{Behaviour, Control, Upstream};
 
 const SOON: Duration = Duration::from_secs(5);
 
@@ -236,5 +236,63 @@ async fn a_service_without_selector_is_checked_by_connect() {
         },
     )
     .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_pod_is_back_when_it_is_ready_again_not_a_probe_period_later() {
+    install_crypto();
+    let kube = FakeKube::start("test").await;
+    let control = Control::new(200);
+    let hung = Upstream::start("api-1", Behaviour::Controlled(control.clone())).await;
+    let fine = Upstream::start("api-2", Behaviour::Echo).await;
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    let apply = |name: &str, upstream: &Upstream, ready: bool| {
+        let pod = pod(
+            name,
+            "api",
+            Some("127.0.0.1"),
+            upstream.addr.port(),
+            ready,
+            "shop/api:1.4",
+        );
+        kube.apply(Kind::Pods, &pod);
+    };
+    apply("api-1", &hung, true);
+    apply("api-2", &fine, true);
+    // A probe period far longer than the test: only the runtime can bring
+    // the silent pod back.
+    let routes = format!("{API}first_answer_timeout = \"1s\"\neject_for = \"1h\"\n");
+    let node = TestNode::start(&config(&kube, &routes));
+    eventually("2 of 2 ready", SOON, || {
+        node.verdict("api").is_some_and(|v| v.ready == 2)
+    })
+    .await;
+
+    control.set_delay(Duration::from_secs(3600));
+    while hung.hits() == 0 {
+        let answer = client::get(node.proxy, "a", "/").await.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    eventually("the silent pod ejected", SOON, || {
+        node.verdict("api").is_some_and(|v| {
+            v.ready == 1 && v.reason.contains("no answer within the first-answer bound")
+        })
+    })
+    .await;
+    // Its readiness probe fails, then passes once it answers again.
+    apply("api-1", &hung, false);
+    eventually("the pod reported not ready", SOON, || {
+        node.verdict("api")
+            .is_some_and(|v| v.ready == 1 && v.reason.contains("not ready"))
+    })
+    .await;
+    control.set_delay(Duration::ZERO);
+    apply("api-1", &hung, true);
+    eventually("the pod back at once", SOON, || {
+        node.verdict("api").is_some_and(|v| v.ready == 2)
+    })
+    .await;
+    assert_eq!(answered_by(&node, 10).await, ["api-1", "api-2"]);
     node.stop().await;
 }

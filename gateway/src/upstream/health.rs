@@ -10,7 +10,9 @@
 //!   request on it got no response head within the first-answer bound (a
 //!   paused or hung replica still accepts connections; only its silence
 //!   tells). Only a background probe puts it back: no user request is
-//!   gambled on it.
+//!   gambled on it. One exception: a replica ejected as silent is back as
+//!   soon as its runtime reports it ready again after saying it was not
+//!   (unpaused, restarted in place): the runtime saw it recover.
 //!
 //! ## Invariants
 //! - Every change of state is returned exactly once, so the caller logs one
@@ -52,6 +54,8 @@ pub enum Observation {
     ConnectFailed(EjectReason),
     /// A request on it got no response head within the first-answer bound.
     AnswerOverdue,
+    /// Its runtime reports it ready again after saying it was not.
+    RuntimeReady,
     ProbeOk,
     ProbeFailed(EjectReason),
 }
@@ -70,6 +74,8 @@ pub enum Change {
     Unstalled,
     Ejected(EjectReason),
     Readmitted,
+    /// Ejected as silent, back because its runtime reports it ready again.
+    Resumed,
 }
 
 impl Health {
@@ -96,6 +102,13 @@ impl Health {
                 Some(Change::Ejected(EjectReason::Silent)),
             ),
             (Ejected { .. }, ProbeOk) => (InRotation, Some(Change::Readmitted)),
+            (
+                Ejected {
+                    reason: EjectReason::Silent,
+                    ..
+                },
+                RuntimeReady,
+            ) => (InRotation, Some(Change::Resumed)),
             (Ejected { since, .. }, ProbeFailed(reason)) => (Ejected { since, reason }, None),
             (state, _) => (state, None),
         }
@@ -155,6 +168,19 @@ mod tests {
             (ejected, ConnectOverdue, ejected, None),
             (ejected, ConnectFailed(EjectReason::TimedOut), ejected, None),
             (ejected, AnswerOverdue, ejected, None),
+            // Only silence is undone by the runtime: a failed connect
+            // waits for the probe.
+            (ejected, RuntimeReady, ejected, None),
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Silent,
+                },
+                RuntimeReady,
+                Health::InRotation,
+                Some(Change::Resumed),
+            ),
+            (Health::InRotation, RuntimeReady, Health::InRotation, None),
             (
                 Health::InRotation,
                 AnswerOverdue,
