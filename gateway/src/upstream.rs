@@ -390,21 +390,14 @@ impl Upstream {
                     probe::spawn(self.this.clone(), Arc::downgrade(replica));
                 }
             }
-            Change::Resumed => {
+            Change::Readmitted | Change::Resumed => {
                 replica.readmissions.inc();
-                tracing::info!(
-                    route,
-                    replica = label,
-                    "silent replica re-admitted: its runtime reports it ready again"
-                );
-            }
-            Change::Readmitted => {
-                replica.readmissions.inc();
-                tracing::info!(
-                    route,
-                    replica = label,
-                    "replica re-admitted after a successful probe"
-                );
+                let by = if change == Change::Resumed {
+                    "its runtime reports it ready again"
+                } else {
+                    "a successful probe"
+                };
+                tracing::info!(route, replica = label, by, "replica re-admitted");
             }
         }
         self.changed();
