@@ -74,15 +74,7 @@ async fn soak(minutes: u64, rate: u32) {
     ];
     let binary = picket_tests::binaries::picket_static();
     let key = cluster::key_file(dir.path(), "key");
-    let cluster = |seeds: &[SocketAddr]| {
-        let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
-        format!(
-            "id = \"soak\"\nseeds = [{}]\nkey_file = \"{}\"\ngossip_interval = \"{}ms\"\n",
-            seeds.join(", "),
-            key.display(),
-            INTERVAL.as_millis()
-        )
-    };
+    let cluster = |seeds: &[SocketAddr]| cluster::membership(&key, seeds, INTERVAL);
     let plain = routes(&replicas, false);
     let first = NodeProcess::start(&binary, dir.path(), "n1", &cluster(&[]), &plain);
     let seeds = [first.gossip];

@@ -19,9 +19,18 @@ pub fn key_file(dir: &Path, name: &str) -> PathBuf {
 
 /// A `[cluster]` section on loopback (port 0) with `seeds`.
 pub fn section(key: &Path, seeds: &[SocketAddr], interval: Duration) -> String {
+    format!(
+        "[cluster]\ngossip = \"127.0.0.1:0\"\n{}",
+        membership(key, seeds, interval)
+    )
+}
+
+/// The lines of a `[cluster]` section other than `gossip`: the cluster id,
+/// `seeds`, the key file and the gossip interval.
+pub fn membership(key: &Path, seeds: &[SocketAddr], interval: Duration) -> String {
     let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
     format!(
-        "[cluster]\nid = \"test\"\ngossip = \"127.0.0.1:0\"\nseeds = [{}]\nkey_file = \"{}\"\ngossip_interval = \"{}ms\"\n",
+        "id = \"test\"\nseeds = [{}]\nkey_file = \"{}\"\ngossip_interval = \"{}ms\"\n",
         seeds.join(", "),
         key.display(),
         interval.as_millis()

@@ -109,8 +109,9 @@ async fn a_trickling_body_outlives_the_first_answer_bound() {
     node.stop().await;
 }
 
-#[tokio::test]
-async fn a_silent_replica_costs_one_idempotent_request_one_bound_then_is_ejected() {
+/// Route `s` over a replica that never answers and one that echoes, with a
+/// first-answer bound of 1 s.
+async fn silent_beside_echo() -> (Upstream, Upstream, TestNode) {
     let silent = Upstream::start("silent", Behaviour::Hang).await;
     let echo = Upstream::start("echo", Behaviour::Echo).await;
     let node = TestNode::start(&route(
@@ -119,6 +120,12 @@ async fn a_silent_replica_costs_one_idempotent_request_one_bound_then_is_ejected
         &[silent.addr, echo.addr],
         "first_answer_timeout = \"1s\"",
     ));
+    (silent, echo, node)
+}
+
+#[tokio::test]
+async fn a_silent_replica_costs_one_idempotent_request_one_bound_then_is_ejected() {
+    let (silent, _echo, node) = silent_beside_echo().await;
     let mut slow = 0;
     for _ in 0..10 {
         let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
@@ -149,14 +156,7 @@ async fn a_silent_replica_costs_one_idempotent_request_one_bound_then_is_ejected
 
 #[tokio::test]
 async fn a_post_to_a_silent_replica_is_504_and_sent_nowhere_else() {
-    let silent = Upstream::start("silent", Behaviour::Hang).await;
-    let echo = Upstream::start("echo", Behaviour::Echo).await;
-    let node = TestNode::start(&route(
-        "s",
-        "/",
-        &[silent.addr, echo.addr],
-        "first_answer_timeout = \"1s\"",
-    ));
+    let (silent, echo, node) = silent_beside_echo().await;
     // POST with a body: it may be in progress, so it is not sent twice.
     let mut timed_out = 0;
     for _ in 0..4 {

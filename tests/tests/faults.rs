@@ -762,6 +762,39 @@ fn back_in_reach(
     );
 }
 
+/// A fake Kubernetes API serving service `api` over `replicas`, one ready
+/// pod each (named as the replica, image `api:1`).
+async fn kube_api(replicas: &[Upstream]) -> picket_tests::fake_kube::FakeKube {
+    use picket_tests::fake_kube::{FakeKube, Kind, service};
+    let kube = FakeKube::start("test").await;
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    for replica in replicas {
+        kube.apply(Kind::Pods, &api_pod(replica, "api:1"));
+    }
+    kube
+}
+
+/// `replica` as a ready pod of service `api`.
+fn api_pod(replica: &Upstream, image: &str) -> k8s_openapi::api::core::v1::Pod {
+    picket_tests::fake_kube::pod(
+        &replica.name,
+        "api",
+        Some("127.0.0.1"),
+        replica.addr.port(),
+        true,
+        image,
+    )
+}
+
+/// Route `api` on the service of `kube`.
+fn kube_routes(kube: &picket_tests::fake_kube::FakeKube) -> String {
+    format!(
+        "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
+         [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\nfirst_answer_timeout = \"1s\"\n",
+        kube.url()
+    )
+}
+
 /// How the Kubernetes API server goes away.
 #[derive(Debug, Clone, Copy)]
 enum Loss {
@@ -780,31 +813,14 @@ async fn runtime_api_gone() {
 }
 
 async fn runtime_api_lost(loss: Loss) {
-    use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
-    let lose = |kube: &FakeKube, lost: bool| match loss {
+    let lose = |kube: &picket_tests::fake_kube::FakeKube, lost: bool| match loss {
         Loss::Hanging => kube.hang(lost),
         Loss::Gone => kube.gone(lost),
     };
     let dir = tempfile::tempdir().unwrap();
-    let kube = FakeKube::start("test").await;
     let replicas = upstreams(&["api-1", "api-2"]).await;
-    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
-    for replica in &replicas {
-        let pod = pod(
-            &replica.name,
-            "api",
-            Some("127.0.0.1"),
-            replica.addr.port(),
-            true,
-            "api:1",
-        );
-        kube.apply(Kind::Pods, &pod);
-    }
-    let routes = format!(
-        "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\nfirst_answer_timeout = \"1s\"\n",
-        kube.url()
-    );
+    let kube = kube_api(&replicas).await;
+    let routes = kube_routes(&kube);
     let nodes = cluster::three(dir.path(), "", [&routes, &routes, &routes], INTERVAL).await;
     for node in &nodes {
         node.verdict_until("api", "2 of 2 ready", Duration::from_secs(10), |v| {
@@ -837,28 +853,12 @@ async fn runtime_api_lost(loss: Loss) {
 }
 
 async fn reload_storm_during_a_rollout() {
-    use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
+    use picket_tests::fake_kube::Kind;
     let dir = tempfile::tempdir().unwrap();
-    let kube = FakeKube::start("test").await;
     let mut live = upstreams(&["v1-1", "v1-2", "v1-3"]).await;
-    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
-    for replica in &live {
-        let pod = pod(
-            &replica.name,
-            "api",
-            Some("127.0.0.1"),
-            replica.addr.port(),
-            true,
-            "api:1",
-        );
-        kube.apply(Kind::Pods, &pod);
-    }
+    let kube = kube_api(&live).await;
     let routes = |extra: bool| {
-        let mut text = format!(
-            "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
-             [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\nfirst_answer_timeout = \"1s\"\n",
-            kube.url()
-        );
+        let mut text = kube_routes(&kube);
         if extra {
             text.push_str("[[route]]\nname = \"extra\"\npath_prefix = \"/extra\"\nreplicas = [\"127.0.0.1:9\"]\n");
         }
@@ -898,17 +898,7 @@ async fn reload_storm_during_a_rollout() {
     let mut removed = Vec::new();
     for name in ["v2-1", "v2-2", "v2-3"] {
         let new = Upstream::start(name, Behaviour::Echo).await;
-        kube.apply(
-            Kind::Pods,
-            &pod(
-                name,
-                "api",
-                Some("127.0.0.1"),
-                new.addr.port(),
-                true,
-                "api:2",
-            ),
-        );
+        kube.apply(Kind::Pods, &api_pod(&new, "api:2"));
         live.push(new);
         sleep(Duration::from_millis(400)).await;
         let old = live.remove(0);
