@@ -43,6 +43,9 @@ pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(15);
 pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(30);
 /// Product default: how long a connect check may take.
 pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a request body may pause, either way, before the request is
+/// given up.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Gossip: one round per node this often.
 pub const DEFAULT_GOSSIP_INTERVAL: Duration = Duration::from_secs(1);
 /// Gossip: where it listens (UDP).
@@ -120,6 +123,14 @@ pub struct NodeSettings {
     pub admin: Setting<SocketAddr>,
     /// Threads that serve proxied traffic.
     pub workers: Setting<usize>,
+    /// Client connections served at once; `None`: derived from the file
+    /// descriptor limit at start.
+    pub max_connections: Setting<Option<usize>>,
+    /// Time a client has to finish a request head it started.
+    pub header_timeout: Setting<Duration>,
+    /// Time an idle client connection (HTTP/1 keep-alive, or HTTP/2 with no
+    /// request open) is kept.
+    pub idle_timeout: Setting<Duration>,
     /// The QUIC feed for `picket-tui`; none when `None`.
     pub feed: Option<FeedSettings>,
 }
@@ -144,6 +155,12 @@ pub struct GlobalSettings {
     pub check_every: Setting<Duration>,
     /// Connect checks: how long each may take.
     pub check_timeout: Setting<Duration>,
+    /// Request bodies: the longest pause between two reads from the client,
+    /// or two writes to the replica.
+    pub body_timeout: Setting<Duration>,
+    /// Client headers whose names hold `_` are forwarded (dropped when
+    /// false, as nginx does).
+    pub underscores_in_headers: Setting<bool>,
 }
 
 /// A route's circuit breaker; each field is inherited on its own.
@@ -190,6 +207,10 @@ pub struct RouteConfig {
     pub tries: Setting<u32>,
     pub eject_for: Setting<Duration>,
     pub breaker: BreakerSettings,
+    /// `[global] body_timeout`, for the data path.
+    pub body_timeout: Duration,
+    /// `[global] underscores_in_headers`, for the data path.
+    pub underscores_in_headers: bool,
 }
 
 impl RouteConfig {

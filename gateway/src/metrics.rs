@@ -189,6 +189,17 @@ pub struct Metrics {
     members: Family<LivenessLabels, Gauge>,
     values_refused: Counter,
     feed: FeedMetrics,
+    /// Client connections of the proxy listener.
+    pub connections: ConnectionMetrics,
+}
+
+/// The proxy listener's client connections.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionMetrics {
+    /// Open now.
+    pub open: Gauge,
+    /// Times the listener reached `max_connections` and stopped accepting.
+    pub limit_reached: Counter,
 }
 
 /// The states of a circuit, as metric labels, in the order of
@@ -346,6 +357,28 @@ impl Metrics {
             "Cluster members as this node sees them, by liveness",
             members.clone(),
         );
+        let connections = ConnectionMetrics::default();
+        registry.register(
+            "client_connections",
+            "Client connections the proxy serves now",
+            connections.open.clone(),
+        );
+        registry.register(
+            "connection_limit_reached",
+            "Times the proxy reached max_connections and stopped accepting until a connection closed",
+            connections.limit_reached.clone(),
+        );
+        let local = &*crate::resources::LOCAL;
+        registry.register(
+            "local_resource_errors",
+            "Errors from the node running out of its own resources (file descriptors, buffers, ports); never blamed on a replica",
+            local.errors.clone(),
+        );
+        registry.register(
+            "local_resource_exhaustions",
+            "Times the node ran out of its own resources (each episode is logged once)",
+            local.episodes.clone(),
+        );
         let values_refused = Counter::default();
         registry.register(
             "gossip_values_refused",
@@ -400,6 +433,7 @@ impl Metrics {
             gossip,
             members,
             values_refused,
+            connections,
         }
     }
 

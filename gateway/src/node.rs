@@ -225,6 +225,12 @@ impl Node {
         let file = path.display().to_string();
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
+            // Out of file descriptors: the node's problem, not the file's.
+            // The next change or SIGHUP reads it again.
+            Err(source) if crate::resources::is_local(&source) => {
+                crate::resources::LOCAL.hit("reading the configuration", &source);
+                return Reload::Unchanged;
+            }
             Err(source) => {
                 let error = ConfigError::Read { file, source }.to_string();
                 return self.refuse(None, error);
@@ -396,20 +402,34 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
     node.admin
         .ready
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    {
+    let limits = {
         let config = node.config();
+        let nofile = crate::resources::raise_fd_limit().unwrap_or(1024);
+        let max_connections = config
+            .node
+            .max_connections
+            .value
+            .unwrap_or_else(|| crate::resources::default_max_connections(nofile));
         tracing::info!(
             node = %config.node.name.value,
             listen = %proxy_listener.local_addr()?,
             routes = config.routes.len(),
+            max_connections,
+            open_files_limit = nofile,
             "node serving"
         );
-    }
+        server::ClientLimits {
+            header: config.node.header_timeout.value,
+            idle: config.node.idle_timeout.value,
+            max_connections,
+        }
+    };
     server::serve(
         proxy_listener,
         Arc::clone(&node.proxy),
         shutdown,
         node.options.drain,
+        limits,
     )
     .await;
     tokio::task::spawn_blocking(move || admin.join())

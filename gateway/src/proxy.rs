@@ -148,6 +148,10 @@ impl Proxy {
         }
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// The table requests read now.
     pub fn table(&self) -> Arc<Table> {
         self.table.load_full()
@@ -158,9 +162,11 @@ impl Proxy {
         self.table.store(Arc::new(table));
     }
 
-    /// The route of a request; `NoRoute` (and a count) when none matches.
-    pub fn route(&self, host: Option<&[u8]>, path: &[u8]) -> Result<Arc<Route>, ProxyError> {
+    /// The route of a request by its host and the path of its (normalised)
+    /// target, never its query; `NoRoute` (and a count) when none matches.
+    pub fn route(&self, host: Option<&[u8]>, target: &[u8]) -> Result<Arc<Route>, ProxyError> {
         let table = self.table.load();
+        let (path, _query) = crate::h1::target::split_query(target);
         let host = host.and_then(|h| std::str::from_utf8(h).ok());
         let path = std::str::from_utf8(path)
             .map_err(|_| ProxyError::BadRequest("request target is not UTF-8"))?;

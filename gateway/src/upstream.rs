@@ -70,6 +70,16 @@ pub enum Target {
     },
 }
 
+impl Target {
+    /// `host:port`, as a `Host` header names it.
+    pub fn authority(&self) -> String {
+        match self {
+            Target::Addr(addr) => addr.to_string(),
+            Target::Named { host, port } => format!("{host}:{port}"),
+        }
+    }
+}
+
 /// Identifies connections to one replica in a pool.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReplicaKey {

@@ -17,6 +17,7 @@ pub mod fields;
 pub mod netns;
 pub mod node;
 pub mod process;
+pub mod recorder;
 pub use picket_test_upstream as upstream;
 pub mod wire;
 

@@ -47,6 +47,18 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
         ("node.listen", a.listen.value != b.listen.value),
         ("node.admin", a.admin.value != b.admin.value),
         ("node.workers", a.workers.value != b.workers.value),
+        (
+            "node.header_timeout",
+            a.header_timeout.value != b.header_timeout.value,
+        ),
+        (
+            "node.idle_timeout",
+            a.idle_timeout.value != b.idle_timeout.value,
+        ),
+        (
+            "node.max_connections",
+            a.max_connections.value != b.max_connections.value,
+        ),
         ("node.feed", a.feed != b.feed),
         ("runtime", old.runtime != new.runtime),
         ("cluster", old.cluster != new.cluster),

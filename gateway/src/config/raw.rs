@@ -26,6 +26,9 @@ pub struct RawNode {
     pub listen: Option<Spanned<String>>,
     pub admin: Option<Spanned<String>>,
     pub workers: Option<Spanned<i64>>,
+    pub max_connections: Option<Spanned<i64>>,
+    pub header_timeout: Option<Spanned<String>>,
+    pub idle_timeout: Option<Spanned<String>>,
     pub feed: Option<Spanned<String>>,
     pub feed_cert: Option<Spanned<String>>,
     pub feed_key: Option<Spanned<String>>,
@@ -40,6 +43,8 @@ pub struct RawGlobal {
     pub breaker: Option<RawBreaker>,
     pub check_every: Option<Spanned<String>>,
     pub check_timeout: Option<Spanned<String>>,
+    pub body_timeout: Option<Spanned<String>>,
+    pub underscores_in_headers: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -31,6 +31,16 @@ pub fn render(config: &Config) -> String {
         &node.workers.value.to_string(),
         node.workers.from,
     );
+    duration(&mut out, "header_timeout", &node.header_timeout);
+    duration(&mut out, "idle_timeout", &node.idle_timeout);
+    if let Some(max) = node.max_connections.value {
+        line(
+            &mut out,
+            "max_connections",
+            &max.to_string(),
+            node.max_connections.from,
+        );
+    }
     if let Some(feed) = &node.feed {
         line(&mut out, "feed", &quoted(feed.addr), Origin::File);
         if let Some((cert, key)) = &feed.cert {
@@ -116,6 +126,13 @@ pub fn render(config: &Config) -> String {
     duration(&mut out, "eject_for", &in_global(&global.eject_for));
     duration(&mut out, "check_every", &in_global(&global.check_every));
     duration(&mut out, "check_timeout", &in_global(&global.check_timeout));
+    duration(&mut out, "body_timeout", &in_global(&global.body_timeout));
+    line(
+        &mut out,
+        "underscores_in_headers",
+        &global.underscores_in_headers.value.to_string(),
+        in_global(&global.underscores_in_headers).from,
+    );
     out.push_str("\n[global.breaker]\n");
     breaker(
         &mut out,

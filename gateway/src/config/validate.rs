@@ -14,11 +14,11 @@ use super::raw::{
     RawBreaker, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime,
 };
 use super::{
-    BreakerSettings, ClusterSettings, Config, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES,
-    DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EJECT_FOR,
-    DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES,
-    ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig,
-    RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
+    BreakerSettings, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
+    DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
+    DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin,
+    RouteConfig, RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -34,6 +34,10 @@ pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::fr
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(30));
 pub(super) const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
+pub(super) const MAX_CONNECTIONS_RANGE: RangeInclusive<i64> = 1..=1_000_000;
+pub(super) const HEADER_TIMEOUT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
+pub(super) const IDLE_TIMEOUT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(3600));
+pub(super) const BODY_TIMEOUT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const GOSSIP_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_millis(50), Duration::from_secs(10));
 
@@ -114,6 +118,38 @@ impl Validator<'_> {
             }
             None => Setting::new(default_workers(), Origin::Default),
         };
+        let max_connections = match &raw.max_connections {
+            Some(m) => {
+                let n = *m.get_ref();
+                if !MAX_CONNECTIONS_RANGE.contains(&n) {
+                    self.problem(
+                        m.span(),
+                        format!("max_connections = {n} is out of range: 1 to 1000000"),
+                    );
+                }
+                Setting::new(usize::try_from(n).ok(), Origin::File)
+            }
+            None => Setting::new(None, Origin::Default),
+        };
+        let mut timeout = |raw: &Option<Spanned<String>>, field, range, default| match raw {
+            Some(value) => Setting::new(
+                self.duration(value, field, range).unwrap_or(default),
+                Origin::File,
+            ),
+            None => Setting::new(default, Origin::Default),
+        };
+        let header_timeout = timeout(
+            &raw.header_timeout,
+            "header_timeout",
+            HEADER_TIMEOUT_RANGE,
+            crate::server::HEADER_READ_TIMEOUT,
+        );
+        let idle_timeout = timeout(
+            &raw.idle_timeout,
+            "idle_timeout",
+            IDLE_TIMEOUT_RANGE,
+            crate::server::IDLE_TIMEOUT,
+        );
         let feed = raw.feed.as_ref().map(|feed| FeedSettings {
             addr: self.address(Some(feed), "feed", "0.0.0.0:9901").value,
             cert: None,
@@ -149,6 +185,9 @@ impl Validator<'_> {
             listen,
             admin,
             workers,
+            max_connections,
+            header_timeout,
+            idle_timeout,
             feed,
         }
     }
@@ -221,6 +260,16 @@ impl Validator<'_> {
                 CHECK_TIMEOUT_RANGE,
                 DEFAULT_CHECK_TIMEOUT,
             ),
+            body_timeout: inherited(
+                &raw.body_timeout,
+                "body_timeout",
+                BODY_TIMEOUT_RANGE,
+                DEFAULT_BODY_TIMEOUT,
+            ),
+            underscores_in_headers: match &raw.underscores_in_headers {
+                Some(v) => Setting::new(*v.get_ref(), Origin::Global),
+                None => Setting::new(false, Origin::Default),
+            },
         }
     }
 
@@ -552,6 +601,8 @@ impl Validator<'_> {
             tries,
             eject_for: eject_for?,
             breaker,
+            body_timeout: global.body_timeout.value,
+            underscores_in_headers: global.underscores_in_headers.value,
         })
     }
 

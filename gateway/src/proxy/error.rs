@@ -16,6 +16,8 @@ use crate::upstream::ConnectFailure;
 pub enum Fault {
     Upstream,
     Downstream,
+    /// The node itself (out of file descriptors): no upstream is blamed.
+    Node,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,8 @@ pub enum ProxyError {
     FirstAnswerTimeout(Duration),
     #[error("{0}")]
     Upstream(crate::upstream::ConnError),
+    #[error("the replica stopped reading the request body for {}", humantime::format_duration(*.0))]
+    UpstreamStalled(Duration),
     #[error(transparent)]
     ClientBody(crate::proxy::request::BodyError),
 }
@@ -77,9 +81,11 @@ impl ProxyError {
             | ProxyError::BadRequest(_)
             | ProxyError::Connect
             | ProxyError::ClientBody(_) => Fault::Downstream,
+            ProxyError::Unreachable(failure) if !failure.blames_replica() => Fault::Node,
             ProxyError::Unavailable { .. }
             | ProxyError::Unreachable(_)
             | ProxyError::FirstAnswerTimeout(_)
+            | ProxyError::UpstreamStalled(_)
             | ProxyError::Upstream(_) => Fault::Upstream,
         }
     }
@@ -88,10 +94,16 @@ impl ProxyError {
         match self {
             ProxyError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::ClientBody(e) if e.is_timeout() => StatusCode::REQUEST_TIMEOUT,
             ProxyError::BadRequest(_) | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::Connect => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::Unreachable(failure) if !failure.blames_replica() => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::Unreachable(_) | ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
-            ProxyError::FirstAnswerTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::FirstAnswerTimeout(_) | ProxyError::UpstreamStalled(_) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
         }
     }
 

@@ -18,7 +18,12 @@
 //!   When no other replica can be had, the client gets the last answer.
 //!
 //! ## Bounds
-//! The connect bound is the upstream's ([`crate::upstream`]). The
+//! The connect bound is the upstream's ([`crate::upstream`]). Every write
+//! of the request to the replica is bounded by the body inactivity bound
+//! (`body_timeout`): a replica that stops reading the body is treated as
+//! one silent at the first-answer bound (ejected while another replica is
+//! in rotation) and the client gets 504. Reading the client's body is
+//! bounded the same way by the client protocol. The
 //! first-answer bound runs from the end of the request (its last byte
 //! written to the upstream) to the response head, on each attempt; past
 //! it, 504 when the request cannot move on (a body, a method that is not
@@ -34,12 +39,12 @@ use tokio::time::{Instant, timeout};
 
 use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
-use super::request::{ClientRequest, RequestBody};
+use super::request::{BodyError, ClientRequest, RequestBody};
 use super::{ProxyError, Route};
 use crate::breaker::Outcome;
-use crate::h1::request::{BodyKind, RequestFraming};
+use crate::h1::request::BodyKind;
 use crate::h1::response::ResponseHead;
-use crate::upstream::{ConnError, Connection, Io, Release, Tried, UpstreamBody};
+use crate::upstream::{ConnError, Connection, Io, Release, Target, Tried, UpstreamBody};
 
 /// An upstream's answer: its head, and its body still on the wire.
 #[derive(Debug)]
@@ -80,6 +85,8 @@ enum Exchange {
     Failed(ConnError),
     ClientBody(super::request::BodyError),
     TimedOut,
+    /// The replica stopped reading the request for the body bound.
+    Stalled,
 }
 
 impl Exchange {
@@ -128,7 +135,7 @@ fn outcome(result: &Result<Answer, ProxyError>) -> Outcome {
         Ok(_) => Outcome::Success,
         Err(error) => match error.fault() {
             Fault::Upstream => Outcome::Failure,
-            Fault::Downstream => Outcome::Abandoned,
+            Fault::Downstream | Fault::Node => Outcome::Abandoned,
         },
     }
 }
@@ -142,9 +149,14 @@ async fn attempts<B: RequestBody>(
 ) -> Result<Answer, ProxyError> {
     let forwarding = Forwarding {
         client,
-        host: req.host.unwrap_or(b""),
+        host: req.host,
         upstream_host: route.upstream_host.as_ref().map(|h| h.as_bytes()),
         upgrade: req.upgrade,
+        underscores: route.config.underscores_in_headers,
+    };
+    let bounds = Waits {
+        first_answer: route.upstream.pool.bounds.first_answer,
+        body: route.config.body_timeout,
     };
     let bodiless = matches!(req.body, BodyKind::None | BodyKind::Length(0));
     let replayable = bodiless && req.upgrade.is_none() && is_idempotent(req.method);
@@ -168,11 +180,12 @@ async fn attempts<B: RequestBody>(
         let sent_at = Instant::now();
         let mut exchange = exchange(
             &mut attempt.conn,
+            &attempt.replica.key.target,
             req,
             &forwarding,
             body,
             &mut body_started,
-            bound,
+            bounds,
         )
         .await;
         // A pooled connection the upstream closed meanwhile: once more on a
@@ -191,11 +204,12 @@ async fn attempts<B: RequestBody>(
             };
             exchange = self::exchange(
                 &mut attempt.conn,
+                &attempt.replica.key.target,
                 req,
                 &forwarding,
                 body,
                 &mut body_started,
-                bound,
+                bounds,
             )
             .await;
         }
@@ -208,6 +222,11 @@ async fn attempts<B: RequestBody>(
                     continue;
                 }
                 return Err(ProxyError::FirstAnswerTimeout(bound));
+            }
+            Exchange::Stalled => {
+                // Not replayable: part of the body has left.
+                upstream.silent(&attempt.replica);
+                return Err(ProxyError::UpstreamStalled(bounds.body));
             }
             Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
             Exchange::Failed(e) => {
@@ -258,60 +277,91 @@ async fn attempts<B: RequestBody>(
     }
 }
 
+/// The waits of one exchange.
+#[derive(Debug, Clone, Copy)]
+struct Waits {
+    first_answer: Duration,
+    /// The longest pause of a write to the replica.
+    body: Duration,
+}
+
 /// Sends the request on `conn` and waits for the response head within
-/// `bound`, counted from the request's last byte.
+/// the first-answer bound, counted from the request's last byte. Each
+/// write waits at most the body bound.
 async fn exchange<B: RequestBody>(
     conn: &mut Connection,
+    replica: &Target,
     req: &ClientRequest<'_>,
     forwarding: &Forwarding<'_>,
     body: &mut B,
     body_started: &mut bool,
-    bound: Duration,
+    waits: Waits,
 ) -> Exchange {
-    let framing = RequestFraming::from(req.body);
-    headers::write_upstream_head(conn.head_buffer(), req, forwarding, framing);
-    let write = async {
-        match req.body {
-            BodyKind::None | BodyKind::Length(0) => {
-                conn.write_head().await.map_err(Exchange::from_io)
-            }
-            BodyKind::Length(_) | BodyKind::Chunked => {
-                let chunked = framing == RequestFraming::Chunked;
-                // The first piece goes with the head, in one write.
-                *body_started = true;
-                let first = match body.next().await {
-                    Some(Ok(data)) => Some(data),
-                    Some(Err(e)) => return Err(Exchange::ClientBody(e)),
-                    None => None,
-                };
-                conn.write_head_and_body(first, chunked)
-                    .await
-                    .map_err(Exchange::from_io)?;
-                while let Some(piece) = body.next().await {
-                    let data = piece.map_err(Exchange::ClientBody)?;
-                    conn.write_body(data, chunked)
-                        .await
-                        .map_err(Exchange::from_io)?;
-                }
-                if chunked {
-                    conn.end_chunked().await.map_err(Exchange::from_io)?;
-                }
-                Ok(())
-            }
-        }
-    };
-    if let Err(failed) = write.await {
-        return failed;
+    headers::write_upstream_head(conn.head_buffer(), req, forwarding, replica);
+    if let Err(failed) = write_request(conn, req, body, body_started, waits.body).await {
+        return match failed {
+            WriteError::Io(e) => Exchange::Failed(ConnError::Io(e)),
+            WriteError::Stalled => Exchange::Stalled,
+            WriteError::ClientBody(e) => Exchange::ClientBody(e),
+        };
     }
-    match timeout(bound, conn.read_head(req.method)).await {
+    match timeout(waits.first_answer, conn.read_head(req.method)).await {
         Ok(Ok(head)) => Exchange::Answered(head),
         Ok(Err(e)) => Exchange::Failed(e),
         Err(_) => Exchange::TimedOut,
     }
 }
 
-impl Exchange {
-    fn from_io(e: std::io::Error) -> Exchange {
-        Exchange::Failed(ConnError::Io(e))
+/// Why a request could not be written.
+enum WriteError {
+    Io(std::io::Error),
+    /// The replica did not take a write within the body bound.
+    Stalled,
+    ClientBody(BodyError),
+}
+
+/// Bounds one write by the body bound.
+async fn bounded(
+    bound: Duration,
+    write: impl Future<Output = std::io::Result<()>>,
+) -> Result<(), WriteError> {
+    match timeout(bound, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(WriteError::Io(e)),
+        Err(_) => Err(WriteError::Stalled),
     }
+}
+
+/// Writes the head in `conn`'s buffer and the body, framed from what was
+/// parsed; each write waits at most `bound`.
+async fn write_request<B: RequestBody>(
+    conn: &mut Connection,
+    req: &ClientRequest<'_>,
+    body: &mut B,
+    body_started: &mut bool,
+    bound: Duration,
+) -> Result<(), WriteError> {
+    if matches!(req.body, BodyKind::None | BodyKind::Length(0)) {
+        return bounded(bound, conn.write_head()).await;
+    }
+    let mut encoder = req.body.encoder();
+    // A body longer or shorter than the client declared.
+    let framing = |e: crate::h1::ParseError| WriteError::ClientBody(BodyError(Box::new(e)));
+    // The first piece goes with the head, in one write.
+    *body_started = true;
+    let first = match body.next().await {
+        Some(Ok(data)) => data,
+        Some(Err(e)) => return Err(WriteError::ClientBody(e)),
+        None => Bytes::new(),
+    };
+    let first = encoder.encode(first).map_err(framing)?;
+    bounded(bound, conn.write_head_and_body(first)).await?;
+    while let Some(piece) = body.next().await {
+        let framed = encoder
+            .encode(piece.map_err(WriteError::ClientBody)?)
+            .map_err(framing)?;
+        bounded(bound, conn.write_body(framed)).await?;
+    }
+    let end = encoder.finish().map_err(framing)?;
+    bounded(bound, conn.end_body(end)).await
 }

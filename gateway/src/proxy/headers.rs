@@ -2,17 +2,28 @@
 //! and what never crosses.
 //!
 //! The request head that goes upstream is written in one pass over the
-//! client's headers: hop-by-hop headers (and those the client's
-//! `Connection` names) are skipped, `Host` comes first, and the
-//! `X-Forwarded-*` headers are written at the end. The client's headers
-//! are never modified, so a retry writes the same head again.
+//! client's headers: hop-by-hop headers (and those any of the client's
+//! `Connection` headers names) are skipped, `Host` comes first, and the
+//! `X-Forwarded-*` headers and the body's framing are written at the end,
+//! from what the proxy parsed. `Connection` can never remove the framing,
+//! `Host` or the `X-Forwarded-*` ([`h1::is_protected`]): the client's own
+//! `Content-Length` and `Transfer-Encoding` lines never cross, so a body
+//! can never be read upstream as a second request.
+//!
+//! Header names holding `_` are dropped unless `underscores_in_headers` is
+//! set, as nginx does: CGI, WSGI and PHP read `X_Forwarded_For` and
+//! `X-Forwarded-For` as one name.
+//!
+//! The client's headers are never modified, so a retry writes the same
+//! head again.
 
 use std::net::IpAddr;
 
 use http::header::HeaderValue;
 
 use super::request::ClientRequest;
-use crate::h1::{self, request, request::RequestFraming};
+use crate::h1::{self, request};
+use crate::upstream::Target;
 
 /// The client of a connection, as `X-Forwarded-For` names it; made once per
 /// connection.
@@ -42,12 +53,15 @@ impl Client {
 #[derive(Debug)]
 pub struct Forwarding<'a> {
     pub client: &'a Client,
-    /// The host the client asked for.
-    pub host: &'a [u8],
+    /// The host the client asked for; none from an HTTP/1.0 client that
+    /// named none.
+    pub host: Option<&'a [u8]>,
     /// The `Host` an external upstream expects; `None` keeps the client's.
     pub upstream_host: Option<&'a [u8]>,
     /// The protocol of an upgrade the client asked for.
     pub upgrade: Option<&'a [u8]>,
+    /// Client headers whose names hold `_` are forwarded.
+    pub underscores: bool,
 }
 
 /// Headers the proxy writes itself, whatever the client sent.
@@ -62,20 +76,20 @@ fn ours(name: &[u8]) -> bool {
     .any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// Writes the request head that goes upstream.
+/// Writes the request head that goes upstream to `replica`.
 pub fn write_upstream_head(
     out: &mut Vec<u8>,
     req: &ClientRequest<'_>,
     forwarding: &Forwarding<'_>,
-    framing: RequestFraming,
+    replica: &Target,
 ) {
     request::write_request_line(out, req.method, req.path);
-    h1::write_header(
-        out,
-        b"host",
-        forwarding.upstream_host.unwrap_or(forwarding.host),
-    );
-    let connection = req.fields.get(b"connection");
+    match forwarding.upstream_host.or(forwarding.host) {
+        Some(host) => h1::write_header(out, b"host", host),
+        // Never an empty `Host`: the replica's own authority.
+        None => h1::write_header(out, b"host", replica.authority().as_bytes()),
+    }
+    let connection = req.fields.all("connection");
     let mut forwarded_for = Vec::new();
     req.fields.each(|name, value| {
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
@@ -85,16 +99,13 @@ pub fn write_upstream_head(
             forwarded_for.extend_from_slice(value);
             return;
         }
-        let framing_header =
-            framing != RequestFraming::Length && name.eq_ignore_ascii_case(b"content-length");
+        // The framing is written below, from what was parsed.
+        let framing = name.eq_ignore_ascii_case(b"content-length");
         // The proxy answers `Expect: 100-continue` itself.
         let expect = name.eq_ignore_ascii_case(b"expect");
-        if ours(name)
-            || framing_header
-            || expect
-            || h1::is_hop_by_hop(name)
-            || h1::names(connection, name)
-        {
+        let named = h1::names(connection.iter().copied(), name) && !h1::is_protected(name);
+        let underscore = !forwarding.underscores && name.contains(&b'_');
+        if ours(name) || framing || expect || h1::is_hop_by_hop(name) || named || underscore {
             return;
         }
         h1::write_header(out, name, value);
@@ -105,22 +116,24 @@ pub fn write_upstream_head(
     forwarded_for.extend_from_slice(forwarding.client.value.as_bytes());
     h1::write_header(out, b"x-forwarded-for", &forwarded_for);
     h1::write_header(out, b"x-forwarded-proto", b"http");
-    h1::write_header(out, b"x-forwarded-host", forwarding.host);
+    if let Some(host) = forwarding.host {
+        h1::write_header(out, b"x-forwarded-host", host);
+    }
     if let Some(protocol) = forwarding.upgrade {
         h1::write_header(out, b"connection", b"upgrade");
         h1::write_header(out, b"upgrade", protocol);
     }
-    request::end_head(out, framing);
+    request::end_head(out, req.body);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::h1::request::{BodyKind, parse_request};
+    use crate::h1::request::parse_request;
     use crate::proxy::request::Fields;
     use bytes::BytesMut;
 
-    fn head(text: &str, forwarding: &Forwarding<'_>, framing: RequestFraming) -> String {
+    fn head(text: &str, forwarding: &Forwarding<'_>) -> String {
         let mut buf = BytesMut::from(text);
         let parts = parse_request(&mut buf, &mut Vec::new()).unwrap().unwrap();
         let req = ClientRequest {
@@ -129,10 +142,11 @@ mod tests {
             host: parts.host.as_deref(),
             fields: Fields::Raw(&parts),
             upgrade: parts.upgrade.as_deref(),
-            body: BodyKind::None,
+            body: parts.body,
         };
         let mut out = Vec::new();
-        write_upstream_head(&mut out, &req, forwarding, framing);
+        let replica = Target::Addr("10.1.2.3:8080".parse().unwrap());
+        write_upstream_head(&mut out, &req, forwarding, &replica);
         String::from_utf8(out).unwrap()
     }
 
@@ -140,21 +154,24 @@ mod tests {
         Client::new("10.0.0.9".parse().unwrap())
     }
 
+    fn forwarding<'a>(client: &'a Client, host: &'a [u8]) -> Forwarding<'a> {
+        Forwarding {
+            client,
+            host: Some(host),
+            upstream_host: None,
+            upgrade: None,
+            underscores: false,
+        }
+    }
+
     #[test]
     fn hop_by_hop_and_connection_listed_headers_go() {
         let client = client();
-        let forwarding = Forwarding {
-            client: &client,
-            host: b"shop.example.com",
-            upstream_host: None,
-            upgrade: None,
-        };
         let text = head(
             "GET /x?y=1 HTTP/1.1\r\nHost: shop.example.com\r\nConnection: keep-alive, x-secret\r\n\
              Keep-Alive: timeout=5\r\nX-Secret: 1\r\nTE: trailers\r\nProxy-Authorization: Basic x\r\n\
-             Expect: 100-continue\r\nAccept: */*\r\n\r\n",
-            &forwarding,
-            RequestFraming::None,
+             Connection: x-other\r\nX-Other: 2\r\nExpect: 100-continue\r\nAccept: */*\r\n\r\n",
+            &forwarding(&client, b"shop.example.com"),
         );
         assert_eq!(
             text,
@@ -164,23 +181,60 @@ mod tests {
     }
 
     #[test]
+    fn connection_never_removes_the_framing_host_or_forwarded_headers() {
+        let client = client();
+        let fw = forwarding(&client, b"h");
+        for connection in [
+            "Content-Length",
+            "keep-alive, content-length",
+            "Transfer-Encoding",
+            "Host",
+            "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto",
+        ] {
+            let text = head(
+                &format!(
+                    "POST /public/x HTTP/1.1\r\nHost: h\r\nConnection: {connection}\r\nContent-Length: 5\r\n\r\n"
+                ),
+                &fw,
+            );
+            assert_eq!(
+                text,
+                "POST /public/x HTTP/1.1\r\nhost: h\r\nx-forwarded-for: 10.0.0.9\r\n\
+                 x-forwarded-proto: http\r\nx-forwarded-host: h\r\ncontent-length: 5\r\n\r\n",
+                "Connection: {connection}"
+            );
+        }
+        let chunked = head(
+            "POST / HTTP/1.1\r\nHost: h\r\nConnection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &fw,
+        );
+        assert!(
+            chunked.ends_with("transfer-encoding: chunked\r\n\r\n")
+                && !chunked.contains("Transfer-Encoding"),
+            "{chunked}"
+        );
+    }
+
+    #[test]
     fn forwarded_headers_chain_and_replace() {
         let client = Client::new("::ffff:10.0.0.1".parse().unwrap());
         let forwarding = Forwarding {
             client: &client,
-            host: b"api.example.com",
+            host: Some(b"api.example.com"),
             upstream_host: Some(b"billing.example.net"),
             upgrade: None,
+            underscores: false,
         };
         let request = "POST /x HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: 203.0.113.7\r\n\
                        X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\n\
                        Content-Length: 3\r\n\r\n";
-        let text = head(request, &forwarding, RequestFraming::Length);
+        let text = head(request, &forwarding);
         assert!(
             text.starts_with("POST /x HTTP/1.1\r\nhost: billing.example.net\r\n"),
             "{text}"
         );
-        assert!(text.contains("Content-Length: 3\r\n"), "{text}");
+        assert!(text.ends_with("content-length: 3\r\n\r\n"), "{text}");
+        assert!(!text.contains("Content-Length"), "{text}");
         assert!(
             text.contains("x-forwarded-for: 203.0.113.7, 198.51.100.1, 10.0.0.1\r\n"),
             "{text}"
@@ -193,27 +247,55 @@ mod tests {
             text.contains("x-forwarded-host: api.example.com\r\n") && !text.contains("spoofed"),
             "{text}"
         );
-        let chunked = head(request, &forwarding, RequestFraming::Chunked);
+    }
+
+    #[test]
+    fn underscored_names_are_dropped_unless_kept() {
+        let client = client();
+        let request = "GET / HTTP/1.1\r\nHost: h\r\nX_Forwarded_For: 1.2.3.4\r\nX_Custom: 1\r\nX-Ok: 2\r\n\r\n";
+        let dropped = head(request, &forwarding(&client, b"h"));
         assert!(
-            !chunked.contains("Content-Length")
-                && chunked.ends_with("transfer-encoding: chunked\r\n\r\n"),
-            "{chunked}"
+            !dropped.contains('_') && dropped.contains("X-Ok: 2"),
+            "{dropped}"
         );
+        let kept = head(
+            request,
+            &Forwarding {
+                underscores: true,
+                ..forwarding(&client, b"h")
+            },
+        );
+        assert!(
+            kept.contains("X_Custom: 1\r\n") && kept.contains("X_Forwarded_For"),
+            "{kept}"
+        );
+        assert!(kept.contains("x-forwarded-for: 10.0.0.9\r\n"), "{kept}");
+    }
+
+    #[test]
+    fn a_request_without_host_names_the_replica() {
+        let client = client();
+        let text = head(
+            "GET / HTTP/1.0\r\n\r\n",
+            &Forwarding {
+                host: None,
+                ..forwarding(&client, b"")
+            },
+        );
+        assert!(text.contains("host: 10.1.2.3:8080\r\n"), "{text}");
+        assert!(!text.contains("x-forwarded-host"), "{text}");
     }
 
     #[test]
     fn upgrades_are_kept() {
         let client = client();
         let forwarding = Forwarding {
-            client: &client,
-            host: b"h",
-            upstream_host: None,
             upgrade: Some(b"websocket"),
+            ..forwarding(&client, b"h")
         };
         let text = head(
             "GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
             &forwarding,
-            RequestFraming::None,
         );
         assert!(text.contains("Sec-WebSocket-Key: k\r\n"), "{text}");
         assert!(

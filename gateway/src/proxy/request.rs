@@ -17,7 +17,7 @@ pub enum Fields<'a> {
     Map(&'a HeaderMap),
 }
 
-impl Fields<'_> {
+impl<'a> Fields<'a> {
     /// Calls `f` with each header as (name, value), in order.
     pub fn each(&self, mut f: impl FnMut(&[u8], &[u8])) {
         match self {
@@ -25,6 +25,18 @@ impl Fields<'_> {
             Fields::Map(map) => map
                 .iter()
                 .for_each(|(n, v)| f(n.as_str().as_bytes(), v.as_bytes())),
+        }
+    }
+
+    /// Every value of a header, in order; `name` in lower case.
+    pub fn all(&self, name: &str) -> Vec<&'a [u8]> {
+        match *self {
+            Fields::Raw(parts) => parts
+                .fields()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+                .map(|(_, v)| v)
+                .collect(),
+            Fields::Map(map) => map.get_all(name).iter().map(|v| v.as_bytes()).collect(),
         }
     }
 
@@ -58,6 +70,22 @@ pub struct ClientRequest<'a> {
 #[derive(Debug, thiserror::Error)]
 #[error("client request body: {0}")]
 pub struct BodyError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+impl BodyError {
+    /// The client paused its body for longer than the body bound.
+    pub fn timed_out(bound: std::time::Duration) -> BodyError {
+        BodyError(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no body bytes for {}", humantime::format_duration(bound)),
+        )))
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        self.0
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+    }
+}
 
 /// Where a request's body comes from.
 pub trait RequestBody: Send {

@@ -7,9 +7,12 @@
 //! in one write with its head.
 //!
 //! ## Connection rules
-//! - A client has [`HEADER_READ_TIMEOUT`] to finish a head it started, and
-//!   an idle keep-alive connection [`IDLE_TIMEOUT`] to start the next one;
-//!   past either, the connection is closed.
+//! - A client has the header timeout (`[node] header_timeout`, 30 s) to
+//!   finish a head it started, and an idle keep-alive connection the idle
+//!   timeout (`[node] idle_timeout`, 60 s) to start the next one; past
+//!   either, the connection is closed.
+//! - A request body that stops arriving for the body bound (`[global]
+//!   body_timeout`) ends the request with 408.
 //! - A malformed head gets 400 (431 when too large) and the connection is
 //!   closed; nothing of it is forwarded.
 //! - The connection is kept only when both sides allow it and the request
@@ -26,10 +29,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
 
-use super::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT};
+use super::ClientLimits;
+use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded};
 use crate::h1::request::{BodyKind, RequestParts, parse_request};
-use crate::h1::response::{ClientFraming, end_response_head, write_status_line};
-use crate::h1::{self, Chunked, Decoded, FieldAt, ParseError};
+use crate::h1::response::{BodyFraming, ClientFraming, end_response_head, write_status_line};
+use crate::h1::{self, FieldAt, ParseError};
 use crate::proxy::{
     Answer, AnswerBody, BodyError, Client, ClientRequest, Fields, Page, Proxy, ProxyError,
     RequestBody, forward,
@@ -57,15 +61,17 @@ pub struct ClientConn {
     out: Vec<u8>,
     /// The header list of the last request, for its allocation.
     fields: Vec<FieldAt>,
+    limits: ClientLimits,
 }
 
 impl ClientConn {
-    pub fn new(io: TcpStream) -> ClientConn {
+    pub fn new(io: TcpStream, limits: ClientLimits) -> ClientConn {
         ClientConn {
             io,
             buf: BytesMut::new(),
             out: Vec::new(),
             fields: Vec::new(),
+            limits,
         }
     }
 
@@ -79,7 +85,7 @@ impl ClientConn {
     /// Reads until the protocol is known: the HTTP/2 preface, or anything
     /// else. `None` when the client goes away or stays silent.
     pub async fn sniff(&mut self) -> Option<Protocol> {
-        let deadline = Instant::now() + HEADER_READ_TIMEOUT;
+        let deadline = Instant::now() + self.limits.header;
         loop {
             let n = self.buf.len().min(H2_PREFACE.len());
             if self.buf[..n] != H2_PREFACE[..n] {
@@ -219,7 +225,7 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
 }
 
 async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
-    let mut deadline = Instant::now() + IDLE_TIMEOUT;
+    let mut deadline = Instant::now() + conn.limits.idle;
     let mut started = false;
     loop {
         if !conn.buf.is_empty() {
@@ -230,7 +236,7 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
             }
             if !started {
                 started = true;
-                deadline = Instant::now() + HEADER_READ_TIMEOUT;
+                deadline = Instant::now() + conn.limits.header;
             }
         }
         let idle = conn.buf.is_empty();
@@ -286,6 +292,7 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
         &mut conn.buf,
         parts.body,
         parts.expect_continue,
+        route.config.body_timeout,
     );
     let result = forward(&route, &req, &mut body, client).await;
     let body_done = body.is_done();
@@ -320,11 +327,6 @@ async fn write_page(
     conn.out.clear();
     write_status_line(&mut conn.out, page.status);
     h1::write_header(&mut conn.out, b"content-type", page.content_type.as_bytes());
-    h1::write_header(
-        &mut conn.out,
-        b"content-length",
-        page.body.len().to_string().as_bytes(),
-    );
     if let Some(seconds) = page.retry_after {
         h1::write_header(
             &mut conn.out,
@@ -332,7 +334,12 @@ async fn write_page(
             seconds.to_string().as_bytes(),
         );
     }
-    end_response_head(&mut conn.out, ClientFraming::Length, keep, version);
+    end_response_head(
+        &mut conn.out,
+        ClientFraming::Length(page.body.len() as u64),
+        keep,
+        version,
+    );
     if !head_request {
         conn.out.extend_from_slice(&page.body);
     }
@@ -370,36 +377,44 @@ async fn write_answer(
         }
         AnswerBody::Stream(body) => body,
     };
-    let framing = if head_request {
-        ClientFraming::None
-    } else {
-        ClientFraming::for_client(head.framing, version)
-    };
+    let framing = ClientFraming::for_client(&head, version);
     let keep = keep && framing != ClientFraming::UntilClose;
     end_response_head(&mut conn.out, framing, keep, version);
-    if write_body(conn, &mut body, framing).await.is_err() {
+    // An answer to HEAD, a 204 or a 304 is its head alone, whatever it
+    // declares.
+    let encoder = match head.framing {
+        BodyFraming::Empty => None,
+        _ if head_request => None,
+        _ => Some(framing.encoder()),
+    };
+    if write_body(conn, &mut body, encoder).await.is_err() {
         return Next::Close;
     }
     if keep { Next::KeepAlive } else { Next::Close }
 }
 
+/// Writes the head in `conn.out`, then the body framed by `encoder` (none:
+/// the head alone).
 async fn write_body(
     conn: &mut ClientConn,
     body: &mut UpstreamBody,
-    framing: ClientFraming,
+    encoder: Option<BodyEncoder>,
 ) -> io::Result<()> {
-    let chunked = framing == ClientFraming::Chunked;
+    let Some(mut encoder) = encoder else {
+        return conn.io.write_all(&conn.out).await;
+    };
     // What already arrived goes out with the head, in one write.
-    let first = body.next_buffered()?;
+    let first = body.next_buffered()?.unwrap_or_default();
     let mut ended = http_body::Body::is_end_stream(body);
-    write_framed(&mut conn.io, &conn.out, first, chunked, ended).await?;
+    let first = encoder.encode(first)?;
+    let end = if ended { encoder.finish()? } else { &[] };
+    let mut all = Buf::chain(&conn.out[..], first).chain(end);
+    conn.io.write_all_buf(&mut all).await?;
     while !ended {
         match body.frame().await {
             None => {
                 ended = true;
-                if chunked {
-                    conn.io.write_all(h1::LAST_CHUNK).await?;
-                }
+                conn.io.write_all(encoder.finish()?).await?;
             }
             Some(Err(e)) => return Err(e),
             Some(Ok(frame)) => {
@@ -407,42 +422,13 @@ async fn write_body(
                     continue;
                 };
                 ended = http_body::Body::is_end_stream(body);
-                write_framed(&mut conn.io, &[], Some(data), chunked, ended).await?;
+                let end = if ended { encoder.finish()? } else { &[] };
+                let mut all = encoder.encode(data)?.chain(end);
+                conn.io.write_all_buf(&mut all).await?;
             }
         }
     }
     Ok(())
-}
-
-/// Writes `head` (may be empty), then `data` framed as asked, and the last
-/// chunk if `last`, in one write.
-async fn write_framed(
-    io: &mut TcpStream,
-    head: &[u8],
-    data: Option<Bytes>,
-    chunked: bool,
-    last: bool,
-) -> io::Result<()> {
-    let data = data.filter(|d| !d.is_empty());
-    let end: &[u8] = if chunked && last { h1::LAST_CHUNK } else { &[] };
-    match data {
-        None => {
-            let mut all = Buf::chain(head, end);
-            io.write_all_buf(&mut all).await
-        }
-        Some(data) if chunked => {
-            let size = h1::chunk_size_line(data.len());
-            let mut all = Buf::chain(head, &size[..])
-                .chain(data)
-                .chain(&b"\r\n"[..])
-                .chain(end);
-            io.write_all_buf(&mut all).await
-        }
-        Some(data) => {
-            let mut all = Buf::chain(head, data);
-            io.write_all_buf(&mut all).await
-        }
-    }
 }
 
 /// Joins the client's connection to the upstream's after a 101, and copies
@@ -461,19 +447,16 @@ async fn tunnel(conn: ClientConn, mut upstream: Io, leftover: Bytes) {
     }
 }
 
-/// A request body read from the client connection.
+/// A request body read from the client connection, each read bounded by
+/// the body inactivity bound.
 struct ClientBody<'a> {
     io: &'a mut TcpStream,
     buf: &'a mut BytesMut,
-    state: BodyState,
+    decoder: BodyDecoder,
     /// The client waits for `100 Continue` before sending its body.
     continue_pending: bool,
-}
-
-enum BodyState {
-    Length(u64),
-    Chunked(Chunked),
-    Done,
+    /// The longest wait for the next bytes of the body.
+    bound: std::time::Duration,
 }
 
 impl<'a> ClientBody<'a> {
@@ -482,23 +465,21 @@ impl<'a> ClientBody<'a> {
         buf: &'a mut BytesMut,
         kind: BodyKind,
         expect_continue: bool,
+        bound: std::time::Duration,
     ) -> ClientBody<'a> {
-        let state = match kind {
-            BodyKind::None | BodyKind::Length(0) => BodyState::Done,
-            BodyKind::Length(n) => BodyState::Length(n),
-            BodyKind::Chunked => BodyState::Chunked(Chunked::Size),
-        };
-        let continue_pending = expect_continue && !matches!(state, BodyState::Done);
+        let decoder = kind.decoder();
+        let continue_pending = expect_continue && !decoder.is_done();
         ClientBody {
             io,
             buf,
-            state,
+            decoder,
             continue_pending,
+            bound,
         }
     }
 
     fn is_done(&self) -> bool {
-        matches!(self.state, BodyState::Done)
+        self.decoder.is_done()
     }
 
     fn error(
@@ -519,44 +500,25 @@ impl RequestBody for ClientBody<'_> {
             }
         }
         loop {
-            match &mut self.state {
-                BodyState::Done => return None,
-                BodyState::Length(remaining) if !self.buf.is_empty() => {
-                    let take = usize::try_from(*remaining)
-                        .unwrap_or(usize::MAX)
-                        .min(self.buf.len());
-                    let data = self.buf.split_to(take).freeze();
-                    *remaining -= take as u64;
-                    if *remaining == 0 {
-                        self.state = BodyState::Done;
-                    }
-                    return Some(Ok(data));
-                }
-                BodyState::Chunked(chunked) if !self.buf.is_empty() => {
-                    match chunked.decode(self.buf) {
-                        Ok(Decoded::Data(data)) => return Some(Ok(data)),
-                        Ok(Decoded::Done) => {
-                            self.state = BodyState::Done;
-                            return None;
-                        }
-                        Ok(Decoded::NeedMore) => {}
-                        Err(e) => return Self::error(e),
-                    }
-                }
-                _ => {}
+            match self.decoder.decode(self.buf) {
+                Ok(Decoded::Data(data)) => return Some(Ok(data)),
+                Ok(Decoded::Done) => return None,
+                Ok(Decoded::NeedMore) => {}
+                Err(e) => return Self::error(e),
             }
             if self.buf.capacity() - self.buf.len() < 1024 {
                 self.buf.reserve(READ_CHUNK);
             }
-            match self.io.read_buf(self.buf).await {
-                Ok(0) => {
+            match tokio::time::timeout(self.bound, self.io.read_buf(self.buf)).await {
+                Ok(Ok(0)) => {
                     return Self::error(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "client closed mid-body",
                     ));
                 }
-                Ok(_) => {}
-                Err(e) => return Self::error(e),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Self::error(e),
+                Err(_) => return Some(Err(BodyError::timed_out(self.bound))),
             }
         }
     }

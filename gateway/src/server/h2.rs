@@ -1,6 +1,15 @@
 //! HTTP/2 clients (prior knowledge), served by hyper: each request becomes
 //! a [`ClientRequest`] with a header map, and each answer a hyper response
 //! whose body streams from the upstream connection.
+//!
+//! ## Connection rules
+//! - At most [`MAX_STREAMS`] streams at once per connection.
+//! - A connection with no request open for the idle timeout (`[node]
+//!   idle_timeout`, 60 s) is closed (GOAWAY, then the streams still open
+//!   finish), as an idle HTTP/1 connection is.
+//! - Each stream's body is read under the body inactivity bound, as an
+//!   HTTP/1 body is.
+//! - The path is normalised before routing, as for HTTP/1.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,32 +30,126 @@ use crate::proxy::{
 };
 use crate::shutdown::Shutdown;
 
-/// Serves HTTP/2 on `io` until the client or the node ends it.
-pub async fn serve(io: Rewind, proxy: Arc<Proxy>, client: Client, mut shutdown: Shutdown) {
+/// Streams one HTTP/2 connection carries at once, at most.
+pub const MAX_STREAMS: u32 = 100;
+
+/// Requests in flight on a connection, and when the last one ended.
+#[derive(Debug, Default)]
+struct Activity {
+    open: std::sync::atomic::AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+/// Counts a request as open while it lives.
+struct Open(Arc<Activity>);
+
+impl Open {
+    fn new(activity: &Arc<Activity>) -> Open {
+        activity
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        activity.changed.notify_waiters();
+        Open(Arc::clone(activity))
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// A response body that keeps its request counted as open until it ends.
+struct Counted {
+    body: GatewayBody,
+    _open: Open,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Activity {
+    /// Resolves once no request has been open for `idle`.
+    async fn idle_for(&self, idle: std::time::Duration) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.open.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                changed.await;
+                continue;
+            }
+            tokio::select! {
+                () = changed => continue,
+                () = tokio::time::sleep(idle) => return,
+            }
+        }
+    }
+}
+
+/// Serves HTTP/2 on `io` until the client or the node ends it, or it has
+/// had no request open for `idle`.
+pub async fn serve(
+    io: Rewind,
+    proxy: Arc<Proxy>,
+    client: Client,
+    mut shutdown: Shutdown,
+    idle: std::time::Duration,
+) {
     let client = Arc::new(client);
-    let service = service_fn(move |req| {
-        let proxy = Arc::clone(&proxy);
-        let client = Arc::clone(&client);
-        async move { Ok::<_, Infallible>(handle(&proxy, req, &client).await) }
-    });
+    let activity = Arc::new(Activity::default());
+    let service = {
+        let activity = Arc::clone(&activity);
+        service_fn(move |req| {
+            let proxy = Arc::clone(&proxy);
+            let client = Arc::clone(&client);
+            let open = Open::new(&activity);
+            async move {
+                let response = handle(&proxy, req, &client).await;
+                Ok::<_, Infallible>(response.map(|body| Counted { body, _open: open }))
+            }
+        })
+    };
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .max_concurrent_streams(256)
+        .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(crate::h1::MAX_HEAD as u32);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
-    tokio::select! {
+    let closing = tokio::select! {
         result = connection.as_mut() => {
             if let Err(error) = result {
                 tracing::debug!(%error, "HTTP/2 client connection ended with an error");
             }
+            return;
         }
-        () = shutdown.wait() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.await;
-        }
-    }
+        () = shutdown.wait() => "shutdown",
+        () = activity.idle_for(idle) => "idle",
+    };
+    tracing::debug!(closing, "closing an HTTP/2 client connection");
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
 }
 
 /// Answers one HTTP/2 request. Never fails: every error is a response.
@@ -63,10 +166,15 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
     if host.is_some_and(|h| !is_host(h)) {
         return ProxyError::BadRequest("invalid host").response(accept);
     }
-    let path = parts
+    let target = parts
         .uri
         .path_and_query()
         .map_or(&b"/"[..], |pq| pq.as_str().as_bytes());
+    let path = match crate::h1::target::normalize(target) {
+        Ok(path) => path,
+        Err(_) => return ProxyError::BadRequest("invalid request target").response(accept),
+    };
+    let path = &path[..];
     let route = match proxy.route(host, path) {
         Ok(route) => route,
         Err(error) => return error.response(accept),
@@ -91,7 +199,10 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         upgrade: None,
         body: kind,
     };
-    let mut body = IncomingBody(body);
+    let mut body = IncomingBody {
+        body,
+        bound: route.config.body_timeout,
+    };
     let response = match forward(&route, &req, &mut body, client).await {
         Ok(answer) => {
             let mut response = Response::new(GatewayBody::empty());
@@ -111,13 +222,20 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
     response
 }
 
-/// The body of an HTTP/2 request.
-struct IncomingBody(Incoming);
+/// The body of an HTTP/2 request, each frame awaited at most `bound`.
+struct IncomingBody {
+    body: Incoming,
+    bound: std::time::Duration,
+}
 
 impl RequestBody for IncomingBody {
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
         loop {
-            match self.0.frame().await? {
+            let frame = match tokio::time::timeout(self.bound, self.body.frame()).await {
+                Ok(frame) => frame,
+                Err(_) => return Some(Err(BodyError::timed_out(self.bound))),
+            };
+            match frame? {
                 Ok(frame) => {
                     if let Ok(data) = frame.into_data() {
                         return Some(Ok(data));

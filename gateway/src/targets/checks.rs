@@ -171,6 +171,9 @@ impl Checker {
                         Ok(Err(ConnectFailure::Refused)) => {
                             Observation::ConnectFailed(EjectReason::Refused)
                         }
+                        // The node's own shortage says nothing of the
+                        // replica: no verdict this round.
+                        Ok(Err(ConnectFailure::Local(_))) => return,
                         Ok(Err(_)) => Observation::ConnectFailed(EjectReason::Unreachable),
                         Err(_) => Observation::ConnectFailed(EjectReason::TimedOut),
                     };

@@ -16,8 +16,9 @@ use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
 
 use super::Upstream;
+use crate::h1::ParseError;
+use crate::h1::body::{BodyDecoder, Decoded, Framed};
 use crate::h1::response::{self, BodyFraming, ResponseHead};
-use crate::h1::{self, Chunked, Decoded, ParseError};
 
 /// Bytes reserved when the read buffer runs low.
 const READ_CHUNK: usize = 8 * 1024;
@@ -174,47 +175,22 @@ impl Connection {
 
     /// Writes the encoded head and the first piece of the body, in one
     /// write when the stream takes vectors.
-    pub async fn write_head_and_body(
-        &mut self,
-        first: Option<Bytes>,
-        chunked: bool,
-    ) -> io::Result<()> {
-        match first {
-            None => self.io.write_all(&self.head).await,
-            Some(data) if chunked && !data.is_empty() => {
-                let size = h1::chunk_size_line(data.len());
-                let mut all = self
-                    .head
-                    .as_slice()
-                    .chain(&size[..])
-                    .chain(data)
-                    .chain(&b"\r\n"[..]);
-                self.io.write_all_buf(&mut all).await
-            }
-            Some(data) => {
-                let mut all = self.head.as_slice().chain(data);
-                self.io.write_all_buf(&mut all).await
-            }
-        }
+    pub async fn write_head_and_body(&mut self, first: Framed) -> io::Result<()> {
+        let mut all = self.head.as_slice().chain(first);
+        self.io.write_all_buf(&mut all).await
     }
 
-    /// Writes one piece of a request body, framed as `chunked` when asked.
-    pub async fn write_body(&mut self, data: Bytes, chunked: bool) -> io::Result<()> {
-        if !chunked {
-            let mut data = data;
-            return self.io.write_all_buf(&mut data).await;
-        }
-        if data.is_empty() {
-            return Ok(());
-        }
-        let size = h1::chunk_size_line(data.len());
-        let mut framed = size.as_slice().chain(data).chain(&b"\r\n"[..]);
+    /// Writes one piece of a request body, framed.
+    pub async fn write_body(&mut self, mut framed: Framed) -> io::Result<()> {
         self.io.write_all_buf(&mut framed).await
     }
 
-    /// Ends a chunked request body.
-    pub async fn end_chunked(&mut self) -> io::Result<()> {
-        self.io.write_all(h1::LAST_CHUNK).await
+    /// Writes what ends a request body (the last chunk, or nothing).
+    pub async fn end_body(&mut self, end: &'static [u8]) -> io::Result<()> {
+        if end.is_empty() {
+            return Ok(());
+        }
+        self.io.write_all(end).await
     }
 
     /// Reads the response head.
@@ -248,17 +224,10 @@ pub struct Release {
     pub replica: Arc<super::Replica>,
 }
 
-enum State {
-    Length(u64),
-    Chunked(Chunked),
-    UntilClose,
-    Done,
-}
-
 /// A response body read from an upstream connection.
 pub struct UpstreamBody {
     conn: Option<Connection>,
-    state: State,
+    decoder: BodyDecoder,
     /// Whether the connection can carry another request after this body.
     reusable: bool,
     release: Option<Release>,
@@ -279,20 +248,20 @@ impl UpstreamBody {
         keep_alive: bool,
         release: Option<Release>,
     ) -> UpstreamBody {
-        let state = match framing {
-            BodyFraming::Empty => State::Done,
-            BodyFraming::Length(n) => State::Length(n),
-            BodyFraming::Chunked => State::Chunked(Chunked::Size),
-            BodyFraming::UntilClose => State::UntilClose,
+        let decoder = match framing {
+            BodyFraming::Empty => BodyDecoder::empty(),
+            BodyFraming::Length(n) => BodyDecoder::length(n),
+            BodyFraming::Chunked => BodyDecoder::chunked(),
+            BodyFraming::UntilClose => BodyDecoder::until_close(),
         };
         let mut body = UpstreamBody {
             conn: Some(conn),
-            state,
+            decoder,
             reusable: keep_alive,
             release,
         };
         // hyper does not poll a body that is already at its end.
-        if matches!(body.state, State::Done) {
+        if body.decoder.is_done() {
             body.finish();
         }
         body
@@ -301,7 +270,6 @@ impl UpstreamBody {
     /// The body has ended: the connection goes back to its pool if it can
     /// carry another request.
     fn finish(&mut self) {
-        self.state = State::Done;
         let (Some(mut conn), Some(release)) = (self.conn.take(), self.release.take()) else {
             return;
         };
@@ -315,7 +283,7 @@ impl UpstreamBody {
         &mut self,
         error: impl Into<io::Error>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        self.state = State::Done;
+        self.decoder = BodyDecoder::empty();
         self.conn = None;
         Poll::Ready(Some(Err(error.into())))
     }
@@ -343,40 +311,19 @@ impl UpstreamBody {
         let Some(conn) = self.conn.as_mut() else {
             return Ok(Buffered::End);
         };
-        let found = match &mut self.state {
-            State::Done => Buffered::End,
-            State::Length(remaining) if !conn.buf.is_empty() => {
-                let take = usize::try_from(*remaining)
-                    .unwrap_or(usize::MAX)
-                    .min(conn.buf.len());
-                let data = conn.buf.split_to(take).freeze();
-                *remaining -= take as u64;
-                if *remaining == 0 {
-                    self.state = State::Done;
-                }
-                Buffered::Data(data)
+        let found = match self.decoder.decode(&mut conn.buf) {
+            Ok(Decoded::Data(data)) => Buffered::Data(data),
+            Ok(Decoded::NeedMore) => Buffered::Nothing,
+            Ok(Decoded::Done) => Buffered::End,
+            Err(e) => {
+                self.decoder = BodyDecoder::empty();
+                self.conn = None;
+                return Err(e.into());
             }
-            State::Chunked(chunked) if !conn.buf.is_empty() => {
-                match chunked.decode(&mut conn.buf) {
-                    Ok(Decoded::Data(data)) => Buffered::Data(data),
-                    Ok(Decoded::Done) => {
-                        self.state = State::Done;
-                        Buffered::End
-                    }
-                    Ok(Decoded::NeedMore) => Buffered::Nothing,
-                    Err(e) => {
-                        self.state = State::Done;
-                        self.conn = None;
-                        return Err(e.into());
-                    }
-                }
-            }
-            State::UntilClose if !conn.buf.is_empty() => Buffered::Data(conn.buf.split().freeze()),
-            _ => Buffered::Nothing,
         };
         // The end is known as soon as the last byte is taken: the
         // connection goes back to the pool before the data is even written.
-        if matches!(self.state, State::Done) {
+        if self.decoder.is_done() {
             self.finish();
         }
         Ok(found)
@@ -405,16 +352,16 @@ impl Body for UpstreamBody {
             make_room(&mut conn.buf);
             let read = ready!(poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf));
             match read {
-                Ok(0) if matches!(this.state, State::UntilClose) => {
+                Ok(0) => {
+                    if this.decoder.at_eof().is_err() {
+                        return this.fail(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "upstream closed mid-body",
+                        ));
+                    }
                     this.reusable = false;
                     this.finish();
                     return Poll::Ready(None);
-                }
-                Ok(0) => {
-                    return this.fail(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "upstream closed mid-body",
-                    ));
                 }
                 Ok(_) => {}
                 Err(e) => return this.fail(e),
@@ -423,14 +370,13 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.state, State::Done)
+        self.decoder.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.state {
-            State::Done => SizeHint::with_exact(0),
-            State::Length(n) => SizeHint::with_exact(n),
-            _ => SizeHint::default(),
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
         }
     }
 }

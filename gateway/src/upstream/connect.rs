@@ -63,6 +63,10 @@ pub enum ConnectFailure {
     TimedOut,
     #[error("connect failed: {0}")]
     Failed(String),
+    /// The node ran out of something of its own (file descriptors): says
+    /// nothing of the replica.
+    #[error("the node is out of local resources: {0}")]
+    Local(String),
 }
 
 impl ConnectFailure {
@@ -70,11 +74,22 @@ impl ConnectFailure {
         match self {
             ConnectFailure::Refused => EjectReason::Refused,
             ConnectFailure::TimedOut => EjectReason::TimedOut,
-            ConnectFailure::NoReplica | ConnectFailure::Failed(_) => EjectReason::Unreachable,
+            ConnectFailure::NoReplica | ConnectFailure::Failed(_) | ConnectFailure::Local(_) => {
+                EjectReason::Unreachable
+            }
         }
     }
 
+    /// Whether the failure tells anything of the replica.
+    pub fn blames_replica(&self) -> bool {
+        !matches!(self, ConnectFailure::Local(_))
+    }
+
     fn from_io(e: &io::Error) -> ConnectFailure {
+        if crate::resources::is_local(e) {
+            crate::resources::LOCAL.hit("connecting to a replica", e);
+            return ConnectFailure::Local(e.to_string());
+        }
         match e.kind() {
             io::ErrorKind::ConnectionRefused => ConnectFailure::Refused,
             io::ErrorKind::TimedOut => ConnectFailure::TimedOut,
@@ -178,13 +193,16 @@ impl Upstream {
             };
             match result {
                 Ok(conn) => {
+                    crate::resources::LOCAL.ok();
                     upstream.observe(&replica, Observation::ConnectOk);
                     if let Err(Ok(conn)) = tx.send(Ok(conn)) {
                         upstream.pool.checkin(&replica.key, conn);
                     }
                 }
                 Err(failure) => {
-                    upstream.observe(&replica, Observation::ConnectFailed(failure.reason()));
+                    if failure.blames_replica() {
+                        upstream.observe(&replica, Observation::ConnectFailed(failure.reason()));
+                    }
                     let _ = tx.send(Err(failure));
                 }
             }

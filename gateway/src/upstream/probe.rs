@@ -34,6 +34,8 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
             let observation = match timeout(bound, tcp_connect(&replica.key.target)).await {
                 Ok(Ok(_stream)) => Observation::ProbeOk,
                 Ok(Err(ConnectFailure::Refused)) => Observation::ProbeFailed(EjectReason::Refused),
+                // The node's own shortage: try again next period.
+                Ok(Err(ConnectFailure::Local(_))) => continue,
                 Ok(Err(_)) => Observation::ProbeFailed(EjectReason::Unreachable),
                 Err(_) => Observation::ProbeFailed(EjectReason::TimedOut),
             };

@@ -8,11 +8,14 @@
 //! - The request target is origin-form (`/path?q`), absolute-form
 //!   (`http://host/path`, whose host then wins over `Host`), `*` for
 //!   `OPTIONS`, or authority-form for `CONNECT` (which the proxy refuses).
+//!   Its path is normalised here ([`crate::target`]): what is routed is
+//!   what is forwarded.
+//! - Every `Connection` header counts, not only the first.
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Version};
 
-use super::{FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, names, tokens};
+use super::{FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, names, target, tokens};
 
 /// How a request body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,22 +26,22 @@ pub enum BodyKind {
     Chunked,
 }
 
-/// How a request body is framed towards the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestFraming {
-    /// No body.
-    None,
-    /// The `Content-Length` header the request carries.
-    Length,
-    Chunked,
-}
+impl BodyKind {
+    /// The encoder of this body towards the upstream.
+    pub fn encoder(self) -> crate::body::BodyEncoder {
+        match self {
+            BodyKind::None => crate::body::BodyEncoder::Length(0),
+            BodyKind::Length(n) => crate::body::BodyEncoder::Length(n),
+            BodyKind::Chunked => crate::body::BodyEncoder::Chunked,
+        }
+    }
 
-impl From<BodyKind> for RequestFraming {
-    fn from(kind: BodyKind) -> RequestFraming {
-        match kind {
-            BodyKind::None => RequestFraming::None,
-            BodyKind::Length(_) => RequestFraming::Length,
-            BodyKind::Chunked => RequestFraming::Chunked,
+    /// The decoder of this body from an HTTP/1 client.
+    pub fn decoder(self) -> crate::body::BodyDecoder {
+        match self {
+            BodyKind::None => crate::body::BodyDecoder::empty(),
+            BodyKind::Length(n) => crate::body::BodyDecoder::length(n),
+            BodyKind::Chunked => crate::body::BodyDecoder::chunked(),
         }
     }
 }
@@ -74,6 +77,13 @@ impl RequestParts {
     pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
         self.fields()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// Every value of a header, in order.
+    pub fn all<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v)
     }
 
@@ -130,7 +140,7 @@ pub fn parse_request(
     let mut length = None;
     let mut chunked = false;
     let mut host_field = None;
-    let mut connection: Option<&[u8]> = None;
+    let mut connection: Vec<&[u8]> = Vec::new();
     let mut upgrade_field = None;
     let mut expect_continue = false;
     for h in request.headers.iter() {
@@ -150,7 +160,7 @@ pub fn parse_request(
             }
             host_field = Some(field);
         } else if name.eq_ignore_ascii_case(b"connection") {
-            connection = Some(h.value);
+            connection.push(h.value);
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             upgrade_field = Some(field);
         } else if name.eq_ignore_ascii_case(b"expect") {
@@ -162,14 +172,14 @@ pub fn parse_request(
         return Err(ParseError::TransferEncoding);
     }
     let keep_alive = if version == Version::HTTP_10 {
-        names(connection, b"keep-alive")
+        names(connection.iter().copied(), b"keep-alive")
     } else {
-        !names(connection, b"close")
+        !names(connection.iter().copied(), b"close")
     };
     // `Upgrade: h2c` asks for HTTP/2 over this connection: the proxy does
     // not switch, and the request is answered over HTTP/1.1.
     let upgrades = upgrade_field.is_some()
-        && names(connection, b"upgrade")
+        && names(connection.iter().copied(), b"upgrade")
         && upgrade_field
             .is_some_and(|f| !tokens(f.value(head_view)).any(|t| t.eq_ignore_ascii_case(b"h2c")));
     let target_start = target.as_ptr() as usize - head_view.as_ptr() as usize;
@@ -215,7 +225,7 @@ pub fn parse_request(
 fn split_target(target: &Bytes, method: &Method) -> Result<(Bytes, Option<Bytes>), ParseError> {
     let bad = || ParseError::Head("invalid request target".into());
     if target.starts_with(b"/") {
-        return Ok((target.clone(), None));
+        return Ok((normalized(target)?, None));
     }
     if target.as_ref() == b"*" && *method == Method::OPTIONS {
         return Ok((target.clone(), None));
@@ -242,7 +252,15 @@ fn split_target(target: &Bytes, method: &Method) -> Result<(Bytes, Option<Bytes>
         Some(_) => Bytes::from([&b"/"[..], &rest[authority_len..]].concat()),
         None => Bytes::from_static(b"/"),
     };
-    Ok((path, Some(authority)))
+    Ok((normalized(&path)?, Some(authority)))
+}
+
+/// The target with its path normalised, shared when it was normal.
+fn normalized(target: &Bytes) -> Result<Bytes, ParseError> {
+    Ok(match target::normalize(target)? {
+        std::borrow::Cow::Borrowed(_) => target.clone(),
+        std::borrow::Cow::Owned(path) => Bytes::from(path),
+    })
 }
 
 /// Writes a request line.
@@ -253,10 +271,18 @@ pub fn write_request_line(out: &mut Vec<u8>, method: &Method, path_and_query: &[
     out.extend_from_slice(b" HTTP/1.1\r\n");
 }
 
-/// Ends a request head, declaring a chunked body when there is one.
-pub fn end_head(out: &mut Vec<u8>, framing: RequestFraming) {
-    if framing == RequestFraming::Chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+/// Ends a request head with the framing of its body, written from what
+/// was parsed: the sender's own `Content-Length` and `Transfer-Encoding`
+/// lines never cross.
+pub fn end_head(out: &mut Vec<u8>, body: BodyKind) {
+    match body {
+        BodyKind::None => {}
+        BodyKind::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -388,6 +414,49 @@ mod tests {
                 .unwrap()
                 .unwrap();
         assert!(expect.expect_continue);
+    }
+
+    #[test]
+    fn every_connection_header_counts() {
+        let parts = parse(
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!parts.keep_alive);
+        let ws = parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(ws.upgrade.as_deref(), Some(&b"websocket"[..]));
+        let all: Vec<&[u8]> = ws.all(b"connection").collect();
+        assert_eq!(all, [&b"keep-alive"[..], b"Upgrade"]);
+    }
+
+    #[test]
+    fn targets_are_normalised_and_fragments_refused() {
+        let parts = parse("GET /public/../api/x?q=/../1 HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&parts.path[..], b"/api/x?q=/../1");
+        let parts = parse("GET http://h/%61pi/./x HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&parts.path[..], b"/api/x");
+        assert!(parse("GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n").is_err());
+        assert!(parse("GET /public/..;/admin HTTP/1.1\r\nHost: a\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn framing_is_written_from_what_was_parsed() {
+        let mut out = Vec::new();
+        end_head(&mut out, BodyKind::Length(87));
+        assert_eq!(out, b"content-length: 87\r\n\r\n");
+        out.clear();
+        end_head(&mut out, BodyKind::Chunked);
+        assert_eq!(out, b"transfer-encoding: chunked\r\n\r\n");
+        out.clear();
+        end_head(&mut out, BodyKind::None);
+        assert_eq!(out, b"\r\n");
     }
 
     #[test]

@@ -4,13 +4,22 @@
 //! No body for `HEAD`, 1xx, 204 and 304; else `chunked` when it is the last
 //! transfer coding; else `Content-Length`; else the body runs until the
 //! upstream closes. Informational responses other than 101 are skipped.
+//!
+//! The upstream's `Content-Length` and `Transfer-Encoding` lines are never
+//! copied to the client: the framing the client gets is written from the
+//! parsed [`BodyFraming`], so no `Connection` header of the upstream's can
+//! leave a response without its framing. Every `Connection` header
+//! counts. A 204 or 304 never carries a body-length header.
 
 use bytes::{Bytes, BytesMut};
+
+use crate::body::BodyEncoder;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use super::{
-    FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, is_hop_by_hop, names, tokens,
+    FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, is_hop_by_hop, is_protected, names,
+    tokens,
 };
 
 /// How the body of a response ends.
@@ -32,6 +41,8 @@ pub struct ResponseHead {
     /// End-to-end headers only: hop-by-hop ones are dropped at parse time.
     pub fields: Vec<FieldAt>,
     pub framing: BodyFraming,
+    /// The `Content-Length` of an answer to `HEAD`, which has no body.
+    pub declared_length: Option<u64>,
     /// The upstream allows another request on the connection.
     pub keep_alive: bool,
     /// The protocol of a `101 Switching Protocols`.
@@ -46,10 +57,24 @@ impl ResponseHead {
             .map(|f| (f.name(&self.head), f.value(&self.head)))
     }
 
+    /// The `Content-Length` the client is told: the body's length, or for
+    /// `HEAD` the one the upstream declared; none for 1xx, 204 and 304.
+    pub fn content_length(&self) -> Option<u64> {
+        match self.framing {
+            BodyFraming::Length(n) => Some(n),
+            BodyFraming::Empty => self.declared_length,
+            BodyFraming::Chunked | BodyFraming::UntilClose => None,
+        }
+    }
+
     /// The headers as a map, for a response going out through hyper. Values
-    /// share the head's bytes.
+    /// share the head's bytes; `content-length` is written from the parsed
+    /// framing.
     pub fn header_map(&self) -> HeaderMap {
-        let mut map = HeaderMap::with_capacity(self.fields.len());
+        let mut map = HeaderMap::with_capacity(self.fields.len() + 1);
+        if let Some(n) = self.content_length() {
+            map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
         for field in &self.fields {
             let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(field.name(&self.head)),
@@ -91,11 +116,12 @@ pub fn parse_response(
         }
         let http10 = response.version == Some(0);
         let view: &[u8] = buf;
-        let connection = response
+        let connection: Vec<&[u8]> = response
             .headers
             .iter()
-            .find(|h| h.name.eq_ignore_ascii_case("connection"))
-            .map(|h| h.value);
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .map(|h| h.value)
+            .collect();
         let mut fields = Vec::with_capacity(response.headers.len());
         let mut chunked = false;
         let mut transfer_encoding = false;
@@ -113,21 +139,19 @@ pub fn parse_response(
             } else if name.eq_ignore_ascii_case(b"upgrade") {
                 upgrade = Some(FieldAt::of(view, name, h.value));
             }
-            if is_hop_by_hop(name) || names(connection, name) {
+            let framing = name.eq_ignore_ascii_case(b"content-length");
+            let named = names(connection.iter().copied(), name) && !is_protected(name);
+            if framing || is_hop_by_hop(name) || named {
                 continue;
             }
             fields.push(FieldAt::of(view, name, h.value));
         }
         let keep_alive = if http10 {
-            names(connection, b"keep-alive")
+            names(connection.iter().copied(), b"keep-alive")
         } else {
-            !names(connection, b"close")
+            !names(connection.iter().copied(), b"close")
         };
         let head = buf.split_to(len).freeze();
-        // A response with a transfer coding has no meaningful length.
-        if transfer_encoding {
-            fields.retain(|f| !f.name(&head).eq_ignore_ascii_case(b"content-length"));
-        }
         let no_body = *method == Method::HEAD
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED
@@ -140,11 +164,17 @@ pub fn parse_response(
             BodyFraming::UntilClose
         } else {
             match length {
-                Some(0) => BodyFraming::Empty,
                 Some(n) => BodyFraming::Length(n),
                 None => BodyFraming::UntilClose,
             }
         };
+        // What a HEAD answer says the body would be, for the client.
+        let declared_length = (*method == Method::HEAD
+            && !transfer_encoding
+            && status != StatusCode::NO_CONTENT
+            && status != StatusCode::NOT_MODIFIED)
+            .then_some(length)
+            .flatten();
         // RFC 9112 §6.3: both a transfer coding and a length is a smell;
         // use the coding, then close.
         let keep_alive = keep_alive
@@ -158,6 +188,7 @@ pub fn parse_response(
             head,
             fields,
             framing,
+            declared_length,
             keep_alive,
             upgrade,
         }));
@@ -167,10 +198,11 @@ pub fn parse_response(
 /// How a response body is framed towards the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientFraming {
-    /// No body follows (HEAD, 1xx, 204, 304, or an empty local page).
+    /// No body and no body-length header (1xx, 204, 304).
     None,
-    /// The `Content-Length` among the headers stands.
-    Length,
+    /// `Content-Length: n`: the body's length, or for `HEAD` the declared
+    /// one (no body follows).
+    Length(u64),
     Chunked,
     /// Until the connection closes (HTTP/1.0 clients, bodies of unknown
     /// length).
@@ -178,16 +210,28 @@ pub enum ClientFraming {
 }
 
 impl ClientFraming {
-    /// The framing for a body framed `upstream` towards a client speaking
+    /// The framing of an upstream's answer towards a client speaking
     /// `version`.
-    pub fn for_client(upstream: BodyFraming, version: Version) -> ClientFraming {
-        match upstream {
-            BodyFraming::Empty => ClientFraming::None,
-            BodyFraming::Length(_) => ClientFraming::Length,
+    pub fn for_client(head: &ResponseHead, version: Version) -> ClientFraming {
+        match head.framing {
+            BodyFraming::Empty => head
+                .declared_length
+                .map_or(ClientFraming::None, ClientFraming::Length),
+            BodyFraming::Length(n) => ClientFraming::Length(n),
             BodyFraming::Chunked | BodyFraming::UntilClose if version == Version::HTTP_11 => {
                 ClientFraming::Chunked
             }
             BodyFraming::Chunked | BodyFraming::UntilClose => ClientFraming::UntilClose,
+        }
+    }
+
+    /// The encoder of the body that follows.
+    pub fn encoder(self) -> BodyEncoder {
+        match self {
+            ClientFraming::None => BodyEncoder::Length(0),
+            ClientFraming::Length(n) => BodyEncoder::Length(n),
+            ClientFraming::Chunked => BodyEncoder::Chunked,
+            ClientFraming::UntilClose => BodyEncoder::UntilClose,
         }
     }
 }
@@ -208,8 +252,14 @@ pub fn end_response_head(
     keep_alive: bool,
     version: Version,
 ) {
-    if framing == ClientFraming::Chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    match framing {
+        ClientFraming::None | ClientFraming::UntilClose => {}
+        ClientFraming::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        ClientFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     if !keep_alive {
         out.extend_from_slice(b"connection: close\r\n");
@@ -290,8 +340,22 @@ mod tests {
                 "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
                 Method::GET,
                 200,
-                BodyFraming::Empty,
+                BodyFraming::Length(0),
                 false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
+                Method::GET,
+                200,
+                BodyFraming::Length(3),
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 3\r\n\r\n",
+                Method::GET,
+                200,
+                BodyFraming::Length(3),
+                true,
             ),
             (
                 "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx",
@@ -338,6 +402,7 @@ mod tests {
         let map = head.header_map();
         assert_eq!(map["x-a"], "1");
         assert_eq!(map["content-length"], "5");
+        assert_eq!(map.get_all("content-length").iter().count(), 1);
     }
 
     #[test]
@@ -392,22 +457,67 @@ mod tests {
 
     #[test]
     fn client_framing_and_head_end() {
-        assert_eq!(
-            ClientFraming::for_client(BodyFraming::Chunked, Version::HTTP_11),
-            ClientFraming::Chunked
-        );
-        assert_eq!(
-            ClientFraming::for_client(BodyFraming::UntilClose, Version::HTTP_11),
-            ClientFraming::Chunked
-        );
-        assert_eq!(
-            ClientFraming::for_client(BodyFraming::Chunked, Version::HTTP_10),
-            ClientFraming::UntilClose
-        );
-        assert_eq!(
-            ClientFraming::for_client(BodyFraming::Length(3), Version::HTTP_10),
-            ClientFraming::Length
-        );
+        let framing = |text: &str, method: Method, version: Version| {
+            ClientFraming::for_client(&parse(text, method).unwrap().unwrap(), version)
+        };
+        let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let until_close = "HTTP/1.1 200 OK\r\n\r\n";
+        let length = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n";
+        let cases = [
+            (
+                chunked,
+                Method::GET,
+                Version::HTTP_11,
+                ClientFraming::Chunked,
+            ),
+            (
+                until_close,
+                Method::GET,
+                Version::HTTP_11,
+                ClientFraming::Chunked,
+            ),
+            (
+                chunked,
+                Method::GET,
+                Version::HTTP_10,
+                ClientFraming::UntilClose,
+            ),
+            (
+                length,
+                Method::GET,
+                Version::HTTP_10,
+                ClientFraming::Length(3),
+            ),
+            (
+                length,
+                Method::HEAD,
+                Version::HTTP_11,
+                ClientFraming::Length(3),
+            ),
+            (chunked, Method::HEAD, Version::HTTP_11, ClientFraming::None),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                Method::HEAD,
+                Version::HTTP_11,
+                ClientFraming::None,
+            ),
+            (
+                "HTTP/1.1 204 No Content\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Method::GET,
+                Version::HTTP_11,
+                ClientFraming::None,
+            ),
+        ];
+        for (text, method, version, want) in cases {
+            assert_eq!(
+                framing(text, method.clone(), version),
+                want,
+                "{text:?} {method}"
+            );
+        }
+        let mut out = Vec::new();
+        end_response_head(&mut out, ClientFraming::Length(12), true, Version::HTTP_11);
+        assert_eq!(out, b"content-length: 12\r\n\r\n");
         let mut out = Vec::new();
         write_status_line(&mut out, StatusCode::BAD_GATEWAY);
         end_response_head(&mut out, ClientFraming::Chunked, false, Version::HTTP_11);

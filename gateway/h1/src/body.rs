@@ -1,0 +1,537 @@
+//! One body codec for both sides of the proxy: the client's request body
+//! and the upstream's response body are decoded by [`BodyDecoder`], and
+//! every body that leaves, either way, is framed by [`BodyEncoder`].
+//!
+//! The proxy never forwards framing bytes: a chunked body is decoded to
+//! its data and encoded again, extensions and trailers dropped, so what
+//! the next hop sees is framed by what this side parsed, never by what the
+//! sender wrote.
+//!
+//! ## Limits
+//! A chunk-size line (with its extensions) is at most [`MAX_CHUNK_LINE`]
+//! bytes and the trailers at most [`MAX_TRAILERS`] bytes in all, however
+//! the bytes arrive: whole, or a byte at a time. A chunk size is hex digits
+//! only (no sign, no `0x`, at most 16 of them), and every line ends in
+//! CRLF.
+
+use bytes::buf::Chain;
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::{MAX_CHUNK_LINE, MAX_TRAILERS, ParseError};
+
+/// What one decoding step produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    Data(Bytes),
+    /// The buffer holds no complete next piece: read more.
+    NeedMore,
+    Done,
+}
+
+/// Where a chunked body decoder stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// Expecting a chunk-size line.
+    Size,
+    /// Inside a chunk's data.
+    Data(u64),
+    /// After a chunk's data, expecting its CRLF.
+    DataEnd,
+    /// After the last chunk: trailer bytes seen so far (read and dropped).
+    Trailers(usize),
+}
+
+/// Decodes one body from the bytes of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyDecoder {
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Length(u64),
+    Chunked(Chunk),
+    /// Until the sender closes (responses only).
+    UntilClose,
+    Done,
+}
+
+fn line_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\r\n")
+}
+
+/// Parses a chunk-size line without its CRLF: hex digits, then optional
+/// extensions after `;` (whitespace allowed before it).
+fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
+    let bad = ParseError::Chunk("bad chunk size");
+    let digits = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    if digits == 0 || digits > 16 {
+        return Err(bad);
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !rest.is_empty() && rest[0] != b';' {
+        return Err(bad);
+    }
+    if rest.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err(ParseError::Chunk("control character in a chunk extension"));
+    }
+    line[..digits]
+        .iter()
+        .try_fold(0u64, |n, &b| {
+            let d = (b as char).to_digit(16)?;
+            n.checked_mul(16)?.checked_add(u64::from(d))
+        })
+        .ok_or(bad)
+}
+
+impl BodyDecoder {
+    /// A body of `n` bytes.
+    pub fn length(n: u64) -> BodyDecoder {
+        let state = if n == 0 {
+            State::Done
+        } else {
+            State::Length(n)
+        };
+        BodyDecoder { state }
+    }
+
+    pub fn chunked() -> BodyDecoder {
+        BodyDecoder {
+            state: State::Chunked(Chunk::Size),
+        }
+    }
+
+    /// A body that ends when the sender closes the connection.
+    pub fn until_close() -> BodyDecoder {
+        BodyDecoder {
+            state: State::UntilClose,
+        }
+    }
+
+    /// No body.
+    pub fn empty() -> BodyDecoder {
+        BodyDecoder { state: State::Done }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// The body ends only when its sender closes.
+    pub fn is_until_close(&self) -> bool {
+        self.state == State::UntilClose
+    }
+
+    /// Bytes still to come, when known.
+    pub fn remaining(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) => Some(n),
+            State::Done => Some(0),
+            State::Chunked(_) | State::UntilClose => None,
+        }
+    }
+
+    /// Decodes the next piece of the body from `buf`, taking what it uses
+    /// out of it; what follows the body stays.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ParseError> {
+        loop {
+            match &mut self.state {
+                State::Done => return Ok(Decoded::Done),
+                State::UntilClose | State::Length(_) if buf.is_empty() => {
+                    return Ok(Decoded::NeedMore);
+                }
+                State::UntilClose => return Ok(Decoded::Data(buf.split().freeze())),
+                State::Length(remaining) => {
+                    let take = usize::try_from(*remaining)
+                        .unwrap_or(usize::MAX)
+                        .min(buf.len());
+                    *remaining -= take as u64;
+                    if *remaining == 0 {
+                        self.state = State::Done;
+                    }
+                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                }
+                State::Chunked(chunk) => match decode_chunk(chunk, buf)? {
+                    Some(Decoded::Done) => self.state = State::Done,
+                    Some(decoded) => return Ok(decoded),
+                    None => {}
+                },
+            }
+        }
+    }
+
+    /// The sender closed the connection: the end of a body that runs until
+    /// then, else a truncated body.
+    pub fn at_eof(&mut self) -> Result<(), ParseError> {
+        match self.state {
+            State::UntilClose | State::Done => {
+                self.state = State::Done;
+                Ok(())
+            }
+            State::Length(_) | State::Chunked(_) => Err(ParseError::Truncated),
+        }
+    }
+}
+
+/// One step of a chunked body: `None` when the state moved and decoding
+/// goes on.
+fn decode_chunk(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Option<Decoded>, ParseError> {
+    match *chunk {
+        Chunk::Size => {
+            let Some(end) = line_end(buf) else {
+                if buf.len() > MAX_CHUNK_LINE {
+                    return Err(ParseError::Chunk("chunk-size line too long"));
+                }
+                return Ok(Some(Decoded::NeedMore));
+            };
+            if end > MAX_CHUNK_LINE {
+                return Err(ParseError::Chunk("chunk-size line too long"));
+            }
+            let size = chunk_size(&buf[..end])?;
+            buf.advance(end + 2);
+            *chunk = if size == 0 {
+                Chunk::Trailers(0)
+            } else {
+                Chunk::Data(size)
+            };
+            Ok(None)
+        }
+        Chunk::Data(remaining) => {
+            if buf.is_empty() {
+                return Ok(Some(Decoded::NeedMore));
+            }
+            let take = usize::try_from(remaining)
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            let left = remaining - take as u64;
+            *chunk = if left == 0 {
+                Chunk::DataEnd
+            } else {
+                Chunk::Data(left)
+            };
+            Ok(Some(Decoded::Data(buf.split_to(take).freeze())))
+        }
+        Chunk::DataEnd => {
+            if buf.len() < 2 {
+                return Ok(Some(Decoded::NeedMore));
+            }
+            if &buf[..2] != b"\r\n" {
+                return Err(ParseError::Chunk("missing CRLF after chunk data"));
+            }
+            buf.advance(2);
+            *chunk = Chunk::Size;
+            Ok(None)
+        }
+        Chunk::Trailers(seen) => {
+            let Some(end) = line_end(buf) else {
+                if seen + buf.len() > MAX_TRAILERS {
+                    return Err(ParseError::Chunk("trailers too large"));
+                }
+                return Ok(Some(Decoded::NeedMore));
+            };
+            if seen + end + 2 > MAX_TRAILERS {
+                return Err(ParseError::Chunk("trailers too large"));
+            }
+            if end > 0 && !is_field_line(&buf[..end]) {
+                return Err(ParseError::Chunk("malformed trailer line"));
+            }
+            buf.advance(end + 2);
+            if end == 0 {
+                return Ok(Some(Decoded::Done));
+            }
+            *chunk = Chunk::Trailers(seen + end + 2);
+            Ok(None)
+        }
+    }
+}
+
+/// Whether a trailer line is `name: value` with a token name.
+fn is_field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    colon > 0
+        && line[..colon].iter().all(|&b| crate::is_token(b))
+        && line[colon + 1..]
+            .iter()
+            .all(|&b| (b >= 0x20 && b != 0x7f) || b == b'\t')
+}
+
+/// The size line of one chunk, on the stack.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkSize {
+    bytes: [u8; 18],
+    start: u8,
+}
+
+impl ChunkSize {
+    /// `{len:x}\r\n`, or nothing when `len` is `None`.
+    fn new(len: Option<usize>) -> ChunkSize {
+        let mut bytes = [0u8; 18];
+        let Some(mut n) = len else {
+            return ChunkSize { bytes, start: 18 };
+        };
+        bytes[16] = b'\r';
+        bytes[17] = b'\n';
+        let mut i = 16;
+        loop {
+            i -= 1;
+            bytes[i] = b"0123456789abcdef"[n & 0xf];
+            n >>= 4;
+            if n == 0 {
+                break;
+            }
+        }
+        ChunkSize {
+            bytes,
+            start: i as u8,
+        }
+    }
+}
+
+impl Buf for ChunkSize {
+    fn remaining(&self) -> usize {
+        18 - self.start as usize
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.bytes[self.start as usize..]
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        self.start = (self.start as usize + cnt).min(18) as u8;
+    }
+}
+
+/// One piece of a body, framed for the wire.
+pub type Framed = Chain<Chain<ChunkSize, Bytes>, &'static [u8]>;
+
+/// The end of a chunked body, without trailers.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// Frames a body that leaves, the same way on both sides: as the length
+/// the head declared (and never a byte more), chunked, or until close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEncoder {
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+impl BodyEncoder {
+    /// Frames one piece of the body. A length-framed body refuses bytes
+    /// past its declared length: they would be read as the next message.
+    pub fn encode(&mut self, data: Bytes) -> Result<Framed, ParseError> {
+        match self {
+            BodyEncoder::Length(remaining) => {
+                let len = data.len() as u64;
+                *remaining = remaining.checked_sub(len).ok_or(ParseError::BodyLength)?;
+                Ok(ChunkSize::new(None).chain(data).chain(&b""[..]))
+            }
+            BodyEncoder::Chunked if data.is_empty() => {
+                Ok(ChunkSize::new(None).chain(data).chain(&b""[..]))
+            }
+            BodyEncoder::Chunked => Ok(ChunkSize::new(Some(data.len()))
+                .chain(data)
+                .chain(&b"\r\n"[..])),
+            BodyEncoder::UntilClose => Ok(ChunkSize::new(None).chain(data).chain(&b""[..])),
+        }
+    }
+
+    /// What ends the body: the last chunk, or nothing. A length-framed body
+    /// that got fewer bytes than it declared is an error.
+    pub fn finish(&self) -> Result<&'static [u8], ParseError> {
+        match self {
+            BodyEncoder::Length(0) | BodyEncoder::UntilClose => Ok(b""),
+            BodyEncoder::Length(_) => Err(ParseError::BodyLength),
+            BodyEncoder::Chunked => Ok(LAST_CHUNK),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(
+        mut decoder: BodyDecoder,
+        input: &[u8],
+        step: usize,
+    ) -> Result<Vec<u8>, ParseError> {
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut fed = 0;
+        loop {
+            match decoder.decode(&mut buf)? {
+                Decoded::Data(data) => out.extend_from_slice(&data),
+                Decoded::Done => return Ok(out),
+                Decoded::NeedMore if fed < input.len() => {
+                    let end = (fed + step).min(input.len());
+                    buf.extend_from_slice(&input[fed..end]);
+                    fed = end;
+                }
+                Decoded::NeedMore => {
+                    decoder.at_eof()?;
+                    return Ok(out);
+                }
+            }
+        }
+    }
+
+    fn encode_all(mut encoder: BodyEncoder, pieces: &[&[u8]]) -> Result<Vec<u8>, ParseError> {
+        let mut out = Vec::new();
+        for piece in pieces {
+            let mut framed = encoder.encode(Bytes::copy_from_slice(piece))?;
+            while framed.has_remaining() {
+                out.extend_from_slice(framed.chunk());
+                let n = framed.chunk().len();
+                framed.advance(n);
+            }
+        }
+        out.extend_from_slice(encoder.finish()?);
+        Ok(out)
+    }
+
+    #[test]
+    fn chunked_bodies_decode_however_they_are_split() {
+        let body = b"5;name=v\r\nhello\r\n7 ; x\r\n, world\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        for step in 1..body.len() {
+            let mut buf = BytesMut::new();
+            let mut decoder = BodyDecoder::chunked();
+            let mut out = Vec::new();
+            let mut fed = 0;
+            loop {
+                match decoder.decode(&mut buf).unwrap() {
+                    Decoded::Data(d) => out.extend_from_slice(&d),
+                    Decoded::Done => break,
+                    Decoded::NeedMore => {
+                        let end = (fed + step).min(body.len());
+                        buf.extend_from_slice(&body[fed..end]);
+                        fed = end;
+                    }
+                }
+            }
+            assert_eq!(out, b"hello, world", "step {step}");
+            // What follows the body stays for the next message.
+            buf.extend_from_slice(&body[fed..]);
+            assert_eq!(&buf[..], b"NEXT", "step {step}");
+        }
+    }
+
+    #[test]
+    fn malformed_chunks_are_errors() {
+        for bad in [
+            &b"zz\r\nhello\r\n"[..],
+            b"5\r\nhelloXX",
+            b"\r\n",
+            b"+5\r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"-5\r\nhello\r\n",
+            b" 5\r\nhello\r\n",
+            b"5 x\r\nhello\r\n",
+            b"11111111111111111\r\n",
+            b"ffffffffffffffff0\r\n",
+            b"5\nhello\n0\n\n",
+            b"0\r\nno colon\r\n\r\n",
+            b"0\r\n: empty name\r\n\r\n",
+            b"1;a\x00b\r\nx\r\n0\r\n\r\n",
+        ] {
+            for step in [1, 3, 1000] {
+                assert!(
+                    decode_all(BodyDecoder::chunked(), bad, step).is_err(),
+                    "{:?} step {step}",
+                    String::from_utf8_lossy(bad)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn limits_hold_however_the_bytes_arrive() {
+        let long_line = [
+            b"1;".as_slice(),
+            &[b'x'; MAX_CHUNK_LINE],
+            b"\r\nx\r\n0\r\n\r\n",
+        ]
+        .concat();
+        let many_trailers: Vec<u8> = [b"0\r\n".as_slice()]
+            .into_iter()
+            .chain(std::iter::repeat_n(
+                &b"x-t: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"[..],
+                1000,
+            ))
+            .chain([&b"\r\n"[..]])
+            .flatten()
+            .copied()
+            .collect();
+        for input in [&long_line, &many_trailers] {
+            for step in [1, 7, 4096, input.len()] {
+                assert!(
+                    decode_all(BodyDecoder::chunked(), input, step).is_err(),
+                    "step {step}"
+                );
+            }
+        }
+        // Just under both limits passes.
+        let fits = [
+            b"1;".as_slice(),
+            &[b'x'; MAX_CHUNK_LINE - 2],
+            b"\r\nx\r\n0\r\n\r\n",
+        ]
+        .concat();
+        assert_eq!(
+            decode_all(BodyDecoder::chunked(), &fits, fits.len()).unwrap(),
+            b"x"
+        );
+    }
+
+    #[test]
+    fn lengths_and_until_close() {
+        assert_eq!(
+            decode_all(BodyDecoder::length(5), b"helloGET", 3).unwrap(),
+            b"hello"
+        );
+        assert_eq!(decode_all(BodyDecoder::length(0), b"GET", 3).unwrap(), b"");
+        assert_eq!(
+            decode_all(BodyDecoder::length(9), b"hello", 2),
+            Err(ParseError::Truncated)
+        );
+        assert_eq!(
+            decode_all(BodyDecoder::until_close(), b"all of it", 2).unwrap(),
+            b"all of it"
+        );
+        assert_eq!(
+            decode_all(BodyDecoder::chunked(), b"5\r\nhel", 2),
+            Err(ParseError::Truncated)
+        );
+    }
+
+    #[test]
+    fn encoders_frame_what_they_are_given_and_no_more() {
+        assert_eq!(
+            encode_all(BodyEncoder::Chunked, &[b"hello", b"", b", world"]).unwrap(),
+            b"5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+        );
+        assert_eq!(
+            encode_all(BodyEncoder::Length(5), &[b"hel", b"lo"]).unwrap(),
+            b"hello"
+        );
+        assert_eq!(
+            encode_all(BodyEncoder::Length(4), &[b"hello"]),
+            Err(ParseError::BodyLength)
+        );
+        assert_eq!(
+            encode_all(BodyEncoder::Length(6), &[b"hello"]),
+            Err(ParseError::BodyLength)
+        );
+        let big = vec![b'a'; 0x1_0000];
+        let framed = encode_all(BodyEncoder::Chunked, &[&big]).unwrap();
+        assert!(framed.starts_with(b"10000\r\naaa"));
+        // What one side encodes, the other decodes.
+        let decoded = decode_all(BodyDecoder::chunked(), &framed, 999).unwrap();
+        assert_eq!(decoded, big);
+    }
+}
