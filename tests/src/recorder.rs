@@ -21,6 +21,9 @@ pub const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 struct Seen {
     bytes: Vec<u8>,
     requests: usize,
+    /// Connections open now, and accepted in all.
+    open: usize,
+    accepted: usize,
 }
 
 #[derive(Debug)]
@@ -80,6 +83,16 @@ pub fn frame(buf: &[u8]) -> Result<Option<usize>, Unframed> {
     }
 }
 
+/// Counts a connection closed when its task ends, however it ends.
+struct Closed(Arc<Mutex<Seen>>, Arc<Notify>);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).open -= 1;
+        self.1.notify_waiters();
+    }
+}
+
 impl Recorder {
     pub async fn start() -> Recorder {
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -95,7 +108,14 @@ impl Recorder {
                     continue;
                 };
                 let (seen, changed) = (Arc::clone(&task_seen), Arc::clone(&task_changed));
+                {
+                    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    seen.open += 1;
+                    seen.accepted += 1;
+                }
+                changed.notify_waiters();
                 tokio::spawn(async move {
+                    let _closed = Closed(Arc::clone(&seen), Arc::clone(&changed));
                     let mut pending = Vec::new();
                     let mut chunk = [0u8; 16384];
                     loop {
@@ -151,17 +171,33 @@ impl Recorder {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).requests
     }
 
+    /// Connections open now, and accepted since the start.
+    pub fn connections(&self) -> (usize, usize) {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        (seen.open, seen.accepted)
+    }
+
     /// Waits until at least `n` complete requests have arrived, at most
     /// `within`; returns whether they did.
     pub async fn wait_requests(&self, n: usize, within: std::time::Duration) -> bool {
+        self.wait(within, |r| r.requests() >= n).await
+    }
+
+    /// Waits until `check` holds, at most `within`, woken by every change;
+    /// returns whether it held.
+    pub async fn wait(
+        &self,
+        within: std::time::Duration,
+        check: impl Fn(&Recorder) -> bool,
+    ) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let changed = self.changed.notified();
-            if self.requests() >= n {
+            if check(self) {
                 return true;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return self.requests() >= n;
+                return check(self);
             }
         }
     }

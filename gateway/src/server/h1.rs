@@ -216,10 +216,7 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
         match one(&mut conn, parts, proxy, client).await {
             Next::KeepAlive if !shutdown.is_fired() => {}
             Next::Tunnel { upstream, leftover } => return tunnel(conn, upstream, leftover).await,
-            Next::KeepAlive | Next::Close => {
-                let _ = conn.io.shutdown().await;
-                return;
-            }
+            Next::KeepAlive | Next::Close => return linger(conn).await,
         }
     }
 }
@@ -249,6 +246,25 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
             () = shutdown.wait(), if idle => return Read::Gone,
         }
     }
+}
+
+/// How long a closing connection's unread bytes are read and dropped.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Closes a connection the lingering way, as nginx does: our side is shut
+/// first, then what the client still sends (the rest of a body that was
+/// not read) is read and dropped for at most [`LINGER`]. Closed at once,
+/// those unread bytes would reset the connection and could destroy the
+/// answer before the client reads it.
+async fn linger(mut conn: ClientConn) {
+    if conn.io.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 16 * 1024];
+    let _ = tokio::time::timeout(LINGER, async {
+        while matches!(conn.io.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }
 
 /// Serves one request.

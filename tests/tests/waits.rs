@@ -1,0 +1,298 @@
+//! Every wait the node does on a client or a replica is bounded by
+//! inactivity, never by duration: a request body that stops arriving, a
+//! replica that stops reading one, an idle HTTP/2 connection, more HTTP/2
+//! streams than a connection may carry. And what keeps moving is never cut: a 100 MiB upload, a
+//! WebSocket that outlives every bound.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, StreamBody};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use picket_tests::node::{TestNode, route};
+use picket_tests::recorder::Recorder;
+use picket_tests::upstream::{Behaviour, Upstream};
+use picket_tests::wire::Wire;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+/// Short bounds, so that a test sees them pass.
+fn short_bounds(replicas: &[std::net::SocketAddr]) -> String {
+    format!(
+        "[node]\nidle_timeout = \"1s\"\nheader_timeout = \"1s\"\n[global]\nbody_timeout = \"1s\"\nfirst_answer_timeout = \"1s\"\n{}",
+        route("r", "/", replicas, "")
+    )
+}
+
+#[tokio::test]
+async fn a_stalled_request_body_gets_408_and_frees_the_replica() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[recorder.addr]));
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let mut wire = Wire::connect(node.proxy).await;
+        wire.send(b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc")
+            .await;
+        clients.push(wire);
+    }
+    let started = Instant::now();
+    for wire in &mut clients {
+        let response = wire.response(false).await.expect("an answer");
+        assert_eq!(response.status, 408);
+    }
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(4), "408s after {waited:?}");
+    // The replica's connections that carried the broken bodies are closed.
+    assert!(
+        recorder
+            .wait(Duration::from_secs(3), |r| r.connections().0 == 0)
+            .await,
+        "connections to the replica still open: {:?}",
+        recorder.connections()
+    );
+    assert_eq!(recorder.requests(), 0);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_trickling_body_is_never_cut() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[recorder.addr]));
+    let mut wire = Wire::connect(node.proxy).await;
+    wire.send(b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await;
+    // Ten pieces 400 ms apart: four times the body bound in all.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        wire.send(b"5\r\nhello\r\n").await;
+    }
+    wire.send(b"0\r\n\r\n").await;
+    let response = wire.response(false).await.expect("an answer");
+    assert_eq!(response.status, 200);
+    assert_eq!(recorder.requests(), 1);
+    node.stop().await;
+}
+
+/// An upstream that accepts connections and never reads from them.
+async fn deaf() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn a_replica_that_stops_reading_a_body_is_treated_as_silent() {
+    let (deaf, task) = deaf().await;
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[deaf, recorder.addr]));
+    // Round robin: one of the first two requests goes to the deaf replica.
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        let stream = TcpStream::connect(node.proxy).await.expect("connect");
+        let (mut reader, mut writer) = stream.into_split();
+        let size = 64 << 20;
+        let sending = tokio::spawn(async move {
+            let head = format!("PUT / HTTP/1.1\r\nHost: h\r\nContent-Length: {size}\r\n\r\n");
+            writer.write_all(head.as_bytes()).await?;
+            let piece = vec![b'x'; 1 << 16];
+            for _ in 0..size / piece.len() {
+                writer.write_all(&piece).await?;
+            }
+            std::io::Result::Ok(())
+        });
+        let mut answer = Vec::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(20), reader.read_to_end(&mut answer)).await;
+        sending.abort();
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        statuses.push(text.split_whitespace().nth(1).unwrap_or("none").to_string());
+    }
+    statuses.sort();
+    assert_eq!(statuses, ["200", "504"]);
+    node.verdict_until(
+        "r",
+        "the replica that stopped reading is out of rotation",
+        Duration::from_secs(2),
+        |v| v.ready == 1 && v.total == 2,
+    )
+    .await;
+    task.abort();
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_100_mib_upload_crosses_whole() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[recorder.addr]));
+    let size: usize = 100 << 20;
+    let mut wire = Wire::connect(node.proxy).await;
+    wire.send(format!("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: {size}\r\n\r\n").as_bytes())
+        .await;
+    let piece = vec![b'y'; 1 << 20];
+    for _ in 0..size / piece.len() {
+        wire.send(&piece).await;
+    }
+    let response = wire.response(false).await.expect("an answer");
+    assert_eq!(response.status, 200);
+    let (received, requests) = recorder.take();
+    assert_eq!(requests, 1);
+    let head_end = received
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert_eq!(received.len() - head_end, size);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_websocket_outlives_every_bound() {
+    // Seconds of traffic; PICKET_LONG_WEBSOCKET_S=600 runs the ten-minute
+    // case by hand.
+    let seconds: u64 = std::env::var("PICKET_LONG_WEBSOCKET_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let upstream = Upstream::start("ws", Behaviour::WebSocket).await;
+    let node = TestNode::start(&short_bounds(&[upstream.addr]));
+    let url = format!("ws://{}/chat", node.proxy);
+    let (mut ws, response) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    assert_eq!(response.status(), 101);
+    let start = Instant::now();
+    let mut i = 0u64;
+    // A message every 700 ms: every bound (1 s) passes many times over in
+    // all, while the connection is never idle for one.
+    while start.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        ws.send(tokio_tungstenite::tungstenite::Message::text(format!(
+            "ping {i}"
+        )))
+        .await
+        .expect("send");
+        let reply = tokio::time::timeout(Duration::from_secs(2), ws.next())
+            .await
+            .expect("a reply in time")
+            .expect("a frame")
+            .expect("a message");
+        assert_eq!(
+            reply.into_text().expect("text").as_str(),
+            format!("ping {i}")
+        );
+        i += 1;
+    }
+    assert!(i >= 5);
+    ws.close(None).await.expect("close");
+    node.stop().await;
+}
+
+/// A request body streamed piece by piece.
+type Streamed = StreamBody<Pieces>;
+
+type Pieces =
+    futures_util::stream::BoxStream<'static, Result<hyper::body::Frame<Bytes>, std::io::Error>>;
+
+async fn h2_connect(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<Streamed>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("h2 handshake");
+    (sender, tokio::spawn(connection))
+}
+
+fn h2_request(body: Pieces) -> http::Request<Streamed> {
+    let mut req = http::Request::new(StreamBody::new(body));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = http::Uri::from_static("http://h/");
+    req
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[recorder.addr]));
+    let (mut sender, connection) = h2_connect(node.proxy).await;
+    let body =
+        futures_util::stream::iter([Ok(hyper::body::Frame::data(Bytes::from_static(b"hi")))])
+            .boxed();
+    let response = sender
+        .send_request(h2_request(body))
+        .await
+        .expect("a response");
+    assert_eq!(response.status(), 200);
+    let _ = response.into_body().collect().await;
+    let started = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection).await;
+    assert!(
+        ended.is_ok(),
+        "the idle connection was still open after 5 s"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before the idle timeout"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn http2_streams_are_limited_and_their_bodies_bounded() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[recorder.addr]));
+    let (sender, _connection) = h2_connect(node.proxy).await;
+    let mut streams = Vec::new();
+    // 150 requests whose bodies send one piece and then nothing.
+    for _ in 0..150 {
+        let mut sender = sender.clone();
+        let body = futures_util::stream::iter([Ok(hyper::body::Frame::data(Bytes::from_static(
+            b"start",
+        )))])
+        .chain(futures_util::stream::pending())
+        .boxed();
+        streams.push(tokio::spawn(async move {
+            match sender.send_request(h2_request(body)).await {
+                Ok(response) => response.status().as_u16(),
+                Err(_) => 0,
+            }
+        }));
+    }
+    // While they hang, never more than 100 reach the replica at once.
+    let mut most = 0;
+    let watch_until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < watch_until {
+        most = most.max(recorder.connections().0);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        most <= 100,
+        "{most} upstream connections at once from one client connection"
+    );
+    assert!(most > 0, "no stream reached the replica");
+    // Each stalled body is given up after the body bound: 408.
+    let mut statuses = Vec::new();
+    for stream in streams {
+        statuses.push(
+            tokio::time::timeout(Duration::from_secs(10), stream)
+                .await
+                .expect("every stream ends")
+                .expect("join"),
+        );
+    }
+    let timed_out = statuses.iter().filter(|s| **s == 408).count();
+    assert_eq!(timed_out, 150, "{statuses:?}");
+    node.stop().await;
+}
