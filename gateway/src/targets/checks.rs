@@ -167,7 +167,10 @@ impl Checker {
                     (Arc::clone(&upstream), Arc::clone(replica), self.timeout);
                 checks.push(async move {
                     let observation = match timeout(bound, tcp_connect(&target)).await {
-                        Ok(Ok(_stream)) => Observation::ProbeOk,
+                        Ok(Ok(_stream)) => {
+                            crate::resources::LOCAL.ok();
+                            Observation::ProbeOk
+                        }
                         Ok(Err(ConnectFailure::Refused)) => {
                             Observation::ConnectFailed(EjectReason::Refused)
                         }

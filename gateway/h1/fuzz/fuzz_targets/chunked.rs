@@ -75,7 +75,11 @@ fuzz_target!(|data: &[u8]| {
         let framed = encode(&at_once.data, &pieces);
         let again = decode(&framed, &[usize::MAX]);
         assert_eq!(again.data, at_once.data, "framed again, the data changes");
-        assert_eq!(again.end, End::Done(Bytes::new()), "framed again, the end moves");
+        assert_eq!(
+            again.end,
+            End::Done(Bytes::new()),
+            "framed again, the end moves"
+        );
     }
 });
 
@@ -181,7 +185,10 @@ fn documented(input: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     let mut at = input;
     loop {
         let (size_line, after) = line(at)?;
-        let digits = size_line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        let digits = size_line
+            .iter()
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
         if digits == 0 || digits > 16 {
             return None;
         }

@@ -152,7 +152,8 @@ fn hyper(input: &[u8]) -> Option<(Vec<Seen>, After)> {
     let wire = Wire {
         input: Bytes::copy_from_slice(input),
     };
-    let mut connection = pin!(hyper::server::conn::http1::Builder::new().serve_connection(wire, service));
+    let mut connection =
+        pin!(hyper::server::conn::http1::Builder::new().serve_connection(wire, service));
     let woken = Arc::new(Woken(AtomicBool::new(false)));
     let waker = Waker::from(woken.clone());
     let mut cx = Context::from_waker(&waker);
@@ -186,7 +187,11 @@ async fn serve(request: Request<Incoming>, record: &RefCell<Vec<Seen>>) -> Respo
             Some(q) => format!("{}?{q}", uri.path()),
             None => uri.path().to_owned(),
         };
-        (uri.authority().map(|a| Bytes::copy_from_slice(a.as_str().as_bytes())), pq)
+        (
+            uri.authority()
+                .map(|a| Bytes::copy_from_slice(a.as_str().as_bytes())),
+            pq,
+        )
     } else {
         let host = request
             .headers()
@@ -194,7 +199,11 @@ async fn serve(request: Request<Incoming>, record: &RefCell<Vec<Seen>>) -> Respo
             .map(|h| Bytes::copy_from_slice(h.as_bytes()));
         (host, uri.to_string())
     };
-    let host = if method == Method::CONNECT { None } else { host };
+    let host = if method == Method::CONNECT {
+        None
+    } else {
+        host
+    };
     let path = if path == "*" {
         Bytes::from_static(b"*")
     } else {
@@ -259,11 +268,18 @@ fn compare(input: &[u8], picket: &[Seen], picket_after: After, hyper: &[Seen], h
                 } else {
                     (&h.body, &p.body)
                 };
-                assert!(long.starts_with(short), "{}", why("cut-short bodies differ"));
+                assert!(
+                    long.starts_with(short),
+                    "{}",
+                    why("cut-short bodies differ")
+                );
                 return;
             }
             (End::Complete, End::Truncated) | (End::Truncated, End::Complete) => {
-                panic!("{}", why("one side ended the body, the other waits for more of it"));
+                panic!(
+                    "{}",
+                    why("one side ended the body, the other waits for more of it")
+                );
             }
         }
     }
@@ -325,7 +341,11 @@ impl Read for Wire {
 }
 
 impl Write for Wire {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Poll::Ready(Ok(buf.len()))
     }
 
