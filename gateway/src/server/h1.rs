@@ -209,7 +209,12 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
                     body: body.into(),
                     retry_after: None,
                 };
-                let _ = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
+                if write_page(&mut conn, &page, Version::HTTP_11, false, false)
+                    .await
+                    .is_ok()
+                {
+                    linger(conn).await;
+                }
                 return;
             }
         };

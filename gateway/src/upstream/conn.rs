@@ -273,7 +273,9 @@ impl UpstreamBody {
         let (Some(mut conn), Some(release)) = (self.conn.take(), self.release.take()) else {
             return;
         };
-        if self.reusable && conn.buf.is_empty() {
+        // Bytes past the end of the body (read, or waiting in the socket)
+        // are an answer nobody asked for: the connection is not reused.
+        if self.reusable && conn.buf.is_empty() && conn.is_usable() {
             conn.served += 1;
             release.upstream.pool.checkin(&release.replica.key, conn);
         }
