@@ -200,6 +200,9 @@ pub struct ConnectionMetrics {
     pub open: Gauge,
     /// Times the listener reached `max_connections` and stopped accepting.
     pub limit_reached: Counter,
+    /// Requests refused before routing: malformed heads and targets,
+    /// heads over the limits, unsupported framing.
+    pub refused: Counter,
 }
 
 /// The states of a circuit, as metric labels, in the order of
@@ -367,6 +370,11 @@ impl Metrics {
             "connection_limit_reached",
             "Times the proxy reached max_connections and stopped accepting until a connection closed",
             connections.limit_reached.clone(),
+        );
+        registry.register(
+            "client_requests_refused",
+            "Requests refused before routing: malformed heads or targets, heads over the limits, unsupported framing",
+            connections.refused.clone(),
         );
         let local = &*crate::resources::LOCAL;
         registry.register(

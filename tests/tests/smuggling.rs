@@ -289,6 +289,9 @@ async fn node_on(recorder: &Recorder) -> TestNode {
     TestNode::start(&config)
 }
 
+/// The variants refused before routing: their heads or targets.
+const REFUSED_HEADS: u64 = 23;
+
 /// Lets any bytes still in flight arrive before the recording is read:
 /// what must not arrive gets this long to show up.
 const SETTLE: Duration = Duration::from_millis(150);
@@ -340,6 +343,16 @@ async fn framing_variants_reach_the_upstream_as_one_request_or_nothing() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Each head refused before routing is counted.
+    let metrics = picket_tests::client::get(node.admin, "admin", "/metrics")
+        .await
+        .expect("metrics")
+        .text();
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("picket_client_requests_refused_total "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(refused, Some(REFUSED_HEADS), "{metrics}");
     node.stop().await;
 }
 

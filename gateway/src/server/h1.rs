@@ -191,6 +191,7 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
             Read::Request(parts) => parts,
             Read::Gone => return,
             Read::Refused(error) => {
+                proxy.metrics().connections.refused.inc();
                 let status = match error {
                     ParseError::HeadTooLarge | ParseError::TooManyHeaders => {
                         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE

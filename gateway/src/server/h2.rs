@@ -172,7 +172,10 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         .map_or(&b"/"[..], |pq| pq.as_str().as_bytes());
     let path = match crate::h1::target::normalize(target) {
         Ok(path) => path,
-        Err(_) => return ProxyError::BadRequest("invalid request target").response(accept),
+        Err(_) => {
+            proxy.metrics().connections.refused.inc();
+            return ProxyError::BadRequest("invalid request target").response(accept);
+        }
     };
     let path = &path[..];
     let route = match proxy.route(host, path) {
