@@ -1,6 +1,7 @@
 //! The `picket` command: run a node, check a configuration, or try the demo.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use picket::config::{Config, Overrides};
 use picket::node::{self, Listeners, Node, Options};
-use picket::{demo, shutdown};
+use picket::{demo, shutdown, socket_proxy};
 
 /// Picket: an HTTP gateway that runs as a cluster, one node per machine.
 ///
@@ -73,6 +74,40 @@ enum Command {
             default_value = "/var/run/docker.sock"
         )]
         socket: PathBuf,
+        /// Time a client has to send a complete request head (from accept
+        /// for its first request); past it the connection is closed.
+        #[arg(
+            long,
+            env = "PICKET_SOCKET_PROXY_HEADER_TIMEOUT",
+            value_parser = positive_duration,
+            default_value_t = humantime::Duration::from(socket_proxy::Bounds::DEFAULT.header_read)
+        )]
+        header_timeout: humantime::Duration,
+        /// Time a kept-alive connection may wait between requests. A
+        /// response in progress, such as the event stream, is never cut.
+        #[arg(
+            long,
+            env = "PICKET_SOCKET_PROXY_IDLE_TIMEOUT",
+            value_parser = positive_duration,
+            default_value_t = humantime::Duration::from(socket_proxy::Bounds::DEFAULT.idle)
+        )]
+        idle_timeout: humantime::Duration,
+        /// Connections open at once. At the limit the proxy stops accepting
+        /// until one closes; further clients wait in the listen backlog.
+        #[arg(
+            long,
+            env = "PICKET_SOCKET_PROXY_MAX_CONNECTIONS",
+            default_value_t = socket_proxy::Bounds::DEFAULT.max_connections
+        )]
+        max_connections: NonZeroUsize,
+        /// Threads serving the proxy.
+        #[arg(
+            long,
+            env = "PICKET_SOCKET_PROXY_WORKERS",
+            default_value_t = 2,
+            value_parser = clap::value_parser!(u16).range(1..=64)
+        )]
+        workers: u16,
     },
     /// Ask a node's admin listener for `/healthz`: exit 0 when it answers
     /// 200 within 2 s. For container health checks (an image `FROM
@@ -160,7 +195,23 @@ fn main() -> ExitCode {
             gossip,
             feed,
         }),
-        Command::SocketProxy { listen, socket } => run_socket_proxy(listen, socket),
+        Command::SocketProxy {
+            listen,
+            socket,
+            header_timeout,
+            idle_timeout,
+            max_connections,
+            workers,
+        } => run_socket_proxy(
+            listen,
+            socket,
+            socket_proxy::Bounds {
+                header_read: header_timeout.into(),
+                idle: idle_timeout.into(),
+                max_connections,
+            },
+            usize::from(workers),
+        ),
         Command::Health { admin } => health(admin),
         Command::GenKey => match picket::cluster::generate_key() {
             Some(key) => {
@@ -322,18 +373,46 @@ fn tempfile_key() -> anyhow::Result<TempKey> {
     Ok(TempKey(path))
 }
 
-fn run_socket_proxy(listen: SocketAddr, socket: PathBuf) -> anyhow::Result<()> {
-    runtime(1)?.block_on(async move {
+/// A duration of more than zero: a zero timeout would close every
+/// connection at once.
+fn positive_duration(text: &str) -> Result<humantime::Duration, String> {
+    match text.parse::<humantime::Duration>() {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("must be more than zero".to_string()),
+        Err(error) => Err(format!("{error} (a duration such as `30s` or `2m`)")),
+    }
+}
+
+fn run_socket_proxy(
+    listen: SocketAddr,
+    socket: PathBuf,
+    bounds: socket_proxy::Bounds,
+    workers: usize,
+) -> anyhow::Result<()> {
+    runtime(workers)?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .with_context(|| format!("binding {listen}"))?;
-        tracing::info!(%listen, socket = %socket.display(), "socket proxy serving, read-only");
+        tracing::info!(
+            %listen,
+            socket = %socket.display(),
+            header_timeout = ?bounds.header_read,
+            idle_timeout = ?bounds.idle,
+            max_connections = bounds.max_connections,
+            workers,
+            "socket proxy serving, read-only"
+        );
         let (trigger, shutdown) = shutdown::channel();
         tokio::spawn(async move {
             wait_for_stop_signal().await;
             trigger.fire();
         });
-        picket::socket_proxy::serve(listener, socket, shutdown).await;
+        socket_proxy::serve(
+            listener,
+            socket_proxy::SocketProxy::new(socket, bounds),
+            shutdown,
+        )
+        .await;
         Ok(())
     })
 }

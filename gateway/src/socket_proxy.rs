@@ -7,21 +7,93 @@
 //! sends unversioned paths). Everything else gets 403 and never reaches
 //! the engine. Responses are streamed as they come: the event stream is
 //! not buffered.
+//!
+//! ## Bounds
+//! The proxy listens on every engine of a swarm, so what a client can hold
+//! is bounded ([`Bounds`]): a client has the header-read timeout to send a
+//! request head and an idle keep-alive connection is closed after the idle
+//! timeout (both in [`connection`]; a response in progress, such as the
+//! event stream, is never cut). At most `max_connections` are open at
+//! once: at the limit the proxy stops accepting, so further clients wait
+//! in the listen backlog rather than being accepted and dropped, and it
+//! says so once each time it reaches the limit.
 
-use std::convert::Infallible;
+pub mod connection;
+
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::shutdown::Shutdown;
+use connection::{Ended, Phase};
+
+/// How far the proxy lets its clients go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Time a client has to send a complete request head: from accept for
+    /// the first, from its first byte for the next ones.
+    pub header_read: Duration,
+    /// Time a kept-alive connection may wait between requests.
+    pub idle: Duration,
+    /// Connections open at once; at the limit the proxy stops accepting.
+    pub max_connections: NonZeroUsize,
+}
+
+impl Bounds {
+    /// A header-read timeout of 30 s and an idle timeout of 60 s (as the
+    /// node's own listener), and 256 connections: every Picket node of the
+    /// swarm holds one event stream and a few short-lived connections.
+    pub const DEFAULT: Bounds = Bounds {
+        header_read: Duration::from_secs(30),
+        idle: Duration::from_secs(60),
+        max_connections: match NonZeroUsize::new(256) {
+            Some(n) => n,
+            None => NonZeroUsize::MIN,
+        },
+    };
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds::DEFAULT
+    }
+}
+
+/// One socket proxy: the engine it fronts, its bounds, and what it counted.
+#[derive(Debug)]
+pub struct SocketProxy {
+    socket: PathBuf,
+    bounds: Bounds,
+    limit_reached: AtomicU64,
+}
+
+impl SocketProxy {
+    pub fn new(socket: PathBuf, bounds: Bounds) -> Arc<SocketProxy> {
+        Arc::new(SocketProxy {
+            socket,
+            bounds,
+            limit_reached: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times the proxy reached its connection limit (each time
+    /// counted once, however long it stayed there).
+    pub fn limit_reached(&self) -> u64 {
+        self.limit_reached.load(Ordering::Relaxed)
+    }
+}
 
 /// Whether a request for `path` (without its query) may reach the engine.
 pub fn allowed(method: &Method, path: &str) -> bool {
@@ -121,23 +193,104 @@ async fn pass(socket: &PathBuf, mut req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-/// Serves the proxy on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, socket: PathBuf, mut shutdown: Shutdown) {
-    let socket = Arc::new(socket);
+/// Serves the proxy on `listener` until `shutdown`; the connections still
+/// open are closed then.
+pub async fn serve(listener: TcpListener, proxy: Arc<SocketProxy>, mut shutdown: Shutdown) {
+    let limit = proxy.bounds.max_connections.get();
+    let slots = Arc::new(Semaphore::new(limit));
+    let mut connections = JoinSet::new();
+    let mut last_accept_warning: Option<Instant> = None;
+    // Reaching the limit is said and counted once, until the proxy has a
+    // slot to spare again: under a sustained overload, every connection
+    // that closes lets one more in, and that is not news.
+    let mut at_limit = false;
     loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-            () = shutdown.wait() => return,
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => {
+                if at_limit {
+                    at_limit = false;
+                    tracing::info!(
+                        max_connections = limit,
+                        "socket proxy below its connection limit again"
+                    );
+                }
+                slot
+            }
+            Err(_) => {
+                if !at_limit {
+                    at_limit = true;
+                    let times = proxy.limit_reached.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(
+                        max_connections = limit,
+                        times,
+                        "socket proxy at its connection limit; clients wait in the listen backlog until a connection closes"
+                    );
+                }
+                // Not accepting: the clients beyond the limit wait in the
+                // listen backlog rather than being accepted and dropped.
+                let slot = loop {
+                    tokio::select! {
+                        slot = Arc::clone(&slots).acquire_owned() => break slot,
+                        Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                        () = shutdown.wait() => return,
+                    }
+                };
+                let Ok(slot) = slot else { return };
+                slot
+            }
         };
-        let socket = Arc::clone(&socket);
-        let service = service_fn(move |req| {
-            let socket = Arc::clone(&socket);
-            async move { Ok::<_, Infallible>(pass(&socket, req).await) }
+        let stream = loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => break stream,
+                    Err(error) => {
+                        // Out of file descriptors and the like: say so at
+                        // most every few seconds, and give the system a
+                        // moment.
+                        if last_accept_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(5)) {
+                            tracing::warn!(%error, "socket proxy: accepting a connection failed");
+                            last_accept_warning = Some(Instant::now());
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                () = shutdown.wait() => return,
+            }
+        };
+        let proxy = Arc::clone(&proxy);
+        connections.spawn(async move {
+            client(stream, &proxy).await;
+            drop(slot);
         });
-        tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+    }
+}
+
+/// Serves one client until it closes or outlives a bound.
+async fn client(stream: TcpStream, proxy: &Arc<SocketProxy>) {
+    let peer = stream.peer_addr().ok();
+    let Bounds {
+        header_read, idle, ..
+    } = proxy.bounds;
+    let answer = |req| {
+        let proxy = Arc::clone(proxy);
+        async move { pass(&proxy.socket, req).await }
+    };
+    match connection::serve(stream, header_read, idle, answer).await {
+        Ended::Closed(None) => {}
+        Ended::Closed(Some(error)) => {
+            tracing::debug!(?peer, %error, "socket proxy: connection ended");
+        }
+        Ended::Bounded(Phase::Idle { .. }) => {
+            tracing::debug!(?peer, ?idle, "socket proxy: closed an idle connection");
+        }
+        Ended::Bounded(_) => {
+            tracing::debug!(
+                ?peer,
+                ?header_read,
+                "socket proxy: closed a connection whose request head did not come in time"
+            );
+        }
     }
 }
 

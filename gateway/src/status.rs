@@ -107,17 +107,37 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
                 };
                 match cluster::route(membership, name, now_unix_ms()) {
                     Some(answer) => json(&answer),
-                    None => {
-                        let mut response = json(&serde_json::json!({
-                            "error": format!("no node has a route named {name:?}")
-                        }));
-                        *response.status_mut() = StatusCode::NOT_FOUND;
-                        response
-                    }
+                    None => no_route(name),
                 }
             }
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         },
+    }
+}
+
+/// The most characters of an asked-for name said back: a route name has at
+/// most 63, so no real name is cut.
+const ECHOED: usize = 64;
+
+/// 404 for a route no node has. The name is the client's, not ours: it is
+/// said back cut to [`ECHOED`] characters, control characters escaped.
+fn no_route(name: &str) -> Response<Full<Bytes>> {
+    let mut response = json(&serde_json::json!({
+        "error": format!("no node has a route named {}", echoed(name))
+    }));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
+}
+
+/// `name` quoted, with what `Debug` escapes escaped (control characters,
+/// quotes, backslashes), cut after [`ECHOED`] characters with how many
+/// there were.
+fn echoed(name: &str) -> String {
+    let shown: String = name.chars().take(ECHOED).collect();
+    if shown.len() == name.len() {
+        format!("{shown:?}")
+    } else {
+        format!("{shown:?}… ({} characters)", name.chars().count())
     }
 }
 
@@ -215,5 +235,43 @@ mod tests {
             answer(&state, &Method::GET, "/nope").status(),
             StatusCode::NOT_FOUND
         );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_route_name_is_said_back_bounded() {
+        async fn error(name: &str) -> String {
+            use http_body_util::BodyExt;
+            let response = no_route(name);
+            assert_eq!(response.status(), StatusCode::NOT_FOUND);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            answer["error"].as_str().unwrap().to_string()
+        }
+        assert_eq!(error("web").await, "no node has a route named \"web\"");
+        let longest = "a".repeat(63);
+        assert_eq!(
+            error(&longest).await,
+            format!("no node has a route named \"{longest}\""),
+            "a route name as long as one can be is said whole"
+        );
+
+        let huge = "x".repeat(100_000);
+        let said = error(&huge).await;
+        assert!(said.len() < 160, "{} bytes: {said}", said.len());
+        assert!(
+            said.ends_with(&format!("\"{}\"… (100000 characters)", "x".repeat(ECHOED))),
+            "{said}"
+        );
+
+        let said = error("a\u{1b}[31mred\nline\u{7f}").await;
+        assert!(
+            !said.chars().any(char::is_control),
+            "control characters escaped: {said:?}"
+        );
+        assert!(said.contains("\\u{1b}[31mred\\nline"), "{said}");
+
+        // Cut on a character, not a byte.
+        let wide = "é".repeat(ECHOED + 1);
+        assert!(error(&wide).await.contains(&"é".repeat(ECHOED)));
     }
 }

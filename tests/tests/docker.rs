@@ -270,7 +270,10 @@ async fn a_node_follows_the_engine_through_the_read_only_socket_proxy() {
     let (_trigger, shutdown) = picket::shutdown::channel();
     tokio::spawn(picket::socket_proxy::serve(
         listener,
-        "/var/run/docker.sock".into(),
+        picket::socket_proxy::SocketProxy::new(
+            "/var/run/docker.sock".into(),
+            picket::socket_proxy::Bounds::default(),
+        ),
         shutdown,
     ));
     let node = TestNode::start(&config(&network, Some(&endpoint)));

@@ -108,6 +108,16 @@ async fn every_endpoint_answers_as_documented() {
     let (status, missing) = first.admin_json("/v1/routes/nothing").await;
     assert_eq!(status, 404);
     check(&spec, "/v1/routes/{name}", "404", &missing);
+    // A name no route can have is said back cut short, not whole.
+    let huge = "x".repeat(4000);
+    let (status, missing) = first.admin_json(&format!("/v1/routes/{huge}")).await;
+    assert_eq!(status, 404);
+    check(&spec, "/v1/routes/{name}", "404", &missing);
+    let error = missing["error"].as_str().unwrap();
+    assert!(
+        error.len() < 160 && error.contains("(4000 characters)"),
+        "{error}"
+    );
 
     // Spot checks of meaning, beyond shape.
     let (_, node) = first.admin_json("/v1/node").await;

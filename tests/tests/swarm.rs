@@ -36,7 +36,10 @@ async fn a_swarm_service_is_followed_through_the_socket_proxy() {
     let (_trigger, shutdown) = picket::shutdown::channel();
     tokio::spawn(picket::socket_proxy::serve(
         listener,
-        "/var/run/docker.sock".into(),
+        picket::socket_proxy::SocketProxy::new(
+            "/var/run/docker.sock".into(),
+            picket::socket_proxy::Bounds::default(),
+        ),
         shutdown,
     ));
     let node = TestNode::start(&format!(
