@@ -17,7 +17,8 @@
 //! old keys never come back as its new ones.
 //!
 //! ## Sealed gossip
-//! With a cluster key every datagram is sealed ([`seal`], [`transport`]);
+//! With a cluster key every datagram is sealed ([`seal`], [`transport`]),
+//! and bound to its sender's and its recipient's advertised addresses;
 //! without one, only `insecure = true` lets a node gossip, and it says so.
 
 pub mod seal;
@@ -342,29 +343,29 @@ pub async fn start(
         (None, true) => None,
         (None, false) => return Err(ClusterError::NoKey),
     };
-    let (transport, bound): (Box<dyn Transport>, SocketAddr) = match &wire {
-        Wire::Udp(socket) => {
-            let bound = socket
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .and_then(|s| s.local_addr().ok())
-                .unwrap_or(settings.gossip);
-            let sealed = keys.as_ref().map(|keys| SealedTransport {
-                keys: Arc::clone(keys),
-                metrics: metrics.gossip().clone(),
-            });
-            let prebound = Prebound {
-                socket: Arc::clone(socket),
-                sealed,
-            };
-            (Box::new(prebound), bound)
-        }
-        Wire::Given(transport) => (Box::new(Shared(Arc::clone(transport))), settings.gossip),
+    let bound = match &wire {
+        Wire::Udp(socket) => socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .unwrap_or(settings.gossip),
+        Wire::Given(_) => settings.gossip,
     };
     let advertise = match &wire {
         Wire::Udp(_) => advertise(settings, bound).await,
         Wire::Given(_) => settings.advertise.unwrap_or(settings.gossip),
+    };
+    let transport: Box<dyn Transport> = match &wire {
+        Wire::Udp(socket) => Box::new(Prebound {
+            socket: Arc::clone(socket),
+            sealed: keys.as_ref().map(|keys| SealedTransport {
+                keys: Arc::clone(keys),
+                metrics: metrics.gossip().clone(),
+                advertise,
+            }),
+        }),
+        Wire::Given(transport) => Box::new(Shared(Arc::clone(transport))),
     };
     me.info.admin = reachable(&me.info.admin, advertise);
     me.info.feed = me.info.feed.map(|feed| reachable(&feed, advertise));

@@ -70,7 +70,7 @@ pub struct GossipMetrics {
     bytes_sent: Counter,
     bytes_received: Counter,
     /// By [`Dropped::ALL`]'s order.
-    dropped: [Counter; 7],
+    dropped: [Counter; Dropped::ALL.len()],
 }
 
 impl GossipMetrics {

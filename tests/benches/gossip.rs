@@ -7,7 +7,7 @@
 //!
 //! Reports: rounds and seconds until every node holds every verdict; a
 //! change on one node reaching all others; a new node joining the full
-//! cluster; bytes per gossip round per node (before the 47 bytes each
+//! cluster; bytes per gossip round per node (before the 83 bytes each
 //! datagram gains when sealed).
 
 // Wall time is measured beside the paused clock, on purpose.

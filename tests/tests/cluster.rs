@@ -256,6 +256,7 @@ async fn a_node_with_a_thousand_routes_converges() {
             Dropped::NotAuthentic,
             Dropped::Stale,
             Dropped::Replayed,
+            Dropped::Misdirected,
             Dropped::Injected,
         ] {
             assert_eq!(gossip.dropped_count(why), 0, "{why:?} drops");

@@ -1,7 +1,8 @@
 //! Gossip under faults: partitions (chitchat's in-memory transport with
 //! cut links, and real sockets with the node's gossip port dropped by
-//! iptables), a node with another cluster key, and garbage sent to the
-//! gossip port.
+//! iptables), a node with another cluster key, garbage sent to the gossip
+//! port, and authentic packets sent back to their sender or to another
+//! node; and nodes bound to every interface, gossiping as one address.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,9 +13,10 @@ use picket::cluster::{ChannelTransport, Transport, parse_keys};
 use picket::config::Config;
 use picket_proto::Liveness;
 use picket_tests::client;
-use picket_tests::cluster::{key_file, liveness_in, section, verdict_in, view_until};
+use picket_tests::cluster::{key_file, liveness_in, membership, section, verdict_in, view_until};
 use picket_tests::netns::{Host, LoopbackUdpCut};
 use picket_tests::node::TestNode;
+use picket_tests::process::free_port;
 use picket_tests::require;
 use picket_tests::upstream::{Behaviour, Upstream};
 
@@ -266,10 +268,12 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
     );
 
     // Garbage at a's gossip port: noise, truncated and tampered sealed
-    // packets, a sealed packet that is not chitchat, and its replay.
+    // packets, a sealed packet that is not chitchat, and its replay; then
+    // authentic packets that are a's own, or meant for b.
     let keys = parse_keys(&std::fs::read_to_string(&ours).unwrap()).unwrap();
     let now = picket::verdict::board::now_unix_ms();
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let stranger = socket.local_addr().unwrap();
     let mut seed_bits = 0x2545_f491_u32;
     let mut noise = |len: usize| -> Vec<u8> {
         (0..len)
@@ -285,8 +289,8 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
     for len in [0, 1, 30, 31, 47, 48, 500, 1400, 9000, 65_000] {
         socket.send_to(&noise(len), seed).await.unwrap();
     }
-    let sealed = Sealer::new()
-        .seal(&keys, b"not a chitchat message at all", now)
+    let sealed = Sealer::new(stranger)
+        .seal(&keys, b"not a chitchat message at all", seed, now)
         .remove(0);
     for cut in [1, 10, 31, 46, sealed.len() - 1] {
         socket.send_to(&sealed[..cut], seed).await.unwrap();
@@ -298,14 +302,28 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
     socket.send_to(&sealed, seed).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     socket.send_to(&sealed, seed).await.unwrap();
+    let own = Sealer::new(seed).seal(&keys, b"a's", seed, now).remove(0);
+    socket.send_to(&own, seed).await.unwrap();
+    let for_b = Sealer::new(stranger)
+        .seal(&keys, b"b's", b.gossip_addr().await, now)
+        .remove(0);
+    socket.send_to(&for_b, seed).await.unwrap();
     let deadline = tokio::time::Instant::now() + SOON;
-    while gossip.dropped_count(Dropped::Replayed) == 0 {
+    while gossip.dropped_count(Dropped::Replayed) < 2
+        || gossip.dropped_count(Dropped::Misdirected) == 0
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the replay was never counted"
+            "the replays and the misdirected packet were never counted"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert_eq!(
+        gossip.dropped_count(Dropped::Replayed),
+        2,
+        "the replay, and a's own packet"
+    );
+    assert_eq!(gossip.dropped_count(Dropped::Misdirected), 1, "b's packet");
     assert!(
         gossip.dropped_count(Dropped::Malformed) >= 8,
         "noise and truncations: {}",
@@ -317,7 +335,7 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
         1,
         "authentic but not chitchat: handed over once, never parsed into state"
     );
-    assert!(gossip.dropped_total() >= before + 17);
+    assert!(gossip.dropped_total() >= before + 20);
 
     // Nothing changed, nothing crashed: gossip still carries b's changes to a.
     let view = a.view().await;
@@ -335,6 +353,64 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
     .await;
     assert!(serves(&a).await);
     for node in [a, b, intruder] {
+        node.stop().await;
+    }
+}
+
+/// Nodes bound to `0.0.0.0`, each gossiping as an address of its own on
+/// loopback (127.0.0.2, 127.0.0.3) while its packets leave from 127.0.0.1:
+/// as behind NAT, a node's packets do not come from the address it
+/// advertises. Every packet still names its recipient as that node knows
+/// itself, and none is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_bound_to_every_interface_gossip_as_their_advertised_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "key");
+    let up = Upstream::start("up", Behaviour::Echo).await;
+    let (a_port, b_port) = (free_port(), free_port());
+    let a_addr = SocketAddr::from(([127, 0, 0, 2], a_port));
+    let text = |name: &str, port: u16, advertise: [u8; 4], seeds: &[SocketAddr]| {
+        format!(
+            "[node]\nname = \"{name}\"\n[cluster]\ngossip = \"0.0.0.0:{port}\"\nadvertise = \"{}\"\n{}{}",
+            SocketAddr::from((advertise, port)),
+            membership(&key, seeds, INTERVAL),
+            route(&[up.addr], 1)
+        )
+    };
+    let a = TestNode::start(&text("a", a_port, [127, 0, 0, 2], &[]));
+    let b = TestNode::start(&text("b", b_port, [127, 0, 0, 3], &[a_addr]));
+    view_until(&a, "b alive, as 127.0.0.3", SOON, |v| {
+        v.members.iter().any(|m| {
+            m.name == "b"
+                && m.liveness == Liveness::Alive
+                && m.gossip == format!("127.0.0.3:{b_port}")
+                && !m.verdicts.is_empty()
+        })
+    })
+    .await;
+    view_until(&b, "a alive, as 127.0.0.2", SOON, |v| {
+        v.members.iter().any(|m| {
+            m.name == "a"
+                && m.liveness == Liveness::Alive
+                && m.gossip == a_addr.to_string()
+                && !m.verdicts.is_empty()
+        })
+    })
+    .await;
+    // Twenty more rounds, every one answered.
+    tokio::time::sleep(INTERVAL * 20).await;
+    for node in [&a, &b] {
+        let gossip = node.node().metrics().gossip();
+        for why in [
+            Dropped::Misdirected,
+            Dropped::Replayed,
+            Dropped::NotAuthentic,
+        ] {
+            assert_eq!(gossip.dropped_count(why), 0, "{why:?} drops");
+        }
+        assert!(gossip.packets_received() > 20);
+    }
+    for node in [a, b] {
         node.stop().await;
     }
 }
