@@ -46,6 +46,8 @@ pub const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a request body may pause, either way, before the request is
 /// given up.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Answers of 502, 503 or 504 in a row that eject a replica.
+pub const DEFAULT_CONSECUTIVE_GATEWAY_ERRORS: u32 = 5;
 /// Gossip: one round per node this often.
 pub const DEFAULT_GOSSIP_INTERVAL: Duration = Duration::from_secs(1);
 /// Gossip: where it listens (UDP).
@@ -161,6 +163,9 @@ pub struct GlobalSettings {
     /// Client headers whose names hold `_` are forwarded (dropped when
     /// false, as nginx does).
     pub underscores_in_headers: Setting<bool>,
+    /// A replica whose own answers are 502, 503 or 504 this many times in
+    /// a row is ejected.
+    pub consecutive_gateway_errors: Setting<u32>,
 }
 
 /// A route's circuit breaker; each field is inherited on its own.
@@ -206,6 +211,7 @@ pub struct RouteConfig {
     /// Attempts per request, each on a different replica.
     pub tries: Setting<u32>,
     pub eject_for: Setting<Duration>,
+    pub consecutive_gateway_errors: Setting<u32>,
     pub breaker: BreakerSettings,
     /// `[global] body_timeout`, for the data path.
     pub body_timeout: Duration,

@@ -31,6 +31,12 @@ struct ReplicaLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EjectionLabels {
+    route: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RetryLabels {
     route: String,
     reason: String,
@@ -177,6 +183,7 @@ pub struct Metrics {
     requests: Family<ClassLabels, Counter>,
     first_answer: HistogramFamily,
     ejections: Family<ReplicaLabels, Counter>,
+    ejection_reasons: Family<EjectionLabels, Counter>,
     readmissions: Family<ReplicaLabels, Counter>,
     in_rotation: Family<RouteLabels, Gauge>,
     retries: Family<RetryLabels, Counter>,
@@ -265,8 +272,14 @@ impl Metrics {
         let ejections = Family::<ReplicaLabels, Counter>::default();
         registry.register(
             "replica_ejections",
-            "Replicas taken out of this node's rotation after a failed connect",
+            "Replicas taken out of this node's rotation, for any reason (see replica_ejections_by_reason)",
             ejections.clone(),
+        );
+        let ejection_reasons = Family::<EjectionLabels, Counter>::default();
+        registry.register(
+            "replica_ejections_by_reason",
+            "Replicas taken out of this node's rotation, by route and reason: refused, timed_out, unreachable (a failed connect), silent (no answer within the first-answer bound), gateway_errors (502, 503 or 504 answers in a row)",
+            ejection_reasons.clone(),
         );
         let readmissions = Family::<ReplicaLabels, Counter>::default();
         registry.register(
@@ -430,6 +443,7 @@ impl Metrics {
             requests,
             first_answer,
             ejections,
+            ejection_reasons,
             readmissions,
             in_rotation,
             retries,
@@ -532,6 +546,16 @@ impl Metrics {
             self.ejections.get_or_create(&labels).clone(),
             self.readmissions.get_or_create(&labels).clone(),
         )
+    }
+
+    /// Counts an ejection on `route` by its reason.
+    pub fn ejected(&self, route: &str, reason: &'static str) {
+        self.ejection_reasons
+            .get_or_create(&EjectionLabels {
+                route: route.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// Drops the series of a replica that left its route.

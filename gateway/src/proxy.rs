@@ -20,6 +20,7 @@ pub mod circuit;
 pub mod error;
 pub mod forward;
 pub mod headers;
+pub mod plan;
 pub mod request;
 
 use std::sync::Arc;

@@ -36,7 +36,7 @@ mod pool;
 mod probe;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -112,6 +112,8 @@ pub struct Replica {
     state: AtomicU8,
     health: Mutex<Health>,
     probing: AtomicBool,
+    /// Its answers that were 502, 503 or 504, in a row.
+    gateway_errors: AtomicU32,
     ejections: Counter,
     readmissions: Counter,
 }
@@ -143,6 +145,7 @@ impl Replica {
             state: AtomicU8::new(IN_ROTATION),
             health: Mutex::new(Health::InRotation),
             probing: false.into(),
+            gateway_errors: AtomicU32::new(0),
             ejections,
             readmissions,
         })
@@ -245,6 +248,8 @@ pub struct Upstream {
     /// Attempts per request as configured; never more than the replicas.
     tries: usize,
     pub eject_for: Duration,
+    /// Gateway errors in a row that eject a replica.
+    eject_after: u32,
     next: AtomicUsize,
     in_rotation: Gauge,
     metrics: Arc<Metrics>,
@@ -305,6 +310,7 @@ impl Upstream {
             pool,
             tls,
             eject_for: route.eject_for.value,
+            eject_after: route.consecutive_gateway_errors.value,
             next: AtomicUsize::new(0),
             in_rotation,
             metrics: Arc::clone(metrics),
@@ -338,7 +344,17 @@ impl Upstream {
                 r.ready() && r.state.load(Ordering::Relaxed) == wanted && !tried.contains(r)
             })
         };
-        let chosen = Arc::clone(pick(IN_ROTATION).or_else(|| pick(STALLED))?);
+        let chosen = pick(IN_ROTATION).or_else(|| pick(STALLED)).or_else(|| {
+            // Panic routing: ejection may shrink a rotation, never empty
+            // it. With no ready replica in rotation or stalled, requests
+            // still go to the ejected ones (the verdict is red meanwhile),
+            // so that a lone replica back from a restart serves at once.
+            let none_left = !replicas
+                .iter()
+                .any(|r| r.ready() && r.state.load(Ordering::Relaxed) != EJECTED);
+            none_left.then(|| pick(EJECTED)).flatten()
+        })?;
+        let chosen = Arc::clone(chosen);
         tried.push(&chosen);
         Some(chosen)
     }
@@ -348,13 +364,36 @@ impl Upstream {
     /// the route is in rotation. The last one keeps taking requests, each
     /// bounded, rather than the route answering 502 to all.
     pub fn silent(&self, replica: &Arc<Replica>) {
-        let others = self
-            .replicas
+        if self.others_in_rotation(replica) {
+            self.observe(replica, Observation::AnswerOverdue);
+        }
+    }
+
+    /// Whether a replica other than `replica` takes requests.
+    fn others_in_rotation(&self, replica: &Arc<Replica>) -> bool {
+        self.replicas
             .load()
             .iter()
-            .any(|r| !Arc::ptr_eq(r, replica) && r.in_rotation());
-        if others {
-            self.observe(replica, Observation::AnswerOverdue);
+            .any(|r| !Arc::ptr_eq(r, replica) && r.in_rotation())
+    }
+
+    /// A replica answered `status`. Its answers of 502, 503 or 504 are
+    /// counted in a row (any other answer, a 500 included, starts the count
+    /// again); at `consecutive_gateway_errors` it is ejected, while another
+    /// replica is in rotation, as Envoy's consecutive gateway failure
+    /// detection does. One relaxed load per answer when all is well.
+    pub fn answered(&self, replica: &Arc<Replica>, status: http::StatusCode) {
+        let status = status.as_u16();
+        let errors = &replica.gateway_errors;
+        let before = errors.load(Ordering::Relaxed);
+        let count = health::gateway_errors(before, status);
+        if count == before {
+            return;
+        }
+        errors.store(count, Ordering::Relaxed);
+        if count >= self.eject_after && self.others_in_rotation(replica) {
+            errors.store(0, Ordering::Relaxed);
+            self.observe(replica, Observation::GatewayErrors { status, count });
         }
     }
 
@@ -389,6 +428,7 @@ impl Upstream {
             }
             Change::Ejected(reason) => {
                 replica.ejections.inc();
+                self.metrics.ejected(route, reason.slug());
                 tracing::warn!(
                     route,
                     replica = label,

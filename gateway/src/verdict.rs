@@ -57,7 +57,14 @@ fn count(n: usize) -> u32 {
 }
 
 /// Judges a route.
-pub fn judge(source: Source, replicas: &[ReplicaFacts<'_>], circuit: &CircuitFacts) -> Judgement {
+/// `reached`: whether the runtime has answered this node yet (for routes
+/// to runtime services).
+pub fn judge(
+    source: Source,
+    reached: bool,
+    replicas: &[ReplicaFacts<'_>],
+    circuit: &CircuitFacts,
+) -> Judgement {
     let total = replicas.len();
     let usable = replicas
         .iter()
@@ -134,6 +141,11 @@ pub fn judge(source: Source, replicas: &[ReplicaFacts<'_>], circuit: &CircuitFac
             Heart::Red,
             "circuit half-open: one trial request under way".to_string(),
         ),
+        // Zero replicas is only "scaled to zero" once the runtime has said
+        // so: before it answers, nothing is known.
+        _ if total == 0 && source == Source::Runtime && !reached => {
+            (Heart::Red, "runtime not reached yet".to_string())
+        }
         _ if total == 0 && source == Source::Runtime => (Heart::Red, "scaled to zero".to_string()),
         _ if total == 0 => (Heart::Red, "no replicas".to_string()),
         (_, Source::External) if usable == 0 => {
@@ -361,7 +373,7 @@ mod tests {
             ),
         ];
         for (source, replicas, circuit, heart, reason) in cases {
-            let j = judge(*source, replicas, circuit);
+            let j = judge(*source, true, replicas, circuit);
             assert_eq!(
                 (j.heart, j.reason.as_str()),
                 (*heart, *reason),
@@ -378,7 +390,7 @@ mod tests {
             facts(true, None, Some("api:1.4")),
             facts(false, None, Some("api:1.5")),
         ];
-        let j = judge(Source::Runtime, &replicas, &CircuitFacts::Disabled);
+        let j = judge(Source::Runtime, true, &replicas, &CircuitFacts::Disabled);
         assert_eq!((j.ready, j.total), (3, 4));
         assert_eq!(
             j.images,
@@ -420,10 +432,30 @@ mod tests {
     }
 
     #[test]
+    fn no_replicas_before_the_runtime_answers_is_not_zero() {
+        let never = judge(Source::Runtime, false, &[], &CircuitFacts::Disabled);
+        assert_eq!(
+            (never.heart, never.reason.as_str()),
+            (Heart::Red, "runtime not reached yet")
+        );
+        let zero = judge(Source::Runtime, true, &[], &CircuitFacts::Disabled);
+        assert_eq!(zero.reason, "scaled to zero");
+        // Replicas reported, then the runtime lost: what is known stands.
+        let known = judge(
+            Source::Runtime,
+            false,
+            &[facts(true, None, None)],
+            &CircuitFacts::Disabled,
+        );
+        assert_eq!(known.reason, "all 1 ready");
+    }
+
+    #[test]
     fn the_time_moves_only_when_heart_or_reason_does() {
         let mut verdicts = Verdicts::default();
         let green = judge(
             Source::External,
+            true,
             &[facts(true, None, None)],
             &CircuitFacts::Disabled,
         );
@@ -432,6 +464,7 @@ mod tests {
         assert_eq!(verdicts.all()[0].since_unix_ms, 100);
         let red = judge(
             Source::External,
+            true,
             &[facts(false, None, None)],
             &CircuitFacts::Disabled,
         );

@@ -143,7 +143,9 @@ async fn answered_503_is_retried_only_for_idempotent_bodiless_requests() {
         "api",
         "/",
         &[failing.addr, healthy.addr],
-        "tries = 2",
+        // The failing replica stays in rotation: this test is about
+        // retries, not about ejection for gateway errors (answers.rs).
+        "tries = 2\nconsecutive_gateway_errors = 100",
     ));
     for _ in 0..4 {
         let answer = client::get(node.proxy, "a", "/").await.unwrap();

@@ -44,6 +44,7 @@ pub struct RawGlobal {
     pub check_every: Option<Spanned<String>>,
     pub check_timeout: Option<Spanned<String>>,
     pub body_timeout: Option<Spanned<String>>,
+    pub consecutive_gateway_errors: Option<Spanned<i64>>,
     pub underscores_in_headers: Option<Spanned<bool>>,
 }
 
@@ -105,5 +106,6 @@ pub struct RawRoute {
     pub first_answer_timeout: Option<Spanned<String>>,
     pub tries: Option<Spanned<i64>>,
     pub eject_for: Option<Spanned<String>>,
+    pub consecutive_gateway_errors: Option<Spanned<i64>>,
     pub breaker: Option<RawBreaker>,
 }

@@ -124,6 +124,12 @@ pub fn render(config: &Config) -> String {
         &in_global(&global.first_answer_timeout),
     );
     duration(&mut out, "eject_for", &in_global(&global.eject_for));
+    line(
+        &mut out,
+        "consecutive_gateway_errors",
+        &global.consecutive_gateway_errors.value.to_string(),
+        in_global(&global.consecutive_gateway_errors).from,
+    );
     duration(&mut out, "check_every", &in_global(&global.check_every));
     duration(&mut out, "check_timeout", &in_global(&global.check_timeout));
     duration(&mut out, "body_timeout", &in_global(&global.body_timeout));
@@ -195,6 +201,12 @@ fn render_route(out: &mut String, route: &RouteConfig) {
         route.tries.from,
     );
     duration(out, "eject_for", &route.eject_for);
+    line(
+        out,
+        "consecutive_gateway_errors",
+        &route.consecutive_gateway_errors.value.to_string(),
+        route.consecutive_gateway_errors.from,
+    );
     // A sub-table of the route just written.
     out.push_str("[route.breaker]\n");
     breaker(out, &route.breaker);

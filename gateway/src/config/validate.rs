@@ -16,9 +16,10 @@ use super::raw::{
 use super::{
     BreakerSettings, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
-    DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin,
-    RouteConfig, RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
+    DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
+    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings,
+    GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeKind, RuntimeSettings,
+    ServicePort, Setting, UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -29,6 +30,7 @@ pub(super) const FIRST_ANSWER_RANGE: (Duration, Duration) = (SECOND, Duration::f
 pub(super) const EJECT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(3600));
 pub(super) const TRIES_RANGE: RangeInclusive<i64> = 1..=10;
 pub(super) const BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 2..=100;
+pub(super) const GATEWAY_ERRORS_RANGE: RangeInclusive<i64> = 2..=100;
 pub(super) const BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
 pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
@@ -266,6 +268,11 @@ impl Validator<'_> {
                 BODY_TIMEOUT_RANGE,
                 DEFAULT_BODY_TIMEOUT,
             ),
+            consecutive_gateway_errors: self.gateway_errors(
+                raw.consecutive_gateway_errors.as_ref(),
+                &Setting::new(DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, Origin::Default),
+                Origin::Global,
+            ),
             underscores_in_headers: match &raw.underscores_in_headers {
                 Some(v) => Setting::new(*v.get_ref(), Origin::Global),
                 None => Setting::new(false, Origin::Default),
@@ -347,6 +354,31 @@ impl Validator<'_> {
     }
 
     /// The route's own value, else the inherited one.
+    /// `consecutive_gateway_errors`: the value given, else `inherited`.
+    fn gateway_errors(
+        &mut self,
+        raw: Option<&Spanned<i64>>,
+        inherited: &Setting<u32>,
+        from: Origin,
+    ) -> Setting<u32> {
+        match raw {
+            Some(n) if GATEWAY_ERRORS_RANGE.contains(n.get_ref()) => {
+                Setting::new(u32::try_from(*n.get_ref()).unwrap_or(5), from)
+            }
+            Some(n) => {
+                self.problem(
+                    n.span(),
+                    format!(
+                        "consecutive_gateway_errors = {} is out of range: 2 to 100",
+                        n.get_ref()
+                    ),
+                );
+                inherited.clone()
+            }
+            None => inherited.clone(),
+        }
+    }
+
     fn inherit(
         &mut self,
         raw: &Option<Spanned<String>>,
@@ -574,6 +606,11 @@ impl Validator<'_> {
             &global.first_answer_timeout,
         );
         let eject_for = self.inherit(&raw.eject_for, "eject_for", EJECT_RANGE, &global.eject_for);
+        let consecutive_gateway_errors = self.gateway_errors(
+            raw.consecutive_gateway_errors.as_ref(),
+            &global.consecutive_gateway_errors,
+            Origin::Route,
+        );
         let breaker = self.breaker(raw.breaker.as_ref(), &global.breaker, Origin::Route);
         let tries = match &raw.tries {
             Some(t) if TRIES_RANGE.contains(t.get_ref()) => {
@@ -600,6 +637,7 @@ impl Validator<'_> {
             first_answer_timeout: first_answer_timeout?,
             tries,
             eject_for: eject_for?,
+            consecutive_gateway_errors,
             breaker,
             body_timeout: global.body_timeout.value,
             underscores_in_headers: global.underscores_in_headers.value,

@@ -3,19 +3,11 @@
 //! still on the wire; each client protocol writes it out its own way.
 //!
 //! ## Retries
-//! - Nothing reached the upstream (connect refused or timed out): the
-//!   request moves on at once, whatever its method.
-//! - A pooled connection the upstream had closed meanwhile: the request is
-//!   sent again on a new connection to the same replica, without spending
-//!   a try, when that is safe: nothing of its body has been read yet, or it
-//!   is idempotent without a body.
-//! - A replica answered 502/503/504, its connection broke after the
-//!   request was written, or it gave no answer within the first-answer
-//!   bound: the request moves to another replica only if its method is
-//!   idempotent and it has no body. (A replica that stopped answering, a
-//!   paused container, still accepts connections: only its silence tells.)
-//! - Each attempt goes to a different replica, at most `tries` of them.
-//!   When no other replica can be had, the client gets the last answer.
+//! Whether a request moves on to another replica, tries the same one again
+//! on a fresh connection, or is answered, is decided by [`super::plan`]
+//! from what became of each attempt; this module carries the steps out.
+//! Each attempt goes to a different replica, at most `tries` of them. When
+//! no other replica can be had, the client gets the last answer.
 //!
 //! ## Bounds
 //! The connect bound is the upstream's ([`crate::upstream`]). Every write
@@ -40,11 +32,11 @@ use tokio::time::{Instant, timeout};
 use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
 use super::request::{BodyError, ClientRequest, RequestBody};
-use super::{ProxyError, Route};
+use super::{ProxyError, Route, plan};
 use crate::breaker::Outcome;
 use crate::h1::request::BodyKind;
 use crate::h1::response::ResponseHead;
-use crate::upstream::{ConnError, Connection, Io, Release, Target, Tried, UpstreamBody};
+use crate::upstream::{Attempt, ConnError, Connection, Io, Release, Target, Tried, UpstreamBody};
 
 /// An upstream's answer: its head, and its body still on the wire.
 #[derive(Debug)]
@@ -71,13 +63,6 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-fn retryable_status(status: StatusCode) -> bool {
-    matches!(
-        status,
-        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
-    )
-}
-
 /// What became of one request on one connection.
 enum Exchange {
     Answered(ResponseHead),
@@ -90,6 +75,18 @@ enum Exchange {
 }
 
 impl Exchange {
+    /// The exchange as the retry planner sees it.
+    fn attempted(&self) -> plan::Attempted {
+        match self {
+            Exchange::Answered(head) => plan::Attempted::Answered(head.status),
+            Exchange::TimedOut => plan::Attempted::TimedOut,
+            Exchange::Stalled => plan::Attempted::Stalled,
+            Exchange::ClientBody(_) => plan::Attempted::ClientBody,
+            failed if failed.closed_unanswered() => plan::Attempted::ClosedUnanswered,
+            Exchange::Failed(_) => plan::Attempted::Failed,
+        }
+    }
+
     /// The upstream closed the connection without answering: on a pooled
     /// connection, the sign of a keep-alive race rather than a fault.
     fn closed_unanswered(&self) -> bool {
@@ -131,7 +128,7 @@ pub async fn forward<B: RequestBody>(
 /// What a request's result says of its upstream.
 fn outcome(result: &Result<Answer, ProxyError>) -> Outcome {
     match result {
-        Ok(answer) if retryable_status(answer.head.status) => Outcome::Failure,
+        Ok(answer) if plan::retryable_status(answer.head.status) => Outcome::Failure,
         Ok(_) => Outcome::Success,
         Err(error) => match error.fault() {
             Fault::Upstream => Outcome::Failure,
@@ -163,12 +160,23 @@ async fn attempts<B: RequestBody>(
     let mut body_started = false;
 
     let upstream = &route.upstream;
-    let bound = upstream.pool.bounds.first_answer;
     let mut tried = Tried::default();
     // What the client gets if no other replica can be had: the last
     // replica's 502/503/504, or its failure.
     let mut last: Option<Result<Answer, ProxyError>> = None;
-    loop {
+    let state = |tried: &Tried, body_started: bool, reused: bool| plan::Request {
+        replayable,
+        body_started,
+        reused,
+        tried: tried.len(),
+        tries: upstream.tries(),
+    };
+    let retried = |retry: plan::Retry| match retry {
+        plan::Retry::Connect => route.metrics.retry_connect.inc(),
+        plan::Retry::Timeout => route.metrics.retry_timeout.inc(),
+        plan::Retry::Answer => route.metrics.retry_answer.inc(),
+    };
+    'replicas: loop {
         let before = tried.len();
         let mut attempt = match upstream.connection(&mut tried).await {
             Ok(attempt) => attempt,
@@ -177,32 +185,10 @@ async fn attempts<B: RequestBody>(
         if let Some(raced) = (tried.len() - before).checked_sub(1).filter(|n| *n > 0) {
             route.metrics.retry_connect.inc_by(raced as u64);
         }
-        let sent_at = Instant::now();
-        let mut exchange = exchange(
-            &mut attempt.conn,
-            &attempt.replica.key.target,
-            req,
-            &forwarding,
-            body,
-            &mut body_started,
-            bounds,
-        )
-        .await;
-        // A pooled connection the upstream closed meanwhile: once more on a
-        // new one, without spending a try, when that is safe.
-        if attempt.reused && exchange.closed_unanswered() && (replayable || !body_started) {
-            attempt = match upstream.fresh_connection(attempt.replica).await {
-                Ok(fresh) => fresh,
-                // The replica is gone (killed between two requests):
-                // nothing reached it, so the request moves on.
-                Err(failure) if tried.len() < upstream.tries() => {
-                    route.metrics.retry_connect.inc();
-                    last = Some(Err(ProxyError::Unreachable(failure)));
-                    continue;
-                }
-                Err(failure) => return last.unwrap_or(Err(ProxyError::Unreachable(failure))),
-            };
-            exchange = self::exchange(
+        let mut reused = attempt.reused;
+        loop {
+            let sent_at = Instant::now();
+            let exchange = exchange(
                 &mut attempt.conn,
                 &attempt.replica.key.target,
                 req,
@@ -212,69 +198,93 @@ async fn attempts<B: RequestBody>(
                 bounds,
             )
             .await;
-        }
-        match exchange {
-            Exchange::TimedOut => {
-                upstream.silent(&attempt.replica);
-                if replayable && tried.len() < upstream.tries() {
-                    route.metrics.retry_timeout.inc();
-                    last = Some(Err(ProxyError::FirstAnswerTimeout(bound)));
-                    continue;
+            match &exchange {
+                Exchange::TimedOut | Exchange::Stalled => upstream.silent(&attempt.replica),
+                Exchange::Answered(head) => {
+                    route
+                        .metrics
+                        .first_answer
+                        .observe(sent_at.elapsed().as_secs_f64());
+                    upstream.answered(&attempt.replica, head.status);
                 }
-                return Err(ProxyError::FirstAnswerTimeout(bound));
+                Exchange::Failed(_) | Exchange::ClientBody(_) => {}
             }
-            Exchange::Stalled => {
-                // Not replayable: part of the body has left.
-                upstream.silent(&attempt.replica);
-                return Err(ProxyError::UpstreamStalled(bounds.body));
-            }
-            Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
-            Exchange::Failed(e) => {
-                if replayable && tried.len() < upstream.tries() {
-                    route.metrics.retry_answer.inc();
-                    last = Some(Err(ProxyError::Upstream(e)));
-                    continue;
-                }
-                return Err(ProxyError::Upstream(e));
-            }
-            Exchange::Answered(head) => {
-                route
-                    .metrics
-                    .first_answer
-                    .observe(sent_at.elapsed().as_secs_f64());
-                let retry =
-                    replayable && retryable_status(head.status) && tried.len() < upstream.tries();
-                let switched = head.status == StatusCode::SWITCHING_PROTOCOLS;
-                if switched && req.upgrade.is_none() {
-                    return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(
-                        "upstream switched protocols unasked",
-                    ))));
-                }
-                let body = if switched {
-                    let (io, leftover) = attempt.conn.into_parts();
-                    AnswerBody::Switched { io, leftover }
-                } else {
-                    let release = Release {
-                        upstream: Arc::clone(upstream),
-                        replica: attempt.replica,
+            match plan::next(exchange.attempted(), state(&tried, body_started, reused)) {
+                plan::Step::Again => {
+                    // A pooled connection the upstream closed meanwhile:
+                    // once more on a new one, without spending a try.
+                    reused = false;
+                    let replica = Arc::clone(&attempt.replica);
+                    attempt = match upstream.fresh_connection(replica).await {
+                        Ok(fresh) => fresh,
+                        Err(failure) => {
+                            let step = plan::next(
+                                plan::Attempted::NotConnected,
+                                state(&tried, body_started, false),
+                            );
+                            let failed = Err(ProxyError::Unreachable(failure));
+                            match step {
+                                plan::Step::Next(retry) => {
+                                    retried(retry);
+                                    last = Some(failed);
+                                    continue 'replicas;
+                                }
+                                plan::Step::Again | plan::Step::Answer => {
+                                    return last.unwrap_or(failed);
+                                }
+                            }
+                        }
                     };
-                    AnswerBody::Stream(UpstreamBody::new(
-                        attempt.conn,
-                        head.framing,
-                        head.keep_alive,
-                        Some(release),
-                    ))
-                };
-                let answer = Answer { head, body };
-                if retry {
-                    route.metrics.retry_answer.inc();
-                    last = Some(Ok(answer));
-                    continue;
                 }
-                return Ok(answer);
+                plan::Step::Next(retry) => {
+                    retried(retry);
+                    last = Some(conclude(route, req, attempt, exchange, bounds));
+                    continue 'replicas;
+                }
+                plan::Step::Answer => return conclude(route, req, attempt, exchange, bounds),
             }
         }
     }
+}
+
+/// What the client gets from one exchange: the upstream's answer with its
+/// body still on the wire, or the error.
+fn conclude(
+    route: &Arc<Route>,
+    req: &ClientRequest<'_>,
+    attempt: Attempt,
+    exchange: Exchange,
+    waits: Waits,
+) -> Result<Answer, ProxyError> {
+    let head = match exchange {
+        Exchange::Answered(head) => head,
+        Exchange::TimedOut => return Err(ProxyError::FirstAnswerTimeout(waits.first_answer)),
+        Exchange::Stalled => return Err(ProxyError::UpstreamStalled(waits.body)),
+        Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
+        Exchange::Failed(e) => return Err(ProxyError::Upstream(e)),
+    };
+    let switched = head.status == StatusCode::SWITCHING_PROTOCOLS;
+    if switched && req.upgrade.is_none() {
+        return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(
+            "upstream switched protocols unasked",
+        ))));
+    }
+    let body = if switched {
+        let (io, leftover) = attempt.conn.into_parts();
+        AnswerBody::Switched { io, leftover }
+    } else {
+        let release = Release {
+            upstream: Arc::clone(&route.upstream),
+            replica: attempt.replica,
+        };
+        AnswerBody::Stream(UpstreamBody::new(
+            attempt.conn,
+            head.framing,
+            head.keep_alive,
+            Some(release),
+        ))
+    };
+    Ok(Answer { head, body })
 }
 
 /// The waits of one exchange.

@@ -6,10 +6,12 @@
 //! - `Stalled`: a connect to it has been pending longer than the race delay;
 //!   requests avoid it until that connect ends. A stall is not an ejection:
 //!   the connect that stalled decides (success puts it back, failure ejects).
-//! - `Ejected`: a connect failed (refused, timed out, unreachable), or a
+//! - `Ejected`: a connect failed (refused, timed out, unreachable), a
 //!   request on it got no response head within the first-answer bound (a
 //!   paused or hung replica still accepts connections; only its silence
-//!   tells). Only a background probe puts it back: no user request is
+//!   tells), or its own answers were 502, 503 or 504 several times in a
+//!   row ([`gateway_errors`]; never 500: a replica answering 500 is up and
+//!   has a bug). Only a background probe puts it back: no user request is
 //!   gambled on it. One exception: a replica ejected as silent is back as
 //!   soon as its runtime reports it ready again after saying it was not
 //!   (unpaused, restarted in place): the runtime saw it recover.
@@ -32,6 +34,35 @@ pub enum EjectReason {
     Unreachable,
     /// Connected, but no response head within the first-answer bound.
     Silent,
+    /// Its own answers were `status` (502, 503 or 504) `count` times in a
+    /// row.
+    Answers {
+        status: u16,
+        count: u32,
+    },
+}
+
+impl EjectReason {
+    /// The reason as a metric label.
+    pub fn slug(&self) -> &'static str {
+        match self {
+            EjectReason::Refused => "refused",
+            EjectReason::TimedOut => "timed_out",
+            EjectReason::Unreachable => "unreachable",
+            EjectReason::Silent => "silent",
+            EjectReason::Answers { .. } => "gateway_errors",
+        }
+    }
+}
+
+/// Consecutive gateway errors (502, 503, 504) after an answer of `status`,
+/// `count` before it: any other answer, a 500 included, starts again.
+pub fn gateway_errors(count: u32, status: u16) -> u32 {
+    if matches!(status, 502..=504) {
+        count.saturating_add(1)
+    } else {
+        0
+    }
 }
 
 impl fmt::Display for EjectReason {
@@ -41,6 +72,9 @@ impl fmt::Display for EjectReason {
             EjectReason::TimedOut => "connect timed out",
             EjectReason::Unreachable => "connect failed",
             EjectReason::Silent => "no answer within the first-answer bound",
+            EjectReason::Answers { status, count } => {
+                return write!(f, "{count} consecutive {status}");
+            }
         })
     }
 }
@@ -54,6 +88,11 @@ pub enum Observation {
     ConnectFailed(EjectReason),
     /// A request on it got no response head within the first-answer bound.
     AnswerOverdue,
+    /// Its answers were gateway errors this many times in a row.
+    GatewayErrors {
+        status: u16,
+        count: u32,
+    },
     /// Its runtime reports it ready again after saying it was not.
     RuntimeReady,
     ProbeOk,
@@ -94,6 +133,13 @@ impl Health {
                 Ejected { since: now, reason },
                 Some(Change::Ejected(reason)),
             ),
+            (InRotation | Stalled { .. }, GatewayErrors { status, count }) => {
+                let reason = EjectReason::Answers { status, count };
+                (
+                    Ejected { since: now, reason },
+                    Some(Change::Ejected(reason)),
+                )
+            }
             (InRotation | Stalled { .. }, AnswerOverdue) => (
                 Ejected {
                     since: now,
@@ -222,6 +268,50 @@ mod tests {
                 "{from:?} + {observation:?}"
             );
         }
+    }
+
+    #[test]
+    fn gateway_errors_in_a_row() {
+        let answers = [503, 503, 502, 504, 500, 503, 200, 503, 503];
+        let counts: Vec<u32> = answers
+            .iter()
+            .scan(0, |count, status| {
+                *count = gateway_errors(*count, *status);
+                Some(*count)
+            })
+            .collect();
+        assert_eq!(counts, [1, 2, 3, 4, 0, 1, 0, 1, 2]);
+    }
+
+    #[test]
+    fn gateway_errors_eject_with_their_reason() {
+        let t0 = Instant::now();
+        let observation = Observation::GatewayErrors {
+            status: 503,
+            count: 5,
+        };
+        let reason = EjectReason::Answers {
+            status: 503,
+            count: 5,
+        };
+        assert_eq!(
+            Health::InRotation.observe(observation, t0),
+            (
+                Health::Ejected { since: t0, reason },
+                Some(Change::Ejected(reason))
+            )
+        );
+        assert_eq!(reason.to_string(), "5 consecutive 503");
+        assert_eq!(reason.slug(), "gateway_errors");
+        let ejected = Health::Ejected {
+            since: t0,
+            reason: EjectReason::Refused,
+        };
+        assert_eq!(ejected.observe(observation, t0), (ejected, None));
+        assert_eq!(
+            Health::Ejected { since: t0, reason }.observe(Observation::ProbeOk, t0),
+            (Health::InRotation, Some(Change::Readmitted))
+        );
     }
 
     #[test]

@@ -1,31 +1,60 @@
 //! The background probe that re-admits an ejected replica.
 //!
-//! One probe task per ejected replica. It probes at a fixed rate, one
-//! ejection period apart, starting one period after the ejection: a plain
-//! TCP connect bounded by the smaller of the connect bound and the period.
-//! The first success re-admits the replica, so a replica that answers
-//! again is back within one period. The task ends with the re-admission,
-//! or when the upstream is dropped (its route was removed or changed by a
-//! reload).
+//! One probe task per ejected replica: a plain TCP connect bounded by the
+//! smaller of the connect bound and the ejection period. The first success
+//! re-admits the replica. The task ends with the re-admission, or when the
+//! upstream is dropped (its route was removed or changed by a reload).
+//!
+//! ## When it probes
+//! - A replica ejected for a failed connect (refused, timed out,
+//!   unreachable) is probed after 250 ms, then at doubling intervals up to
+//!   the ejection period ([`backoff`]): a replica that restarts in one
+//!   second is back in rotation about half a second after it listens
+//!   again, one that stays down costs one connect per period.
+//! - A replica ejected as silent (connected, but no answer within the
+//!   first-answer bound) or for its gateway errors still accepts
+//!   connections, so a connect proves nothing soon: it is probed one
+//!   ejection period after the ejection, then every period (a silent one
+//!   may be re-admitted sooner by its runtime).
 
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use tokio::time::{Instant, MissedTickBehavior, interval_at, timeout};
+use tokio::time::{sleep, timeout};
 
 use super::connect::{ConnectFailure, tcp_connect};
-use super::health::{EjectReason, Observation};
+use super::health::{EjectReason, Health, Observation};
 use super::{Replica, Upstream};
+
+/// The first probe after a failed connect.
+pub const FIRST_PROBE: Duration = Duration::from_millis(250);
+
+/// The wait before probe number `attempt` (0 for the first) of a replica
+/// ejected for `reason`, with ejection period `period`.
+pub fn backoff(reason: EjectReason, attempt: u32, period: Duration) -> Duration {
+    if matches!(reason, EjectReason::Silent | EjectReason::Answers { .. }) {
+        return period;
+    }
+    let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
+    FIRST_PROBE.saturating_mul(factor).min(period)
+}
 
 pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
     let Some(period) = upstream.upgrade().map(|u| u.eject_for) else {
         return;
     };
     tokio::spawn(async move {
-        let mut ticks = interval_at(Instant::now() + period, period);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut attempt = 0u32;
         loop {
-            ticks.tick().await;
+            // Why it is out decides when to look again; it is read afresh
+            // each time, as a later failure may have changed it.
+            let reason = match replica.upgrade().map(|r| r.health()) {
+                Some(Health::Ejected { reason, .. }) => reason,
+                _ => EjectReason::Unreachable,
+            };
+            sleep(backoff(reason, attempt, period)).await;
+            attempt = attempt.saturating_add(1);
             // The route or the replica is gone: nothing to re-admit.
             let (Some(up), Some(replica)) = (upstream.upgrade(), replica.upgrade()) else {
                 return;
@@ -34,7 +63,7 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
             let observation = match timeout(bound, tcp_connect(&replica.key.target)).await {
                 Ok(Ok(_stream)) => Observation::ProbeOk,
                 Ok(Err(ConnectFailure::Refused)) => Observation::ProbeFailed(EjectReason::Refused),
-                // The node's own shortage: try again next period.
+                // The node's own shortage: try again at the next step.
                 Ok(Err(ConnectFailure::Local(_))) => continue,
                 Ok(Err(_)) => Observation::ProbeFailed(EjectReason::Unreachable),
                 Err(_) => Observation::ProbeFailed(EjectReason::TimedOut),
@@ -50,4 +79,31 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
             up.observe(&replica, observation);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_back_off_from_250_ms_to_the_period() {
+        let period = Duration::from_secs(10);
+        let waits: Vec<u64> = (0..8)
+            .map(|n| backoff(EjectReason::Refused, n, period).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+        assert_eq!(backoff(EjectReason::TimedOut, 100, period), period);
+        // A silent replica accepts connections: a probe proves nothing soon.
+        assert_eq!(backoff(EjectReason::Silent, 0, period), period);
+        let answers = EjectReason::Answers {
+            status: 503,
+            count: 5,
+        };
+        assert_eq!(backoff(answers, 0, period), period);
+        // A period shorter than the first step caps it.
+        assert_eq!(
+            backoff(EjectReason::Unreachable, 0, Duration::from_millis(100)),
+            Duration::from_millis(100)
+        );
+    }
 }

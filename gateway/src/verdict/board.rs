@@ -31,12 +31,17 @@ pub const EVERY: Duration = Duration::from_secs(5);
 pub struct RuntimeStatus {
     /// Unix ms since which it is stale; 0 while current.
     stale_since: AtomicU64,
+    /// The runtime has answered once (its first inventory arrived).
+    reached: std::sync::atomic::AtomicBool,
 }
 
 impl RuntimeStatus {
     /// Marks the data stale (if not already) or current; returns whether it
     /// changed.
     pub fn set_stale(&self, stale: bool) -> bool {
+        if !stale {
+            self.reached.store(true, Ordering::Release);
+        }
         let value = if stale { now_unix_ms().max(1) } else { 0 };
         if stale {
             self.stale_since
@@ -45,6 +50,11 @@ impl RuntimeStatus {
         } else {
             self.stale_since.swap(0, Ordering::AcqRel) != 0
         }
+    }
+
+    /// Whether the runtime has ever answered this node.
+    pub fn reached(&self) -> bool {
+        self.reached.load(Ordering::Acquire)
     }
 
     pub fn stale_since(&self) -> Option<u64> {
@@ -124,6 +134,7 @@ impl Board {
         let table = proxy.table();
         let now = now_unix_ms();
         let stale = self.runtime.stale_since();
+        let reached = self.runtime.reached();
         let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
         let mut changed = false;
         let mut names = Vec::with_capacity(table.len());
@@ -141,7 +152,7 @@ impl Board {
                     image: o.image.as_deref(),
                 })
                 .collect();
-            let judgement = judge(source, &replica_facts, &circuit);
+            let judgement = judge(source, reached, &replica_facts, &circuit);
             let route_stale = if source == Source::Runtime {
                 stale
             } else {

@@ -1,0 +1,185 @@
+//! The retry policy of one request, as a pure decider: what became of an
+//! attempt in, the request's next step out. [`super::forward`] carries the
+//! steps out (connections, writes, metrics); every rule lives here.
+//!
+//! ## Rules
+//! - Nothing reached the upstream (a fresh connection to the replica
+//!   failed): the next replica, for any method, while tries are left. (The
+//!   first connect of an attempt races the next replicas by itself; when
+//!   it finds none, the request is answered.)
+//! - A pooled connection the upstream closed meanwhile, before answering:
+//!   the same replica again on a fresh connection, without spending a try,
+//!   when nothing of the body has been read or the request can be replayed.
+//!   Once only: a second close is a failure like any other.
+//! - No response head within the first-answer bound, a connection broken
+//!   after the request was written, or an answer of 502, 503 or 504: the
+//!   next replica only when the request can be replayed (an idempotent
+//!   method, no body, no upgrade) and tries are left.
+//! - A replica that stopped reading the body, or a client body that broke:
+//!   the answer, at once (part of the body has gone).
+//! - Anything else: the answer.
+
+use http::StatusCode;
+
+/// What became of one attempt of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempted {
+    /// No connection could be had: every untried replica was tried (the
+    /// connect races them itself) or none is left.
+    NoReplica,
+    /// A fresh connection to the same replica, for a request whose pooled
+    /// one was closed, failed: nothing reached it.
+    NotConnected,
+    /// A pooled connection turned out closed by the replica before any
+    /// answer.
+    ClosedUnanswered,
+    /// No response head within the first-answer bound.
+    TimedOut,
+    /// The replica stopped reading the request for the body bound.
+    Stalled,
+    /// The client's body broke.
+    ClientBody,
+    /// The connection broke after the request was written.
+    Failed,
+    Answered(StatusCode),
+}
+
+/// Why a request moves on to another replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Nothing reached the replica.
+    Connect,
+    /// No answer within the first-answer bound.
+    Timeout,
+    /// A broken connection or a 502/503/504 answer.
+    Answer,
+}
+
+/// What the request does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The same replica once more, on a fresh connection, without spending
+    /// a try.
+    Again,
+    /// The next replica.
+    Next(Retry),
+    /// Done: the client gets this attempt's outcome (or, when it has none
+    /// of its own, the last one kept).
+    Answer,
+}
+
+/// Where the request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Idempotent, without a body, not an upgrade: safe to send again.
+    pub replayable: bool,
+    /// Part of the body has been read from the client.
+    pub body_started: bool,
+    /// This attempt ran on a pooled connection, not yet retried fresh.
+    pub reused: bool,
+    /// Replicas tried so far, this one included.
+    pub tried: usize,
+    /// Attempts the request may make.
+    pub tries: usize,
+}
+
+/// 502, 503 or 504: the upstream's way of saying it could not answer.
+pub fn retryable_status(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
+/// The next step of `request` after `attempted`.
+pub fn next(attempted: Attempted, request: Request) -> Step {
+    let tries_left = request.tried < request.tries;
+    let resend = request.replayable && tries_left;
+    match attempted {
+        Attempted::ClosedUnanswered
+            if request.reused && (request.replayable || !request.body_started) =>
+        {
+            Step::Again
+        }
+        Attempted::NotConnected if tries_left => Step::Next(Retry::Connect),
+        Attempted::TimedOut if resend => Step::Next(Retry::Timeout),
+        Attempted::ClosedUnanswered | Attempted::Failed if resend => Step::Next(Retry::Answer),
+        Attempted::Answered(status) if resend && retryable_status(status) => {
+            Step::Next(Retry::Answer)
+        }
+        _ => Step::Answer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome() {
+        use Attempted::*;
+        use Step::*;
+        let get = Request {
+            replayable: true,
+            body_started: false,
+            reused: false,
+            tried: 1,
+            tries: 3,
+        };
+        let last_try = Request { tried: 3, ..get };
+        let post = Request {
+            replayable: false,
+            body_started: true,
+            ..get
+        };
+        let pooled = |r: Request| Request { reused: true, ..r };
+        let unread_post = Request {
+            body_started: false,
+            ..post
+        };
+        let ok = Answered(StatusCode::OK);
+        let unavailable = Answered(StatusCode::SERVICE_UNAVAILABLE);
+        let bug = Answered(StatusCode::INTERNAL_SERVER_ERROR);
+        let cases = [
+            // No replica could be had: answered.
+            (NoReplica, get, Answer),
+            // Nothing reached the replica: any method moves on.
+            (NotConnected, get, Next(Retry::Connect)),
+            (NotConnected, post, Next(Retry::Connect)),
+            (NotConnected, last_try, Answer),
+            // A pooled connection closed under us: again, fresh, if safe.
+            (ClosedUnanswered, pooled(get), Again),
+            (ClosedUnanswered, pooled(last_try), Again),
+            (ClosedUnanswered, pooled(unread_post), Again),
+            (ClosedUnanswered, pooled(post), Answer),
+            // Closed again on the fresh connection: a failure.
+            (ClosedUnanswered, get, Next(Retry::Answer)),
+            (ClosedUnanswered, post, Answer),
+            // Silence, breaks and gateway errors: replayable requests only.
+            (TimedOut, get, Next(Retry::Timeout)),
+            (TimedOut, post, Answer),
+            (TimedOut, last_try, Answer),
+            (Failed, get, Next(Retry::Answer)),
+            (Failed, post, Answer),
+            (unavailable, get, Next(Retry::Answer)),
+            (Answered(StatusCode::BAD_GATEWAY), get, Next(Retry::Answer)),
+            (
+                Answered(StatusCode::GATEWAY_TIMEOUT),
+                get,
+                Next(Retry::Answer),
+            ),
+            (unavailable, post, Answer),
+            (unavailable, last_try, Answer),
+            // A 500 is the service's answer, not its absence.
+            (bug, get, Answer),
+            (ok, get, Answer),
+            // Part of the body has gone: never again.
+            (Stalled, get, Answer),
+            (Stalled, post, Answer),
+            (ClientBody, post, Answer),
+        ];
+        for (attempted, request, step) in cases {
+            assert_eq!(next(attempted, request), step, "{attempted:?} {request:?}");
+        }
+    }
+}
