@@ -3,7 +3,9 @@
 //! ports moved to free ones, plus a service of the test upstream to route
 //! to), traffic through the published port, the verdict in the status API
 //! and in `picket-tui --once --json`, the socket proxy refusing a create,
-//! the service scaled to 0, the stack removed and the swarm left.
+//! rolling updates of a two-replica service under load (stop-first and
+//! start-first: nothing fails, nothing waits a second), the service scaled
+//! to 0, the stack removed and the swarm left.
 //!
 //! Without an engine this test is skipped outside CI and fails in it.
 
@@ -215,6 +217,78 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     let (status, body) = http(proxy, "POST", "/containers/create").unwrap();
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("refused by picket socket-proxy"), "{body}");
+
+    // Rolling updates under load: a request every 25 ms through the
+    // published port while each task of a two-replica service is replaced,
+    // stop-first then start-first. A task being stopped leaves the rotation
+    // at the engine's kill event, before its address stops answering:
+    // nothing fails, nothing waits a second.
+    docker(&["service", "scale", "-d", &format!("{STACK}_web=2")]).unwrap();
+    until("web green with 2 of 2 ready", || {
+        verdict(admin, "web").filter(|v| {
+            let v = &v["nodes"][0]["verdict"];
+            v["heart"] == "green" && v["ready"] == 2 && v["total"] == 2
+        })
+    });
+    for order in ["stop-first", "start-first"] {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let load = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut samples = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let sent = Instant::now();
+                    let status = http(proxy, "GET", "/hello").map_or(0, |(status, _)| status);
+                    samples.push((status, sent.elapsed()));
+                    std::thread::sleep(Duration::from_millis(25).saturating_sub(sent.elapsed()));
+                }
+                samples
+            })
+        };
+        std::thread::sleep(Duration::from_secs(1));
+        docker(&[
+            "service",
+            "update",
+            "--detach=false",
+            "--force",
+            "--update-order",
+            order,
+            "--update-parallelism",
+            "1",
+            "--update-delay",
+            "2s",
+            &format!("{STACK}_web"),
+        ])
+        .unwrap();
+        until("web green again with 2 of 2 ready", || {
+            verdict(admin, "web").filter(|v| {
+                let v = &v["nodes"][0]["verdict"];
+                v["heart"] == "green" && v["ready"] == 2 && v["total"] == 2
+            })
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let samples = load.join().unwrap();
+        let failed: Vec<_> = samples
+            .iter()
+            .filter(|(status, _)| *status != 200)
+            .collect();
+        let slowest = samples
+            .iter()
+            .map(|(_, took)| *took)
+            .max()
+            .unwrap_or_default();
+        eprintln!(
+            "rolling update, {order}: {} requests, {} failed, slowest {slowest:?}",
+            samples.len(),
+            failed.len()
+        );
+        assert!(failed.is_empty(), "{order}: failed requests {failed:?}");
+        assert!(
+            slowest < Duration::from_secs(1),
+            "{order}: a request took {slowest:?}"
+        );
+    }
 
     // No replica left: red.
     docker(&["service", "scale", "-d", &format!("{STACK}_web=0")]).unwrap();

@@ -36,6 +36,17 @@ fn hex(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
 
+/// The byte a `%` at `i` encodes.
+fn percent_at(path: &[u8], i: usize) -> Result<u8, ParseError> {
+    match (
+        path.get(i + 1).copied().and_then(hex),
+        path.get(i + 2).copied().and_then(hex),
+    ) {
+        (Some(hi), Some(lo)) => Ok(hi << 4 | lo),
+        _ => Err(bad("a % not followed by two hex digits")),
+    }
+}
+
 /// Splits an origin-form target into its path and its query (with the
 /// `?`, or empty).
 pub fn split_query(target: &[u8]) -> (&[u8], &[u8]) {
@@ -91,20 +102,24 @@ pub fn normalize(target: &[u8]) -> Result<Cow<'_, [u8]>, ParseError> {
     Ok(Cow::Owned(out))
 }
 
+/// Refuses a segment that is a dot segment once its `;` parameters are
+/// stripped (`..;x`): servlet containers climb with it.
+fn no_dot_with_parameters(segment: &[u8]) -> Result<(), ParseError> {
+    let bare = segment.split(|&b| b == b';').next().unwrap_or(segment);
+    if bare != segment && matches!(bare, b"." | b"..") {
+        return Err(bad("a dot segment with parameters"));
+    }
+    Ok(())
+}
+
 /// Whether `path` needs no change; refuses what can never be normalised.
 fn is_normal(path: &[u8]) -> Result<bool, ParseError> {
     let mut normal = true;
     let mut i = 0;
     while i < path.len() {
         if path[i] == b'%' {
-            let (Some(hi), Some(lo)) = (
-                path.get(i + 1).copied().and_then(hex),
-                path.get(i + 2).copied().and_then(hex),
-            ) else {
-                return Err(bad("a % not followed by two hex digits"));
-            };
-            if is_unreserved(hi << 4 | lo) || path[i + 1..i + 3].iter().any(u8::is_ascii_lowercase)
-            {
+            let byte = percent_at(path, i)?;
+            if is_unreserved(byte) || path[i + 1..i + 3].iter().any(u8::is_ascii_lowercase) {
                 normal = false;
             }
             i += 3;
@@ -114,10 +129,7 @@ fn is_normal(path: &[u8]) -> Result<bool, ParseError> {
     }
     let mut segments = path[1..].split(|&b| b == b'/').peekable();
     while let Some(segment) = segments.next() {
-        let bare = segment.split(|&b| b == b';').next().unwrap_or(segment);
-        if bare != segment && matches!(bare, b"." | b"..") {
-            return Err(bad("a dot segment with parameters"));
-        }
+        no_dot_with_parameters(segment)?;
         let last = segments.peek().is_none();
         if matches!(segment, b"." | b"..") || (segment.is_empty() && !last) {
             normal = false;
@@ -133,13 +145,7 @@ fn decode_unreserved(path: &[u8]) -> Result<Vec<u8>, ParseError> {
     let mut i = 0;
     while i < path.len() {
         if path[i] == b'%' {
-            let (Some(hi), Some(lo)) = (
-                path.get(i + 1).copied().and_then(hex),
-                path.get(i + 2).copied().and_then(hex),
-            ) else {
-                return Err(bad("a % not followed by two hex digits"));
-            };
-            let byte = hi << 4 | lo;
+            let byte = percent_at(path, i)?;
             if is_unreserved(byte) {
                 out.push(byte);
             } else {
@@ -154,10 +160,7 @@ fn decode_unreserved(path: &[u8]) -> Result<Vec<u8>, ParseError> {
     }
     // A decoded segment may itself be a dot segment with parameters.
     for segment in out[1..].split(|&b| b == b'/') {
-        let bare = segment.split(|&b| b == b';').next().unwrap_or(segment);
-        if bare != segment && matches!(bare, b"." | b"..") {
-            return Err(bad("a dot segment with parameters"));
-        }
+        no_dot_with_parameters(segment)?;
     }
     Ok(out)
 }

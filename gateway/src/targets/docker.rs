@@ -13,6 +13,12 @@
 //! finding the engine are logged once each; meanwhile routing keeps the
 //! last known replicas and verdicts say the data is stale.
 //!
+//! A container being stopped leaves the rotation at the engine's first word
+//! of it: the `kill` event with a terminating signal (`docker stop`, a
+//! Swarm task shut down by a rolling update) or `stop`, while the process
+//! may still run and answer its last requests, not only at `die`, when its
+//! address already refuses ([`stopping`]).
+//!
 //! For Swarm, one such watcher follows each engine of the swarm through
 //! its read-only socket proxy, and their inventories are merged.
 
@@ -275,6 +281,29 @@ impl std::fmt::Display for Ended {
 }
 
 /// One session: a fresh inventory, then the event stream until it ends.
+/// What an event says of a container being stopped: `Some(true)` when it
+/// is on its way out (a `kill` with a terminating signal, or `stop`),
+/// `Some(false)` when it runs again (`start`, `restart`), `None` when it
+/// says neither (`kill -s HUP` asks for a reload, not a stop).
+pub fn stopping(action: &str, signal: Option<&str>) -> Option<bool> {
+    const TERMINATING: [&str; 8] = [
+        "15", "9", "2", "3", "SIGTERM", "SIGKILL", "SIGINT", "SIGQUIT",
+    ];
+    match action {
+        // `docker kill` without a signal sends SIGKILL.
+        "kill" => match signal {
+            None => Some(true),
+            Some(signal) => TERMINATING
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(signal))
+                .then_some(true),
+        },
+        "stop" => Some(true),
+        "start" | "restart" => Some(false),
+        _ => None,
+    }
+}
+
 async fn follow(
     engine: &str,
     docker: &Docker,
@@ -329,6 +358,8 @@ async fn follow(
         .filters(&filters)
         .build();
     let mut events = docker.events(Some(options));
+    // Containers a stop was asked of, still running.
+    let mut going: std::collections::HashSet<String> = std::collections::HashSet::new();
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -339,17 +370,38 @@ async fn follow(
                 };
             }
         };
-        let Some(id) = event.actor.and_then(|a| a.id) else {
+        let Some(actor) = event.actor else {
+            continue;
+        };
+        let Some(id) = actor.id else {
             continue;
         };
         let action = event.action.unwrap_or_default();
+        let signal = actor
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get("signal"))
+            .map(String::as_str);
+        match stopping(&action, signal) {
+            Some(true) => {
+                going.insert(id.clone());
+            }
+            Some(false) => {
+                going.remove(&id);
+            }
+            None => {}
+        }
         let before = inventory.containers.get(&id).cloned();
         if action == "destroy" {
             inventory.containers.remove(&id);
         } else {
             match docker.inspect_container(&id, None).await {
                 Ok(inspect) => match facts(&inspect, network) {
-                    Some(facts) => {
+                    Some(mut facts) => {
+                        // Still running, but on its way out: not ready.
+                        if going.contains(&id) {
+                            facts.running = false;
+                        }
                         inventory.containers.insert(id.clone(), facts);
                     }
                     None => {
@@ -383,6 +435,28 @@ async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stop_is_seen_at_its_first_event() {
+        let cases = [
+            ("kill", Some("15"), Some(true)),
+            ("kill", Some("SIGTERM"), Some(true)),
+            ("kill", Some("9"), Some(true)),
+            ("kill", None, Some(true)),
+            ("kill", Some("1"), None),
+            ("kill", Some("SIGHUP"), None),
+            ("kill", Some("10"), None),
+            ("stop", None, Some(true)),
+            ("start", None, Some(false)),
+            ("restart", None, Some(false)),
+            ("die", Some("15"), None),
+            ("health_status: healthy", None, None),
+            ("pause", None, None),
+        ];
+        for (action, signal, want) in cases {
+            assert_eq!(stopping(action, signal), want, "{action} {signal:?}");
+        }
+    }
 
     fn inspect(json: serde_json::Value) -> ContainerInspectResponse {
         serde_json::from_value(json).unwrap()
