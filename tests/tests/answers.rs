@@ -39,6 +39,14 @@ async fn a_replica_answering_503_is_ejected_after_five_in_a_row() {
         ),
         "{metrics}"
     );
+    // The status API names the replica's state and why.
+    let (status, routes) = node.admin_json("/v1/routes").await;
+    assert_eq!(status, 200);
+    let replicas = routes.to_string();
+    assert!(
+        replicas.contains("\"state\":\"ejected\"") && replicas.contains("5 consecutive 503"),
+        "{routes:#}"
+    );
     node.stop().await;
 }
 

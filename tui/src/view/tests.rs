@@ -364,3 +364,20 @@ fn ages() {
     assert_eq!(fit("orders-api", 6), "order…");
     assert_eq!(fit_tail("picket-node-7", 6), "…ode-7");
 }
+
+#[test]
+fn an_ejection_for_gateway_errors_reads_in_the_detail_pane() {
+    let reason = "1 of 2 ready (1 ejected by this node: 5 consecutive 503)";
+    let mut view = three_nodes();
+    for member in view.members.iter_mut().filter(|m| m.name == "n3") {
+        for verdict in member.verdicts.iter_mut().filter(|v| v.route == "orders") {
+            verdict.reason = reason.into();
+        }
+    }
+    let text = lines(&draw(&app_with(view), 160, 48));
+    assert!(
+        text.iter()
+            .any(|l| l.starts_with("n3") && l.contains(reason)),
+        "{text:#?}"
+    );
+}
