@@ -71,7 +71,14 @@ fn chunk_size(line: &[u8]) -> Result<u64, ParseError> {
     if digits == 0 || digits > 16 {
         return Err(bad);
     }
-    let rest = line[digits..].trim_ascii_start();
+    // Whitespace before an extension is spaces and tabs only: a bare CR
+    // (which `trim_ascii` would skip) ends no line here.
+    let rest = &line[digits..];
+    let bws = rest
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(rest.len());
+    let rest = &rest[bws..];
     if !rest.is_empty() && rest[0] != b';' {
         return Err(bad);
     }
@@ -438,6 +445,8 @@ mod tests {
             b"0\r\nno colon\r\n\r\n",
             b"0\r\n: empty name\r\n\r\n",
             b"1;a\x00b\r\nx\r\n0\r\n\r\n",
+            b"0\r;;\r\n\r\n",
+            b"5\r\r\nhello\r\n0\r\n\r\n",
         ] {
             for step in [1, 3, 1000] {
                 assert!(
