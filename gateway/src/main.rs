@@ -262,12 +262,24 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
     let mut config = Config::load(&path)?;
     let overrides = flags.overrides();
     config.apply(&overrides);
+    let proxy_env = picket::upstream::ProxyEnv::from_env();
+    if let Some(env) = &proxy_env {
+        let at = |proxy: Option<&picket::upstream::ForwardProxy>| {
+            proxy.map_or("none".to_string(), |p| p.target.authority())
+        };
+        tracing::info!(
+            http = at(env.http.as_ref()),
+            https = at(env.https.as_ref()),
+            no_proxy = env.no_proxy.join(","),
+            "external hosts are reached through forward proxies"
+        );
+    }
     let options = Options {
         config_path: Some(path),
         overrides,
         tls: picket::tls::client_config(flags.extra_ca.as_deref())?,
         drain: node::DEFAULT_DRAIN,
-        proxy_env: picket::targets::checks::ProxyEnv::from_env(),
+        proxy_env,
         gossip_transport: None,
     };
     runtime(config.node.workers.value)?.block_on(serve(config, options))

@@ -18,9 +18,9 @@ use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::status::{AdminState, feed};
-use crate::targets::checks::{self, Checker, ProxyEnv};
+use crate::targets::checks::{self, Checker};
 use crate::targets::{Catalog, docker, kube, swarm};
-use crate::upstream::Pools;
+use crate::upstream::{Pools, ProxyEnv};
 use crate::verdict::board::{self, Board};
 use crate::{reload, server, status};
 
@@ -92,7 +92,8 @@ pub struct Options {
     pub overrides: Overrides,
     pub tls: Arc<rustls::ClientConfig>,
     pub drain: Duration,
-    /// `HTTP_PROXY`/`NO_PROXY`, for connect checks of external hosts.
+    /// `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY`: the forward proxies of
+    /// external hosts, for their requests and their checks alike.
     pub proxy_env: Option<ProxyEnv>,
     /// A gossip transport to use instead of UDP (tests: chitchat's
     /// in-memory one).
@@ -144,12 +145,12 @@ impl Node {
             changes: Arc::new(crate::changes::Changes::default()),
             metrics: Arc::clone(&metrics),
             tls: Arc::clone(&options.tls),
+            proxy_env: options.proxy_env.clone().map(Arc::new),
             catalog: Arc::new(Catalog::default()),
         };
         let checker = Arc::new(Checker::new(
             config.global.check_every.value,
             config.global.check_timeout.value,
-            options.proxy_env.clone(),
         ));
         let table = build_table(&config.routes, None, &ctx);
         let text = options

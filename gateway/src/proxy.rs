@@ -31,7 +31,7 @@ use http::header::HeaderValue;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
-use crate::upstream::{Pools, TlsTarget, Upstream};
+use crate::upstream::{Pools, ProxyEnv, TlsTarget, Upstream};
 pub use circuit::{Circuit, CircuitView, TransitionView};
 pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
@@ -46,6 +46,9 @@ pub struct Route {
     pub metrics: RouteMetrics,
     /// The `Host` sent to an external upstream; `None` keeps the client's.
     pub upstream_host: Option<HeaderValue>,
+    /// `http://host:port`, naming an `http://` upstream in the absolute
+    /// form of each request, when its connections go to `HTTP_PROXY`.
+    pub proxy_origin: Option<String>,
     /// This node's circuit breaker of the route, when enabled.
     pub circuit: Option<Circuit>,
 }
@@ -63,32 +66,53 @@ pub struct RouteContext {
     /// Woken by every change that can move a verdict.
     pub changes: Arc<crate::changes::Changes>,
     pub tls: Arc<rustls::ClientConfig>,
+    /// The forward proxies of external hosts, as read at start.
+    pub proxy_env: Option<Arc<ProxyEnv>>,
     /// Where service routes get their replicas.
     pub catalog: Arc<crate::targets::Catalog>,
 }
 
 impl Route {
     pub fn new(config: RouteConfig, ctx: &RouteContext) -> Route {
-        let (tls, upstream_host) = match &config.upstream {
-            UpstreamConfig::External(ext) => {
-                let default_port = if ext.tls { 443 } else { 80 };
-                let authority = if ext.port == default_port {
-                    ext.host.clone()
-                } else {
-                    format!("{}:{}", ext.host, ext.port)
-                };
-                let tls = ext.tls.then(|| TlsTarget {
-                    connector: tokio_rustls::TlsConnector::from(Arc::clone(&ctx.tls)),
-                    // Validated with the configuration; a name rustls refuses
-                    // makes every connect fail rather than go out in clear.
-                    server_name: rustls::pki_types::ServerName::try_from(ext.host.clone()).ok(),
-                });
-                (tls, HeaderValue::from_str(&authority).ok())
+        let (mut tls, mut via, mut upstream_host, mut proxy_origin) = (None, None, None, None);
+        if let UpstreamConfig::External(ext) = &config.upstream {
+            let default_port = if ext.tls { 443 } else { 80 };
+            let host = if ext.host.contains(':') {
+                format!("[{}]", ext.host)
+            } else {
+                ext.host.clone()
+            };
+            let authority = if ext.port == default_port {
+                host
+            } else {
+                format!("{host}:{}", ext.port)
+            };
+            tls = ext.tls.then(|| TlsTarget {
+                connector: tokio_rustls::TlsConnector::from(Arc::clone(&ctx.tls)),
+                // Validated with the configuration; a name rustls refuses
+                // makes every connect fail rather than go out in clear.
+                server_name: rustls::pki_types::ServerName::try_from(ext.host.clone()).ok(),
+            });
+            via = ctx
+                .proxy_env
+                .as_ref()
+                .and_then(|env| env.for_host(&ext.host, ext.tls))
+                .cloned();
+            if let Some(proxy) = &via {
+                tracing::debug!(route = config.name, upstream = %ext, proxy = ?proxy.target, "through a forward proxy");
             }
-            UpstreamConfig::Replicas(_) | UpstreamConfig::Service { .. } => (None, None),
-        };
+            proxy_origin = (via.is_some() && !ext.tls).then(|| format!("http://{authority}"));
+            upstream_host = HeaderValue::from_str(&authority).ok();
+        }
         let pool = ctx.pools.get(config.bounds());
-        let upstream = Upstream::new(&config, pool, tls, &ctx.metrics, Arc::clone(&ctx.changes));
+        let upstream = Upstream::new(
+            &config,
+            pool,
+            tls,
+            via,
+            &ctx.metrics,
+            Arc::clone(&ctx.changes),
+        );
         if let UpstreamConfig::Service { name, port } = &config.upstream {
             ctx.catalog.attach(&upstream, name, port);
         }
@@ -106,6 +130,7 @@ impl Route {
             config,
             upstream,
             upstream_host,
+            proxy_origin,
             circuit,
         }
     }

@@ -134,6 +134,7 @@ mod tests {
             route,
             Arc::new(Pool::new(route.bounds())),
             None,
+            None,
             &metrics,
             Default::default(),
         )

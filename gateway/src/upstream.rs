@@ -20,7 +20,8 @@
 //! on it that got no response head within the first-answer bound, while
 //! another replica is in rotation ([`Upstream::silent`]); a silent one is
 //! back when its runtime reports it ready again after not ready; a background probe
-//! ([`probe`]) re-admits it with a plain TCP connect, one ejection period
+//! ([`probe`]) re-admits it with a connect made as requests make it (through
+//! the route's forward proxy, TLS handshake included), one ejection period
 //! after the ejection and every period after that until it answers.
 //!
 //! ## Data path reads, policy writes
@@ -31,6 +32,8 @@
 
 mod conn;
 mod connect;
+pub mod forward_proxy;
+pub mod handshake;
 pub mod health;
 mod pool;
 mod probe;
@@ -47,6 +50,7 @@ use tokio::time::Instant;
 
 pub use conn::{ConnError, Connection, Io, Release, UpstreamBody};
 pub use connect::{Attempt, ConnectFailure, TlsTarget, tcp_connect};
+pub use forward_proxy::{ForwardProxy, ProxyEnv};
 pub use pool::{Pool, Pools};
 
 use crate::changes::Changes;
@@ -71,10 +75,12 @@ pub enum Target {
 }
 
 impl Target {
-    /// `host:port`, as a `Host` header names it.
+    /// `host:port`, as a `Host` header or `CONNECT` names it (an IPv6
+    /// address in brackets).
     pub fn authority(&self) -> String {
         match self {
             Target::Addr(addr) => addr.to_string(),
+            Target::Named { host, port } if host.contains(':') => format!("[{host}]:{port}"),
             Target::Named { host, port } => format!("{host}:{port}"),
         }
     }
@@ -85,6 +91,9 @@ impl Target {
 pub struct ReplicaKey {
     pub target: Target,
     pub tls: bool,
+    /// Its connections go through a forward proxy: never pooled with
+    /// direct ones to the same target.
+    pub proxied: bool,
 }
 
 const IN_ROTATION: u8 = 0;
@@ -231,7 +240,8 @@ impl Tried {
 pub enum Source {
     /// `replicas = [...]`: checked by TCP connect.
     Static,
-    /// `upstream = "https://..."`: checked by TCP connect.
+    /// `upstream = "https://..."`: checked by a connect as requests make
+    /// it (TLS handshake included, through the forward proxy if any).
     External,
     /// `service = "..."`: reported by the runtime.
     Runtime,
@@ -245,6 +255,9 @@ pub struct Upstream {
     replicas: ArcSwap<Vec<Arc<Replica>>>,
     pub pool: Arc<Pool>,
     pub tls: Option<TlsTarget>,
+    /// The forward proxy every connection goes through (external hosts
+    /// behind `HTTP_PROXY`/`HTTPS_PROXY` only).
+    pub via: Option<ForwardProxy>,
     /// Attempts per request as configured; never more than the replicas.
     tries: usize,
     pub eject_for: Duration,
@@ -263,6 +276,7 @@ impl Upstream {
         route: &RouteConfig,
         pool: Arc<Pool>,
         tls: Option<TlsTarget>,
+        via: Option<ForwardProxy>,
         metrics: &Arc<Metrics>,
         changes: Arc<Changes>,
     ) -> Arc<Upstream> {
@@ -275,6 +289,7 @@ impl Upstream {
                         let key = ReplicaKey {
                             target: Target::Addr(*addr),
                             tls: false,
+                            proxied: false,
                         };
                         Replica::new(key, addr.to_string(), true, true, None, name, metrics)
                     })
@@ -290,6 +305,7 @@ impl Upstream {
                     let key = ReplicaKey {
                         target,
                         tls: ext.tls,
+                        proxied: via.is_some(),
                     };
                     (
                         Source::External,
@@ -309,6 +325,7 @@ impl Upstream {
             replicas: ArcSwap::from_pointee(replicas),
             pool,
             tls,
+            via,
             eject_for: route.eject_for.value,
             eject_after: route.consecutive_gateway_errors.value,
             next: AtomicUsize::new(0),
@@ -400,6 +417,28 @@ impl Upstream {
     /// Feeds one observation of a replica to its health state machine and
     /// carries out the change: one log line, metrics, a probe on ejection.
     pub fn observe(&self, replica: &Arc<Replica>, observation: Observation) {
+        self.record(replica, observation, None);
+    }
+
+    /// A connect to `replica` failed (a request's, a check's or a probe's):
+    /// an ejection logs the failure in full, once, while the replica's
+    /// state keeps its short reason.
+    pub fn connect_failed(&self, replica: &Arc<Replica>, failure: &ConnectFailure, probe: bool) {
+        let reason = failure.reason();
+        let observation = if probe {
+            Observation::ProbeFailed(reason)
+        } else {
+            Observation::ConnectFailed(reason)
+        };
+        self.record(replica, observation, Some(failure));
+    }
+
+    fn record(
+        &self,
+        replica: &Arc<Replica>,
+        observation: Observation,
+        failure: Option<&ConnectFailure>,
+    ) {
         let change = {
             let mut health = replica.health.lock().unwrap_or_else(|e| e.into_inner());
             let (next, change) = health.observe(observation, Instant::now());
@@ -429,13 +468,27 @@ impl Upstream {
             Change::Ejected(reason) => {
                 replica.ejections.inc();
                 self.metrics.ejected(route, reason.slug());
-                tracing::warn!(
-                    route,
-                    replica = label,
-                    %reason,
-                    eject_for = %humantime::format_duration(self.eject_for),
-                    "replica ejected"
-                );
+                match failure {
+                    // The detail says more than the reason (which names a
+                    // certificate is valid for, say).
+                    Some(failure) if failure.to_string() != reason.to_string() => {
+                        tracing::warn!(
+                            route,
+                            replica = label,
+                            %reason,
+                            detail = %failure,
+                            eject_for = %humantime::format_duration(self.eject_for),
+                            "replica ejected"
+                        );
+                    }
+                    _ => tracing::warn!(
+                        route,
+                        replica = label,
+                        %reason,
+                        eject_for = %humantime::format_duration(self.eject_for),
+                        "replica ejected"
+                    ),
+                }
                 if !replica.probing.swap(true, Ordering::AcqRel) {
                     probe::spawn(self.this.clone(), Arc::downgrade(replica));
                 }
@@ -488,7 +541,11 @@ impl Upstream {
                     }
                     None => {
                         changed = true;
-                        let key = ReplicaKey { target, tls: false };
+                        let key = ReplicaKey {
+                            target,
+                            tls: false,
+                            proxied: false,
+                        };
                         Replica::new(
                             key,
                             endpoint.id.clone(),

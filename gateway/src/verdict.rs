@@ -3,7 +3,8 @@
 //! node's own ejections) and its circuit.
 //!
 //! ## Hearts
-//! - green: every replica is ready (an external host accepts connections);
+//! - green: every replica is ready (an external host accepts connections,
+//!   TLS handshake included for an `https://` one);
 //! - orange: some replicas are ready, not all;
 //! - red: none is ready, the service is scaled to zero, the host refuses,
 //!   or the circuit is open — whatever the runtime says: real traffic wins.
@@ -148,15 +149,19 @@ pub fn judge(
         }
         _ if total == 0 && source == Source::Runtime => (Heart::Red, "scaled to zero".to_string()),
         _ if total == 0 => (Heart::Red, "no replicas".to_string()),
-        (_, Source::External) if usable == 0 => {
-            let why = ejected
-                .first()
-                .map_or("connect check fails".to_string(), ToString::to_string);
-            (
+        (_, Source::External) if usable == 0 => match ejected.first() {
+            // Connected, but not usable as requests use it.
+            Some(why @ (EjectReason::Tls(_) | EjectReason::ProxyRefused { .. })) => {
+                (Heart::Red, format!("host unusable: {why}"))
+            }
+            why => (
                 Heart::Red,
-                format!("host does not accept connections: {why}"),
-            )
-        }
+                format!(
+                    "host does not accept connections: {}",
+                    why.map_or("connect check fails".to_string(), ToString::to_string)
+                ),
+            ),
+        },
         (_, Source::External) => (Heart::Green, "host accepts connections".to_string()),
         _ if usable == 0 => (Heart::Red, format!("none ready ({})", details())),
         _ if usable < total => (
@@ -278,6 +283,7 @@ impl Verdicts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::handshake::TlsFailure;
 
     fn facts(
         ready: bool,
@@ -350,6 +356,45 @@ mod tests {
                 CircuitFacts::Disabled,
                 Heart::Red,
                 "host does not accept connections: connect check fails",
+            ),
+            (
+                Source::External,
+                vec![facts(true, Some(EjectReason::Refused), None)],
+                CircuitFacts::Disabled,
+                Heart::Red,
+                "host does not accept connections: connect refused",
+            ),
+            (
+                Source::External,
+                vec![facts(
+                    true,
+                    Some(EjectReason::Tls(TlsFailure::UnknownIssuer)),
+                    None,
+                )],
+                CircuitFacts::Disabled,
+                Heart::Red,
+                "host unusable: TLS handshake: invalid peer certificate: UnknownIssuer",
+            ),
+            (
+                Source::External,
+                vec![facts(
+                    true,
+                    Some(EjectReason::ProxyRefused { status: 403 }),
+                    None,
+                )],
+                CircuitFacts::Disabled,
+                Heart::Red,
+                "host unusable: the forward proxy answered 403 to CONNECT",
+            ),
+            (
+                Source::Static,
+                vec![
+                    up.clone(),
+                    facts(true, Some(EjectReason::Tls(TlsFailure::Expired)), None),
+                ],
+                CircuitFacts::Disabled,
+                Heart::Orange,
+                "1 of 2 ready (1 ejected by this node: TLS handshake: invalid peer certificate: certificate expired)",
             ),
             (
                 Source::Runtime,

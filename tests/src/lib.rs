@@ -14,10 +14,12 @@ pub mod docker;
 pub mod fake_kube;
 pub mod faults;
 pub mod fields;
+pub mod forward_proxy;
 pub mod netns;
 pub mod node;
 pub mod process;
 pub mod recorder;
+pub mod tls;
 pub use picket_test_upstream as upstream;
 pub mod wire;
 

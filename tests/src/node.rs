@@ -40,6 +40,21 @@ impl TestNode {
         TestNode::run(config, None, None)
     }
 
+    /// A node on `text` whose options (TLS roots, forward proxies) the
+    /// test sets: settings the node otherwise takes from its environment.
+    pub fn start_with(text: &str, configure: impl FnOnce(&mut Options)) -> TestNode {
+        let config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        let listeners = Listeners::bind(loopback(), loopback()).expect("bind node listeners");
+        let mut options = options(None, None);
+        configure(&mut options);
+        let running = node::start(listeners, config, options).expect("start node");
+        TestNode {
+            proxy: running.proxy_addr,
+            admin: running.admin_addr,
+            running: Some(running),
+        }
+    }
+
     /// A node whose gossip goes over `transport` (chitchat's in-memory one)
     /// instead of UDP.
     pub fn start_on(text: &str, transport: Arc<dyn picket::cluster::Transport>) -> TestNode {

@@ -1,13 +1,15 @@
 //! Connect checks of external hosts and static replicas: red within one
 //! check interval when refused, green when accepted, through HTTP_PROXY
-//! when set, and no timer at all when nothing needs checking.
+//! when set, and no timer at all when nothing needs checking. (Checks of
+//! `https://` hosts: tls_checks.rs; requests through proxies:
+//! forward_proxy.rs.)
 
 use std::path::Path;
 use std::time::Duration;
 
 use picket::config::{Config, Overrides};
 use picket::node::{self, Listeners, Options};
-use picket::targets::checks::ProxyEnv;
+use picket::upstream::ProxyEnv;
 use picket_proto::Heart;
 use picket_tests::node::{TestNode, eventually, route};
 use picket_tests::upstream::{Behaviour, Upstream, refused_addr};
@@ -63,9 +65,15 @@ async fn external_hosts_are_red_when_refusing_and_green_when_accepting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_http_proxy_the_proxy_is_dialled() {
     let proxy = Upstream::start("proxy", Behaviour::Echo).await;
-    let env = ProxyEnv::parse(&format!("http://{}", proxy.addr), Some("localhost")).unwrap();
+    let proxy_url = format!("http://{}", proxy.addr);
+    let env = ProxyEnv::from_vars(|name| match name {
+        "HTTP_PROXY" => Some(proxy_url.clone()),
+        "NO_PROXY" => Some("localhost".into()),
+        _ => None,
+    })
+    .unwrap();
     // A name that resolves nowhere: only dialling the proxy can pass.
-    let config = format!("{CHECKS}{}", external("billing", "https://billing.invalid"));
+    let config = format!("{CHECKS}{}", external("billing", "http://billing.invalid"));
     let parsed = Config::parse("test.toml", &config).unwrap();
     let listeners =
         Listeners::bind(([127, 0, 0, 1], 0).into(), ([127, 0, 0, 1], 0).into()).unwrap();

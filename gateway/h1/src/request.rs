@@ -271,6 +271,24 @@ pub fn write_request_line(out: &mut Vec<u8>, method: &Method, path_and_query: &[
     out.extend_from_slice(b" HTTP/1.1\r\n");
 }
 
+/// Writes a request line in absolute form, for a forward proxy:
+/// `GET http://host:port/path HTTP/1.1`. `origin` is `http://host:port`;
+/// an `OPTIONS *` is asked of the origin alone (RFC 9112 §3.2.4).
+pub fn write_absolute_request_line(
+    out: &mut Vec<u8>,
+    method: &Method,
+    origin: &[u8],
+    path_and_query: &[u8],
+) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(origin);
+    if path_and_query != b"*" {
+        out.extend_from_slice(path_and_query);
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+}
+
 /// Ends a request head with the framing of its body, written from what
 /// was parsed: the sender's own `Content-Length` and `Transfer-Encoding`
 /// lines never cross.

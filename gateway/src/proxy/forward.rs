@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::HeaderValue;
 use http::{Method, StatusCode};
 use tokio::time::{Instant, timeout};
 
@@ -150,6 +151,14 @@ async fn attempts<B: RequestBody>(
         upstream_host: route.upstream_host.as_ref().map(|h| h.as_bytes()),
         upgrade: req.upgrade,
         underscores: route.config.underscores_in_headers,
+        proxy_origin: route.proxy_origin.as_deref().map(str::as_bytes),
+        proxy_authorization: route
+            .upstream
+            .via
+            .as_ref()
+            .filter(|_| route.proxy_origin.is_some())
+            .and_then(|proxy| proxy.authorization())
+            .map(HeaderValue::as_bytes),
     };
     let bounds = Waits {
         first_answer: route.upstream.pool.bounds.first_answer,

@@ -16,6 +16,11 @@
 //!
 //! The client's headers are never modified, so a retry writes the same
 //! head again.
+//!
+//! Through a forward proxy (`HTTP_PROXY`, for an `http://` upstream), the
+//! request line names the upstream in absolute form and the proxy's own
+//! credentials, if its URL had any, go in `Proxy-Authorization`; the
+//! client's `Proxy-Authorization` is hop-by-hop and never crosses.
 
 use std::net::IpAddr;
 
@@ -62,6 +67,11 @@ pub struct Forwarding<'a> {
     pub upgrade: Option<&'a [u8]>,
     /// Client headers whose names hold `_` are forwarded.
     pub underscores: bool,
+    /// `http://host:port` when the request goes to a forward proxy, which
+    /// then gets it in absolute form.
+    pub proxy_origin: Option<&'a [u8]>,
+    /// The forward proxy's `Proxy-Authorization`.
+    pub proxy_authorization: Option<&'a [u8]>,
 }
 
 /// Headers the proxy writes itself, whatever the client sent.
@@ -83,11 +93,17 @@ pub fn write_upstream_head(
     forwarding: &Forwarding<'_>,
     replica: &Target,
 ) {
-    request::write_request_line(out, req.method, req.path);
+    match forwarding.proxy_origin {
+        Some(origin) => request::write_absolute_request_line(out, req.method, origin, req.path),
+        None => request::write_request_line(out, req.method, req.path),
+    }
     match forwarding.upstream_host.or(forwarding.host) {
         Some(host) => h1::write_header(out, b"host", host),
         // Never an empty `Host`: the replica's own authority.
         None => h1::write_header(out, b"host", replica.authority().as_bytes()),
+    }
+    if let Some(credentials) = forwarding.proxy_authorization {
+        h1::write_header(out, b"proxy-authorization", credentials);
     }
     let connection = req.fields.all("connection");
     let mut forwarded_for = Vec::new();
@@ -161,6 +177,8 @@ mod tests {
             upstream_host: None,
             upgrade: None,
             underscores: false,
+            proxy_origin: None,
+            proxy_authorization: None,
         }
     }
 
@@ -224,6 +242,8 @@ mod tests {
             upstream_host: Some(b"billing.example.net"),
             upgrade: None,
             underscores: false,
+            proxy_origin: None,
+            proxy_authorization: None,
         };
         let request = "POST /x HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: 203.0.113.7\r\n\
                        X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\n\
@@ -284,6 +304,37 @@ mod tests {
         );
         assert!(text.contains("host: 10.1.2.3:8080\r\n"), "{text}");
         assert!(!text.contains("x-forwarded-host"), "{text}");
+    }
+
+    #[test]
+    fn through_a_forward_proxy_the_target_is_absolute() {
+        let client = client();
+        let forwarding = Forwarding {
+            upstream_host: Some(b"billing.example.net:8080"),
+            proxy_origin: Some(b"http://billing.example.net:8080"),
+            proxy_authorization: Some(b"Basic dTpw"),
+            ..forwarding(&client, b"shop.example.com")
+        };
+        let text = head(
+            "GET /x?y=1 HTTP/1.1\r\nHost: shop.example.com\r\nProxy-Authorization: Basic c3B5\r\n\r\n",
+            &forwarding,
+        );
+        assert!(
+            text.starts_with(
+                "GET http://billing.example.net:8080/x?y=1 HTTP/1.1\r\n\
+                 host: billing.example.net:8080\r\nproxy-authorization: Basic dTpw\r\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("c3B5"),
+            "the client's credentials cross: {text}"
+        );
+        let options = head("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", &forwarding);
+        assert!(
+            options.starts_with("OPTIONS http://billing.example.net:8080 HTTP/1.1\r\n"),
+            "{options}"
+        );
     }
 
     #[test]

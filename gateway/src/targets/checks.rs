@@ -1,16 +1,23 @@
-//! Connect checks: a plain TCP connect to every static replica, external
-//! host, and runtime endpoint marked `checked`, every `every`, each bounded
-//! by `timeout` — no HTTP request. A check is one more observation of the
-//! replica's health, like the node's own connects: a failed check ejects
-//! it (and its probe re-admits it within one ejection period once it
+//! Connect checks: a connect to every static replica, external host, and
+//! runtime endpoint marked `checked`, every `every`, each bounded by
+//! `timeout` — no HTTP request. The connect is the one requests make
+//! ([`Upstream::try_connect`](crate::upstream::Upstream::try_connect)): for
+//! an `https://` upstream it completes the TLS handshake, verified with the
+//! route's own TLS settings, so a host whose certificate fails verification
+//! fails its check with the TLS reason. A check is one more observation of
+//! the replica's health, like the node's own connects: a failed check
+//! ejects it (and its probe re-admits it within one ejection period once it
 //! answers), a passing check re-admits an ejected one.
 //!
 //! The timer runs only while there is something to check: a supervisor
 //! (which waits on changes, not on a clock) starts it when a route with
 //! such a target appears and stops it when the last one goes.
 //!
-//! Behind `HTTP_PROXY`, an external host is reached through the proxy, so
-//! the proxy is what gets dialled (unless `NO_PROXY` names the host).
+//! Behind `HTTP_PROXY`/`HTTPS_PROXY`, an external host is reached through
+//! the proxy, by requests and checks alike
+//! ([`forward_proxy`](crate::upstream::forward_proxy)): the proxy is what
+//! gets dialled for an `http://` host, and an `https://` host is checked
+//! through a `CONNECT` tunnel, handshake included.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,96 +25,27 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::task::JoinHandle;
-use tokio::time::{MissedTickBehavior, interval, timeout};
+use tokio::time::{MissedTickBehavior, interval};
 
 use crate::changes::Changes;
 use crate::proxy::Proxy;
 use crate::shutdown::Shutdown;
-use crate::upstream::health::{EjectReason, Observation};
-use crate::upstream::{ConnectFailure, Source, Target, tcp_connect};
-
-/// `HTTP_PROXY` and `NO_PROXY`, as read once at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProxyEnv {
-    pub host: String,
-    pub port: u16,
-    /// Hosts (or `.suffixes`) reached directly; `*` for all.
-    pub no_proxy: Vec<String>,
-}
-
-impl ProxyEnv {
-    /// Reads `HTTP_PROXY`/`http_proxy` and `NO_PROXY`/`no_proxy`.
-    pub fn from_env() -> Option<ProxyEnv> {
-        let var = |names: [&str; 2]| {
-            names
-                .iter()
-                .find_map(|n| std::env::var(n).ok())
-                .filter(|v| !v.is_empty())
-        };
-        ProxyEnv::parse(
-            &var(["HTTP_PROXY", "http_proxy"])?,
-            var(["NO_PROXY", "no_proxy"]).as_deref(),
-        )
-    }
-
-    /// `http://proxy:3128` (or `proxy:3128`) and a `NO_PROXY` list.
-    pub fn parse(proxy: &str, no_proxy: Option<&str>) -> Option<ProxyEnv> {
-        let rest = proxy.split_once("://").map_or(proxy, |(_, rest)| rest);
-        let authority = rest.split('/').next()?.rsplit('@').next()?;
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse().ok()?),
-            None => (authority, 80),
-        };
-        let no_proxy = no_proxy
-            .unwrap_or("")
-            .split(',')
-            .map(|h| h.trim().to_ascii_lowercase())
-            .filter(|h| !h.is_empty())
-            .collect();
-        (!host.is_empty()).then(|| ProxyEnv {
-            host: host.trim_matches(['[', ']']).to_string(),
-            port,
-            no_proxy,
-        })
-    }
-
-    /// What to dial to check `target`: the proxy, unless `NO_PROXY` names it.
-    pub fn dial(&self, target: &Target) -> Target {
-        let host = match target {
-            Target::Named { host, .. } => host.to_ascii_lowercase(),
-            Target::Addr(addr) => addr.ip().to_string(),
-        };
-        let direct = self.no_proxy.iter().any(|entry| {
-            entry == "*"
-                || host == *entry
-                || host.ends_with(&format!(".{}", entry.trim_start_matches('.')))
-        });
-        if direct {
-            target.clone()
-        } else {
-            Target::Named {
-                host: self.host.as_str().into(),
-                port: self.port,
-            }
-        }
-    }
-}
+use crate::upstream::ConnectFailure;
+use crate::upstream::health::Observation;
 
 /// The connect checks of a node.
 #[derive(Debug)]
 pub struct Checker {
     every: Duration,
     timeout: Duration,
-    proxy_env: Option<ProxyEnv>,
     timer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Checker {
-    pub fn new(every: Duration, timeout: Duration, proxy_env: Option<ProxyEnv>) -> Checker {
+    pub fn new(every: Duration, timeout: Duration) -> Checker {
         Checker {
             every,
             timeout,
-            proxy_env,
             timer: Mutex::new(None),
         }
     }
@@ -159,28 +97,16 @@ impl Checker {
         for route in proxy.table().values() {
             let upstream = Arc::clone(&route.upstream);
             for replica in upstream.replicas().iter().filter(|r| r.checked) {
-                let target = match (&self.proxy_env, upstream.source) {
-                    (Some(env), Source::External) => env.dial(&replica.key.target),
-                    _ => replica.key.target.clone(),
-                };
                 let (upstream, replica, bound) =
                     (Arc::clone(&upstream), Arc::clone(replica), self.timeout);
                 checks.push(async move {
-                    let observation = match timeout(bound, tcp_connect(&target)).await {
-                        Ok(Ok(_stream)) => {
-                            crate::resources::LOCAL.ok();
-                            Observation::ProbeOk
-                        }
-                        Ok(Err(ConnectFailure::Refused)) => {
-                            Observation::ConnectFailed(EjectReason::Refused)
-                        }
+                    match upstream.try_connect(&replica, bound).await {
+                        Ok(()) => upstream.observe(&replica, Observation::ProbeOk),
                         // The node's own shortage says nothing of the
                         // replica: no verdict this round.
-                        Ok(Err(ConnectFailure::Local(_))) => return,
-                        Ok(Err(_)) => Observation::ConnectFailed(EjectReason::Unreachable),
-                        Err(_) => Observation::ConnectFailed(EjectReason::TimedOut),
-                    };
-                    upstream.observe(&replica, observation);
+                        Err(ConnectFailure::Local(_)) => {}
+                        Err(failure) => upstream.connect_failed(&replica, &failure, false),
+                    }
                 });
             }
         }
@@ -213,38 +139,4 @@ pub fn supervise(
             task.abort();
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn proxy_settings() {
-        let env = ProxyEnv::parse(
-            "http://user:pw@proxy.corp:3128/",
-            Some("localhost, .internal,10.0.0.1"),
-        )
-        .unwrap();
-        assert_eq!((env.host.as_str(), env.port), ("proxy.corp", 3128));
-        let named = |h: &str| Target::Named {
-            host: h.into(),
-            port: 443,
-        };
-        let proxy = Target::Named {
-            host: "proxy.corp".into(),
-            port: 3128,
-        };
-        assert_eq!(env.dial(&named("billing.example.net")), proxy);
-        assert_eq!(env.dial(&named("db.internal")), named("db.internal"));
-        assert_eq!(env.dial(&named("localhost")), named("localhost"));
-        assert_eq!(
-            env.dial(&Target::Addr(([10, 0, 0, 1], 80).into())),
-            Target::Addr(([10, 0, 0, 1], 80).into())
-        );
-        assert_eq!(ProxyEnv::parse("proxy:8080", None).unwrap().port, 8080);
-        assert!(ProxyEnv::parse("", None).is_none());
-        let all = ProxyEnv::parse("proxy:1", Some("*")).unwrap();
-        assert_eq!(all.dial(&named("anything.org")), named("anything.org"));
-    }
 }

@@ -12,10 +12,17 @@
 //!
 //! The request itself never waits longer than the connect bound for a
 //! connection: past it, the caller answers 502.
+//!
+//! ## One way to connect
+//! Requests, connect checks and probes all open connections with [`open`]:
+//! through the route's forward proxy when it has one, and with the TLS
+//! handshake for an `https://` upstream, verified with the route's own TLS
+//! settings. A check therefore passes only when a request could connect.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -24,6 +31,8 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 use super::conn::{Connection, Io};
+use super::forward_proxy::ForwardProxy;
+use super::handshake::TlsFailure;
 use super::health::{EjectReason, Observation};
 use super::{RACE_DELAY, Replica, ReplicaKey, Target, Tried, Upstream};
 
@@ -63,6 +72,13 @@ pub enum ConnectFailure {
     TimedOut,
     #[error("connect failed: {0}")]
     Failed(String),
+    /// Connected, but the TLS handshake failed; `detail` is rustls' own
+    /// word for it.
+    #[error("TLS handshake: {detail}")]
+    Tls { failure: TlsFailure, detail: String },
+    /// The forward proxy would not open a tunnel to the upstream.
+    #[error("the forward proxy answered {status} to CONNECT")]
+    Tunnel { status: u16 },
     /// The node ran out of something of its own (file descriptors): says
     /// nothing of the replica.
     #[error("the node is out of local resources: {0}")]
@@ -70,10 +86,13 @@ pub enum ConnectFailure {
 }
 
 impl ConnectFailure {
-    fn reason(&self) -> EjectReason {
+    /// The failure as a replica's ejection reason.
+    pub fn reason(&self) -> EjectReason {
         match self {
             ConnectFailure::Refused => EjectReason::Refused,
             ConnectFailure::TimedOut => EjectReason::TimedOut,
+            ConnectFailure::Tls { failure, .. } => EjectReason::Tls(*failure),
+            ConnectFailure::Tunnel { status } => EjectReason::ProxyRefused { status: *status },
             ConnectFailure::NoReplica | ConnectFailure::Failed(_) | ConnectFailure::Local(_) => {
                 EjectReason::Unreachable
             }
@@ -85,7 +104,7 @@ impl ConnectFailure {
         !matches!(self, ConnectFailure::Local(_))
     }
 
-    fn from_io(e: &io::Error) -> ConnectFailure {
+    pub(super) fn from_io(e: &io::Error) -> ConnectFailure {
         if crate::resources::is_local(e) {
             crate::resources::LOCAL.hit("connecting to a replica", e);
             return ConnectFailure::Local(e.to_string());
@@ -167,6 +186,24 @@ impl Upstream {
         }
     }
 
+    /// One connect to `replica` made exactly as requests make it, within
+    /// `bound`, and dropped: what a connect check or a probe learns.
+    pub async fn try_connect(
+        &self,
+        replica: &Replica,
+        bound: Duration,
+    ) -> Result<(), ConnectFailure> {
+        let open = open(&replica.key, self.tls.as_ref(), self.via.as_ref());
+        match timeout(bound, open).await {
+            Ok(Ok(_conn)) => {
+                crate::resources::LOCAL.ok();
+                Ok(())
+            }
+            Ok(Err(failure)) => Err(failure),
+            Err(_) => Err(ConnectFailure::TimedOut),
+        }
+    }
+
     /// Connects to a replica in a task of its own, so that the outcome is
     /// recorded even when the request that asked has moved on.
     fn spawn_connect(
@@ -179,7 +216,7 @@ impl Upstream {
         tokio::spawn(async move {
             let replica = task_replica;
             let bound = upstream.pool.bounds.connect;
-            let open = open(&replica.key, upstream.tls.as_ref());
+            let open = open(&replica.key, upstream.tls.as_ref(), upstream.via.as_ref());
             tokio::pin!(open);
             let result = match timeout(RACE_DELAY.min(bound), &mut open).await {
                 Ok(result) => result,
@@ -201,7 +238,7 @@ impl Upstream {
                 }
                 Err(failure) => {
                     if failure.blames_replica() {
-                        upstream.observe(&replica, Observation::ConnectFailed(failure.reason()));
+                        upstream.connect_failed(&replica, &failure, false);
                     }
                     let _ = tx.send(Err(failure));
                 }
@@ -216,20 +253,40 @@ impl Upstream {
     }
 }
 
-/// Opens a TCP connection, and TLS over it when asked. Unbounded: callers
-/// bound it.
-pub async fn open(key: &ReplicaKey, tls: Option<&TlsTarget>) -> Result<Connection, ConnectFailure> {
-    let tcp = tcp_connect(&key.target).await?;
+/// Opens a connection to a replica: TCP, to the forward proxy `via` when
+/// given (with a `CONNECT` tunnel for TLS), then the TLS handshake when
+/// asked. Unbounded: callers bound it, all steps together.
+pub async fn open(
+    key: &ReplicaKey,
+    tls: Option<&TlsTarget>,
+    via: Option<&ForwardProxy>,
+) -> Result<Connection, ConnectFailure> {
+    let tcp = match via {
+        None => tcp_connect(&key.target).await?,
+        // TLS goes through a tunnel; plain HTTP is asked of the proxy
+        // itself, in absolute form.
+        Some(proxy) => {
+            let tcp = tcp_connect(&proxy.target).await?;
+            match tls {
+                Some(_) => proxy.tunnel(tcp, &key.target).await?,
+                None => tcp,
+            }
+        }
+    };
     let io = match tls {
         Some(tls) => {
-            let name = tls.server_name.clone().ok_or_else(|| {
-                ConnectFailure::Failed("the upstream's name is not valid for TLS".into())
+            let name = tls.server_name.clone().ok_or_else(|| ConnectFailure::Tls {
+                failure: TlsFailure::InvalidName,
+                detail: TlsFailure::InvalidName.to_string(),
             })?;
-            let stream = tls
-                .connector
-                .connect(name, tcp)
-                .await
-                .map_err(|e| ConnectFailure::Failed(format!("TLS handshake: {e}")))?;
+            let stream =
+                tls.connector
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| ConnectFailure::Tls {
+                        failure: TlsFailure::of(&e),
+                        detail: e.to_string(),
+                    })?;
             Io::Tls(Box::new(stream))
         }
         None => Io::Plain(tcp),

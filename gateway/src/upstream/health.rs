@@ -6,7 +6,8 @@
 //! - `Stalled`: a connect to it has been pending longer than the race delay;
 //!   requests avoid it until that connect ends. A stall is not an ejection:
 //!   the connect that stalled decides (success puts it back, failure ejects).
-//! - `Ejected`: a connect failed (refused, timed out, unreachable), a
+//! - `Ejected`: a connect failed (refused, timed out, unreachable, the TLS
+//!   handshake failed, the forward proxy refused the tunnel), a
 //!   request on it got no response head within the first-answer bound (a
 //!   paused or hung replica still accepts connections; only its silence
 //!   tells), or its own answers were 502, 503 or 504 several times in a
@@ -26,12 +27,21 @@ use std::fmt;
 
 use tokio::time::Instant;
 
+use super::handshake::TlsFailure;
+
 /// Why a replica was ejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EjectReason {
     Refused,
     TimedOut,
     Unreachable,
+    /// Connected, but the TLS handshake failed: the replica cannot be used
+    /// as real traffic uses it.
+    Tls(TlsFailure),
+    /// The forward proxy (`HTTPS_PROXY`) answered `status` to `CONNECT`.
+    ProxyRefused {
+        status: u16,
+    },
     /// Connected, but no response head within the first-answer bound.
     Silent,
     /// Its own answers were `status` (502, 503 or 504) `count` times in a
@@ -49,6 +59,8 @@ impl EjectReason {
             EjectReason::Refused => "refused",
             EjectReason::TimedOut => "timed_out",
             EjectReason::Unreachable => "unreachable",
+            EjectReason::Tls(_) => "tls",
+            EjectReason::ProxyRefused { .. } => "proxy_refused",
             EjectReason::Silent => "silent",
             EjectReason::Answers { .. } => "gateway_errors",
         }
@@ -71,6 +83,10 @@ impl fmt::Display for EjectReason {
             EjectReason::Refused => "connect refused",
             EjectReason::TimedOut => "connect timed out",
             EjectReason::Unreachable => "connect failed",
+            EjectReason::Tls(failure) => return write!(f, "TLS handshake: {failure}"),
+            EjectReason::ProxyRefused { status } => {
+                return write!(f, "the forward proxy answered {status} to CONNECT");
+            }
             EjectReason::Silent => "no answer within the first-answer bound",
             EjectReason::Answers { status, count } => {
                 return write!(f, "{count} consecutive {status}");
@@ -175,6 +191,8 @@ mod tests {
             since: t0,
             reason: EjectReason::Refused,
         };
+        let tls = EjectReason::Tls(TlsFailure::UnknownIssuer);
+        let refused_tunnel = EjectReason::ProxyRefused { status: 403 };
         use Observation::*;
         let cases = [
             (Health::InRotation, ConnectOk, Health::InRotation, None),
@@ -260,6 +278,58 @@ mod tests {
                 Health::InRotation,
                 Some(Change::Readmitted),
             ),
+            // A TLS upstream that connects but fails the handshake is out,
+            // with the handshake's reason, and stays out while its probes
+            // fail the same way.
+            (
+                Health::InRotation,
+                ConnectFailed(tls),
+                Health::Ejected {
+                    since: t1,
+                    reason: tls,
+                },
+                Some(Change::Ejected(tls)),
+            ),
+            (
+                stalled,
+                ConnectFailed(refused_tunnel),
+                Health::Ejected {
+                    since: t1,
+                    reason: refused_tunnel,
+                },
+                Some(Change::Ejected(refused_tunnel)),
+            ),
+            (
+                ejected,
+                ProbeFailed(tls),
+                Health::Ejected {
+                    since: t0,
+                    reason: tls,
+                },
+                None,
+            ),
+            (ejected, ConnectFailed(tls), ejected, None),
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: tls,
+                },
+                RuntimeReady,
+                Health::Ejected {
+                    since: t0,
+                    reason: tls,
+                },
+                None,
+            ),
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: tls,
+                },
+                ProbeOk,
+                Health::InRotation,
+                Some(Change::Readmitted),
+            ),
         ];
         for (from, observation, to, change) in cases {
             assert_eq!(
@@ -312,6 +382,33 @@ mod tests {
             Health::Ejected { since: t0, reason }.observe(Observation::ProbeOk, t0),
             (Health::InRotation, Some(Change::Readmitted))
         );
+    }
+
+    #[test]
+    fn reasons_as_told() {
+        let cases = [
+            (EjectReason::Refused, "refused", "connect refused"),
+            (EjectReason::TimedOut, "timed_out", "connect timed out"),
+            (EjectReason::Unreachable, "unreachable", "connect failed"),
+            (
+                EjectReason::Tls(TlsFailure::UnknownIssuer),
+                "tls",
+                "TLS handshake: invalid peer certificate: UnknownIssuer",
+            ),
+            (
+                EjectReason::ProxyRefused { status: 407 },
+                "proxy_refused",
+                "the forward proxy answered 407 to CONNECT",
+            ),
+            (
+                EjectReason::Silent,
+                "silent",
+                "no answer within the first-answer bound",
+            ),
+        ];
+        for (reason, slug, text) in cases {
+            assert_eq!((reason.slug(), reason.to_string().as_str()), (slug, text));
+        }
     }
 
     #[test]

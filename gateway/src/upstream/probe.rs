@@ -1,8 +1,12 @@
 //! The background probe that re-admits an ejected replica.
 //!
-//! One probe task per ejected replica: a plain TCP connect bounded by the
-//! smaller of the connect bound and the ejection period. The first success
-//! re-admits the replica. The task ends with the re-admission, or when the
+//! One probe task per ejected replica: a connect made as requests make it
+//! ([`Upstream::try_connect`]: through the route's forward proxy, and for a
+//! TLS upstream the whole handshake, verified as requests verify it),
+//! bounded by the smaller of the connect bound and the ejection period.
+//! The first success re-admits the replica: a TLS upstream whose
+//! certificate fails verification accepts TCP connections, and is never
+//! re-admitted by them. The task ends with the re-admission, or when the
 //! upstream is dropped (its route was removed or changed by a reload).
 //!
 //! ## When it probes
@@ -21,9 +25,9 @@ use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::time::{sleep, timeout};
+use tokio::time::sleep;
 
-use super::connect::{ConnectFailure, tcp_connect};
+use super::connect::ConnectFailure;
 use super::health::{EjectReason, Health, Observation};
 use super::{Replica, Upstream};
 
@@ -60,23 +64,20 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
                 return;
             };
             let bound = up.pool.bounds.connect.min(period);
-            let observation = match timeout(bound, tcp_connect(&replica.key.target)).await {
-                Ok(Ok(_stream)) => Observation::ProbeOk,
-                Ok(Err(ConnectFailure::Refused)) => Observation::ProbeFailed(EjectReason::Refused),
+            let result = up.try_connect(&replica, bound).await;
+            tracing::debug!(route = &*up.route, replica = %replica.label, ?result, "probe");
+            match result {
+                Ok(()) => {
+                    // Cleared first, so that an ejection right after the
+                    // re-admission starts a probe of its own.
+                    replica.probing.store(false, Ordering::Release);
+                    up.observe(&replica, Observation::ProbeOk);
+                    return;
+                }
                 // The node's own shortage: try again at the next step.
-                Ok(Err(ConnectFailure::Local(_))) => continue,
-                Ok(Err(_)) => Observation::ProbeFailed(EjectReason::Unreachable),
-                Err(_) => Observation::ProbeFailed(EjectReason::TimedOut),
-            };
-            tracing::debug!(route = &*up.route, replica = %replica.label, ?observation, "probe");
-            if observation == Observation::ProbeOk {
-                // Cleared first, so that an ejection right after the
-                // re-admission starts a probe of its own.
-                replica.probing.store(false, Ordering::Release);
-                up.observe(&replica, observation);
-                return;
+                Err(ConnectFailure::Local(_)) => {}
+                Err(failure) => up.connect_failed(&replica, &failure, true),
             }
-            up.observe(&replica, observation);
         }
     });
 }

@@ -1,0 +1,212 @@
+//! Checks and probes of `https://` upstreams complete the TLS handshake,
+//! verified as requests verify it: a host whose certificate fails
+//! verification is red with the TLS reason and never reads green for
+//! accepting TCP connections; with its CA trusted it is green and serves.
+
+use std::time::Duration;
+
+use picket_proto::Heart;
+use picket_tests::client;
+use picket_tests::node::{TestNode, eventually};
+use picket_tests::tls::{TestCa, TlsUpstream};
+
+const CHECKS: &str = "[global]\ncheck_every = \"1s\"\ncheck_timeout = \"500ms\"\n";
+
+const UNKNOWN_ISSUER: &str =
+    "host unusable: TLS handshake: invalid peer certificate: UnknownIssuer";
+
+fn external(name: &str, url: &str, extra: &str) -> String {
+    format!(
+        "[[route]]\nname = \"{name}\"\npath_prefix = \"/{name}\"\nupstream = \"{url}\"\n{extra}\n"
+    )
+}
+
+/// Watches the verdict on `route` for `during`, sending a request now and
+/// then: every verdict must be red with `reason`, every answer 502.
+async fn stays_red(node: &TestNode, route: &str, reason: &str, during: Duration) {
+    let end = tokio::time::Instant::now() + during;
+    let mut next_request = tokio::time::Instant::now();
+    while tokio::time::Instant::now() < end {
+        let verdict = node.verdict(route).expect("a verdict");
+        assert!(
+            verdict.heart == Heart::Red && verdict.reason == reason,
+            "the verdict flapped: {verdict:?}"
+        );
+        if tokio::time::Instant::now() >= next_request {
+            let answer = client::get(node.proxy, "any", &format!("/{route}/x"))
+                .await
+                .expect("the node answers");
+            assert_eq!(answer.status, 502, "{}", answer.text());
+            next_request += Duration::from_millis(300);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_an_unknown_ca_is_red_with_the_tls_reason_and_never_green() {
+    let ca = TestCa::new("picket test CA, not trusted");
+    let upstream = TlsUpstream::start("billing", ca.server_config(&["127.0.0.1"])).await;
+    // The node trusts the built-in roots only.
+    let node = TestNode::start(&format!(
+        "{CHECKS}{}",
+        external(
+            "billing",
+            &format!("https://127.0.0.1:{}", upstream.addr.port()),
+            ""
+        )
+    ));
+    node.verdict_until(
+        "billing",
+        "red with the TLS reason within one check",
+        Duration::from_millis(1500),
+        |v| v.heart == Heart::Red && v.reason == UNKNOWN_ISSUER,
+    )
+    .await;
+    // Two more check rounds and the probe's first steps (250 ms, 500 ms,
+    // 1 s, 2 s): the host accepts every TCP connect, and not one re-admits
+    // it.
+    stays_red(
+        &node,
+        "billing",
+        UNKNOWN_ISSUER,
+        Duration::from_millis(2500),
+    )
+    .await;
+    assert!(
+        upstream.accepted() >= 4,
+        "checks and probes reached the host: {}",
+        upstream.accepted()
+    );
+    assert_eq!(upstream.handshakes(), 0);
+    assert_eq!(upstream.hits(), 0, "no request was served");
+
+    let (status, routes) = node.admin_json("/v1/routes").await;
+    assert_eq!(status, 200);
+    let text = routes.to_string();
+    assert!(
+        text.contains("TLS handshake: invalid peer certificate: UnknownIssuer"),
+        "the replica's state says why: {text}"
+    );
+    let metrics = client::get(node.admin, "admin", "/metrics")
+        .await
+        .expect("metrics")
+        .text();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("picket_replica_ejections_by_reason_total")
+                && l.contains("route=\"billing\"")
+                && l.contains("reason=\"tls\"")
+        ),
+        "{metrics}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_its_ca_trusted_the_host_is_green_and_serves() {
+    let ca = TestCa::new("picket test CA");
+    let upstream = TlsUpstream::start("billing", ca.server_config(&["127.0.0.1"])).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let roots = ca.write_pem(dir.path());
+    let node = TestNode::start_with(
+        &format!(
+            "{CHECKS}{}",
+            external(
+                "billing",
+                &format!("https://127.0.0.1:{}", upstream.addr.port()),
+                ""
+            )
+        ),
+        |options| {
+            // As `SSL_CERT_FILE` (`--extra-ca`) gives it.
+            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
+        },
+    );
+    node.verdict_until(
+        "billing",
+        "green once checked",
+        Duration::from_millis(1500),
+        |v| v.heart == Heart::Green && v.reason == "host accepts connections",
+    )
+    .await;
+    // Before any request: the check itself completed a handshake.
+    eventually(
+        "the check completes the handshake",
+        Duration::from_millis(1500),
+        || upstream.handshakes() >= 1,
+    )
+    .await;
+    assert_eq!(upstream.hits(), 0);
+
+    let answer = client::get(node.proxy, "any", "/billing/x")
+        .await
+        .expect("the node answers");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.text(), "billing: GET /billing/x");
+    assert_eq!(upstream.hits(), 1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_completes_the_handshake_before_it_re_admits() {
+    let trusted = TestCa::new("picket test CA");
+    let stranger = TestCa::new("picket test CA, not trusted");
+    let upstream = TlsUpstream::start("billing", stranger.server_config(&["127.0.0.1"])).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let roots = trusted.write_pem(dir.path());
+    // One check at start, then none for ten minutes: only the probe looks
+    // at the host again, at most a second apart.
+    let node = TestNode::start_with(
+        &format!(
+            "[global]\ncheck_every = \"10m\"\ncheck_timeout = \"500ms\"\n{}",
+            external(
+                "billing",
+                &format!("https://127.0.0.1:{}", upstream.addr.port()),
+                "eject_for = \"1s\""
+            )
+        ),
+        |options| options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots"),
+    );
+    node.verdict_until(
+        "billing",
+        "red after the first check",
+        Duration::from_millis(1500),
+        |v| v.heart == Heart::Red && v.reason == UNKNOWN_ISSUER,
+    )
+    .await;
+    let probed_from = upstream.accepted();
+    let end = tokio::time::Instant::now() + Duration::from_millis(2500);
+    while tokio::time::Instant::now() < end {
+        let verdict = node.verdict("billing").expect("a verdict");
+        assert_eq!(
+            (verdict.heart, verdict.reason.as_str()),
+            (Heart::Red, UNKNOWN_ISSUER),
+            "a probe re-admitted a host whose certificate fails"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        upstream.accepted() >= probed_from + 2,
+        "probes connected: {} then {}",
+        probed_from,
+        upstream.accepted()
+    );
+
+    // The host gets a certificate the node trusts: the next probe, not a
+    // check ten minutes away, re-admits it.
+    upstream.set_config(trusted.server_config(&["127.0.0.1"]));
+    node.verdict_until(
+        "billing",
+        "green by the probe",
+        Duration::from_millis(2000),
+        |v| v.heart == Heart::Green,
+    )
+    .await;
+    assert!(upstream.handshakes() >= 1);
+    let answer = client::get(node.proxy, "any", "/billing/y")
+        .await
+        .expect("the node answers");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    node.stop().await;
+}
