@@ -116,7 +116,14 @@ async fn https_upstreams_go_through_https_proxy_by_connect() {
     }
     let connect = format!("CONNECT 127.0.0.1:{port} HTTP/1.1");
     // The check of the tunnelled host went through the proxy, and through
-    // the tunnel completed its handshake.
+    // the tunnel completed its handshake. (A host reads green from the
+    // start, before its first check: wait for the check itself.)
+    eventually(
+        "the first check asks the proxy",
+        Duration::from_secs(2),
+        || !proxy.asked().is_empty(),
+    )
+    .await;
     assert_eq!(proxy.asked(), vec![connect.clone()], "the check");
     eventually(
         "both checks complete their handshakes",
