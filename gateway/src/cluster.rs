@@ -181,8 +181,13 @@ impl Membership {
         self.changes.send_replace(view);
     }
 
+    /// Whether gossip is sealed: keys can be replaced.
+    pub fn sealed(&self) -> bool {
+        self.keys.is_some()
+    }
+
     /// Replaces the keys (a reload with a changed key file); returns
-    /// whether they changed.
+    /// whether they changed. The reload logs it.
     pub fn set_keys(&self, keys: Keys) -> bool {
         let Some(current) = &self.keys else {
             return false;
@@ -190,7 +195,6 @@ impl Membership {
         if current.load().labels() == keys.labels() {
             return false;
         }
-        tracing::info!(keys = ?keys.labels(), "cluster keys replaced");
         current.store(Arc::new(keys));
         true
     }

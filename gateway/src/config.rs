@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use diff::{ReloadPlan, diff};
+pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
 pub use error::{ConfigError, Problem};
 pub use render::render;
 

@@ -2,6 +2,14 @@
 //!
 //! Entry points take bound listeners and a shutdown signal, so that tests
 //! bind port 0 and run many nodes side by side in one process.
+//!
+//! ## Reloads
+//! A reload swaps the route table and re-paces the connect checks; every
+//! other part (listeners, client limits, feed, cluster, runtime) keeps the
+//! settings the node started with. The reload's plan is decided against
+//! what runs ([`Node::in_force`]), so its one log line names every setting
+//! that differs from it and needs a restart, at every reload until the
+//! node restarts or the file goes back.
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,7 +21,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::cluster::{self, Membership};
-use crate::config::{self, Config, ConfigError, Overrides, ReloadPlan, RuntimeKind};
+use crate::config::{
+    self, ClusterSettings, Config, ConfigError, NodeSettings, Overrides, ReloadPlan, RouteConfig,
+    RuntimeKind, RuntimeSettings,
+};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
@@ -114,6 +125,27 @@ struct Current {
     config: Config,
     /// The text last read from the file, applied or refused.
     text: Option<String>,
+    /// The file the cluster keys in use were read from (`None`: from the
+    /// environment, or no keys).
+    key_file: Option<PathBuf>,
+}
+
+/// What the parts of a running node use now, each read from the part that
+/// uses it: what a reload has taken effect on, and what waits for a
+/// restart. `[global]` has no part of its own: its values reach the node
+/// through the routes that inherit them and through the connect checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InForce {
+    /// Listeners, client limits, feed: as the node started.
+    pub node: NodeSettings,
+    /// As the node started.
+    pub runtime: RuntimeSettings,
+    /// As the node started; `key_file` is where the keys in use were read.
+    pub cluster: Option<ClusterSettings>,
+    /// The connect checks' period and bound.
+    pub checks: checks::Settings,
+    /// The route table, by name.
+    pub routes: Vec<RouteConfig>,
 }
 
 /// One gateway node.
@@ -123,6 +155,9 @@ pub struct Node {
     board: Arc<Board>,
     checker: Arc<Checker>,
     admin: Arc<AdminState>,
+    /// The configuration the node started on: what the parts that need a
+    /// restart to change run on.
+    started: Config,
     current: Mutex<Current>,
     options: Options,
 }
@@ -148,10 +183,7 @@ impl Node {
             proxy_env: options.proxy_env.clone().map(Arc::new),
             catalog: Arc::new(Catalog::default()),
         };
-        let checker = Arc::new(Checker::new(
-            config.global.check_every.value,
-            config.global.check_timeout.value,
-        ));
+        let checker = Arc::new(Checker::new(check_settings(&config)));
         let table = build_table(&config.routes, None, &ctx);
         let text = options
             .config_path
@@ -165,13 +197,19 @@ impl Node {
             Arc::clone(&proxy),
             Arc::clone(&board),
         );
+        let key_file = config.cluster.as_ref().and_then(|c| c.key_file.clone());
         Arc::new(Node {
             proxy,
             ctx,
             board,
             checker,
             admin: Arc::new(admin),
-            current: Mutex::new(Current { config, text }),
+            started: config.clone(),
+            current: Mutex::new(Current {
+                config,
+                text,
+                key_file,
+            }),
             options,
         })
     }
@@ -208,9 +246,48 @@ impl Node {
         self.admin.membership.get()
     }
 
-    /// The configuration in force.
+    /// The configuration last applied: the file as last reloaded, with the
+    /// overrides. Settings that need a restart may differ from what runs:
+    /// see [`Node::in_force`].
     pub fn config(&self) -> Config {
         self.lock().config.clone()
+    }
+
+    /// What the node's parts use now.
+    pub fn in_force(&self) -> InForce {
+        let key_file = self.lock().key_file.clone();
+        let mut routes: Vec<RouteConfig> = self
+            .proxy
+            .table()
+            .values()
+            .map(|route| route.config.clone())
+            .collect();
+        routes.sort_by(|a, b| a.name.cmp(&b.name));
+        InForce {
+            node: self.started.node.clone(),
+            runtime: self.started.runtime.clone(),
+            cluster: self.started.cluster.clone().map(|cluster| ClusterSettings {
+                key_file,
+                ..cluster
+            }),
+            checks: self.checker.settings(),
+            routes,
+        }
+    }
+
+    /// What the node runs on, as a configuration to compare a new one
+    /// with: the one last applied, but the settings that need a restart
+    /// as the node started with them.
+    fn running(&self, current: &Current) -> Config {
+        Config {
+            node: self.started.node.clone(),
+            runtime: self.started.runtime.clone(),
+            cluster: self.started.cluster.clone().map(|cluster| ClusterSettings {
+                key_file: current.key_file.clone(),
+                ..cluster
+            }),
+            ..current.config.clone()
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
@@ -244,7 +321,6 @@ impl Node {
             Ok(mut config) => {
                 config.apply(&self.options.overrides);
                 self.lock().text = Some(text);
-                self.reload_keys(&config);
                 Reload::Applied(self.apply(config))
             }
             Err(error) => self.refuse(Some(text), error.to_string()),
@@ -252,19 +328,21 @@ impl Node {
     }
 
     /// Re-reads the cluster keys, so that a key rotates without a restart.
-    fn reload_keys(&self, config: &Config) {
+    fn reload_keys(&self, config: &Config) -> KeyReload {
         let (Some(settings), Some(membership)) = (&config.cluster, self.membership()) else {
-            return;
+            return KeyReload::Untouched;
         };
+        if !membership.sealed() {
+            return KeyReload::Untouched;
+        }
         let dir = self.options.config_path.as_deref().and_then(Path::parent);
         match cluster::load_keys(settings, dir) {
             Ok(Some(keys)) => {
-                membership.set_keys(keys);
+                let labels = keys.labels();
+                KeyReload::Read(membership.set_keys(keys).then_some(labels))
             }
-            Ok(None) => {}
-            Err(error) => {
-                tracing::warn!(%error, "cluster keys not reloaded; the current ones stay")
-            }
+            Ok(None) => KeyReload::Untouched,
+            Err(error) => KeyReload::Failed(error.to_string()),
         }
     }
 
@@ -277,27 +355,78 @@ impl Node {
 
     /// Swaps in a new validated configuration. Routes that did not change
     /// keep their replica health and pooled connections; requests in
-    /// flight finish on the routes they started with.
+    /// flight finish on the routes they started with. The connect checks
+    /// take the new period from their next round, and the cluster keys are
+    /// read again. Logs one line, naming what needs a restart.
     pub fn apply(&self, config: Config) -> ReloadPlan {
         let mut current = self.lock();
-        let plan = config::diff(&current.config, &config);
+        let plan = config::diff(&self.running(&current), &config);
         let table = build_table(&config.routes, Some(&self.proxy.table()), &self.ctx);
+        // Counted before the swap: whoever sees the new routes sees the
+        // reload counted.
+        self.ctx.metrics.reload(true);
         self.proxy.swap(table);
+        self.checker.set(check_settings(&config));
+        let keys = self.reload_keys(&config);
+        if let KeyReload::Read(_) = keys {
+            current.key_file = config.cluster.as_ref().and_then(|c| c.key_file.clone());
+        }
         current.config = config;
         drop(current);
         self.ctx.changes.signal();
-        self.ctx.metrics.reload(true);
-        tracing::info!(
-            added = plan.added.len(),
-            removed = plan.removed.len(),
-            changed = plan.changed.len(),
-            unchanged = plan.unchanged,
-            "configuration reloaded"
-        );
-        if !plan.needs_restart.is_empty() {
-            tracing::warn!(settings = ?plan.needs_restart, "changed settings take effect on restart only");
-        }
+        log_reload(&plan, &keys);
         plan
+    }
+}
+
+fn check_settings(config: &Config) -> checks::Settings {
+    checks::Settings {
+        every: config.global.check_every.value,
+        timeout: config.global.check_timeout.value,
+    }
+}
+
+/// What a reload did with the cluster keys.
+enum KeyReload {
+    /// Gossip is not sealed, or there is no key to read.
+    Untouched,
+    /// Read again; the new keys' labels when they differ.
+    Read(Option<Vec<String>>),
+    /// Not readable: the keys in use stay.
+    Failed(String),
+}
+
+/// The one line a reload leaves: a warning when some of what changed
+/// waits for a restart, naming each such setting, or when the cluster
+/// keys could not be read.
+fn log_reload(plan: &ReloadPlan, keys: &KeyReload) {
+    let joined = |names: &[&str]| (!names.is_empty()).then(|| names.join(", "));
+    let settings = joined(&plan.applied);
+    let needs_restart = joined(&plan.needs_restart);
+    let warn = needs_restart.is_some() || matches!(keys, KeyReload::Failed(_));
+    let keys = match keys {
+        KeyReload::Untouched | KeyReload::Read(None) => None,
+        KeyReload::Read(Some(labels)) => Some(format!("replaced: {}", labels.join(", "))),
+        KeyReload::Failed(error) => Some(format!("not read, the keys in use stay: {error}")),
+    };
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                added = plan.added.len(),
+                removed = plan.removed.len(),
+                changed = plan.changed.len(),
+                unchanged = plan.unchanged,
+                settings,
+                needs_restart,
+                cluster_keys = keys,
+                "configuration reloaded"
+            )
+        };
+    }
+    if warn {
+        line!(warn);
+    } else {
+        line!(info);
     }
 }
 
@@ -339,16 +468,11 @@ pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Resu
 pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> io::Result<()> {
     let proxy_listener = TcpListener::from_std(listeners.proxy)?;
     let admin_addr = listeners.admin.local_addr()?;
-    let feed = match &node.config().node.feed {
+    let feed = match &node.started.node.feed {
         Some(settings) => {
             let dir = node.options.config_path.as_deref().and_then(Path::parent);
-            let feed = feed::bind(
-                settings,
-                dir,
-                &node.config().node.name.value,
-                listeners.feed,
-            )
-            .map_err(|e| io::Error::other(e.to_string()))?;
+            let feed = feed::bind(settings, dir, &node.started.node.name.value, listeners.feed)
+                .map_err(|e| io::Error::other(e.to_string()))?;
             tracing::info!(feed = %feed.addr, fingerprint = %feed.fingerprint, "feed listening (QUIC); clients pin this fingerprint");
             Some(feed)
         }
@@ -404,7 +528,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         .ready
         .store(true, std::sync::atomic::Ordering::Relaxed);
     let limits = {
-        let config = node.config();
+        let config = &node.started;
         let nofile = crate::resources::raise_fd_limit().unwrap_or(1024);
         let max_connections = config
             .node
@@ -414,7 +538,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         tracing::info!(
             node = %config.node.name.value,
             listen = %proxy_listener.local_addr()?,
-            routes = config.routes.len(),
+            routes = node.config().routes.len(),
             max_connections,
             open_files_limit = nofile,
             "node serving"
@@ -449,7 +573,7 @@ async fn join_cluster(
     feed: Option<&feed::Feed>,
     shutdown: &Shutdown,
 ) -> Result<Arc<Membership>, cluster::ClusterError> {
-    let config = node.config();
+    let config = &node.started;
     let me = cluster::Me {
         info: picket_proto::NodeInfo {
             name: config.node.name.value.clone(),
@@ -496,7 +620,7 @@ async fn join_cluster(
 
 /// Starts following the configured runtime, if any.
 async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
-    let runtime = node.config().runtime;
+    let runtime = node.started.runtime.clone();
     let (catalog, status, changes) = (
         Arc::clone(&node.ctx.catalog),
         Arc::clone(&node.board.runtime),

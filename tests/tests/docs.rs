@@ -1,6 +1,7 @@
 //! The documentation cannot drift from the code: every field the
-//! configuration structs read is in the reference, under its section, and
-//! every example configuration passes `picket check`.
+//! configuration structs read is in the reference, under its section, the
+//! settings that need a restart are the ones a reload names, and every
+//! example configuration passes `picket check`.
 
 // Processes only: no runtime whose clock could be paused.
 #![allow(clippy::disallowed_types)]
@@ -68,6 +69,25 @@ fn every_configuration_field_is_in_the_reference_under_its_section() {
     assert!(
         missing.is_empty(),
         "not in docs/configuration.md: {missing:#?}"
+    );
+}
+
+#[test]
+fn the_reference_lists_exactly_the_settings_a_reload_names_as_needing_a_restart() {
+    let reference = std::fs::read_to_string(root().join("docs/configuration.md")).unwrap();
+    let rows = section(&reference, "## Reloading");
+    let mut listed: Vec<&str> = rows
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|row| row.split('|').nth(1))
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .collect();
+    listed.sort_unstable();
+    let mut named = picket::config::NEEDS_RESTART.to_vec();
+    named.sort_unstable();
+    assert_eq!(
+        listed, named,
+        "the restart table of docs/configuration.md and config::NEEDS_RESTART"
     );
 }
 

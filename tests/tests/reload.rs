@@ -1,5 +1,6 @@
 //! Reloads: an invalid file keeps the running routes; a valid one swaps
-//! the route table without cutting requests in flight.
+//! the route table without cutting requests in flight, and re-paces the
+//! connect checks from their next round.
 
 use std::time::Duration;
 
@@ -133,4 +134,57 @@ async fn unchanged_routes_keep_their_state_across_a_reload() {
         "route a kept its replicas and pool"
     );
     node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_check_every_paces_the_very_next_connect_checks() {
+    // A static replica that counts its connect checks: each is one
+    // accepted connection, and nothing else connects to it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let replica = listener.local_addr().unwrap();
+    let (checked, mut checks) = tokio::sync::mpsc::unbounded_channel();
+    let counter = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+            let _ = checked.send(Instant::now());
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("picket.toml");
+    let config = |every: &str| {
+        format!(
+            "[global]\ncheck_every = \"{every}\"\n{}",
+            route("api", "/", &[replica], "")
+        )
+    };
+    std::fs::write(&path, config("30s")).unwrap();
+    let node = TestNode::start_file(&path);
+    tokio::time::timeout(Duration::from_secs(5), checks.recv())
+        .await
+        .expect("the first round runs at once");
+
+    std::fs::write(&path, config("1s")).unwrap();
+    let reloaded = Instant::now();
+    // Thirty seconds after the first round by the old period; at once by
+    // the new one (the last round started more than a second ago, or
+    // nearly), then one a second.
+    for n in 1..=3 {
+        let check = tokio::time::timeout(Duration::from_secs(3), checks.recv()).await;
+        check.unwrap_or_else(|_| {
+            panic!(
+                "check {n} after the reload did not come within 3 s: the checks keep the old period"
+            )
+        });
+    }
+    assert!(
+        reloaded.elapsed() < Duration::from_secs(6),
+        "three checks in {:?} at one a second",
+        reloaded.elapsed()
+    );
+    assert_eq!(
+        node.node().checker().settings().every,
+        Duration::from_secs(1)
+    );
+    node.stop().await;
+    counter.abort();
 }

@@ -1,6 +1,47 @@
-//! What a reload changes, decided from the old and new configurations alone.
+//! What a reload changes, decided from the running and new configurations
+//! alone.
+//!
+//! ## What a reload changes
+//! Routes are compared by name and rebuilt when anything of theirs differs,
+//! inherited values included. `[global]` reaches the node through the
+//! routes that inherit it and through the connect checks, whose period and
+//! bound a reload changes; the cluster keys are read again.
+//!
+//! ## What needs a restart
+//! The settings of [`NEEDS_RESTART`]: the parts that use them (listeners,
+//! client limits, the feed, gossip, the runtime watch) are built once at
+//! start. Each is named by its path in the file, so a reload's log line
+//! says exactly which changes wait.
 
-use super::{Config, RouteConfig};
+use super::{ClusterSettings, Config, GlobalSettings, NodeSettings, RouteConfig, RuntimeSettings};
+
+/// Every setting that takes effect on restart only, by its path in the
+/// file; `cluster` is the section itself, added or removed.
+pub const NEEDS_RESTART: &[&str] = &[
+    "node.name",
+    "node.listen",
+    "node.admin",
+    "node.workers",
+    "node.max_connections",
+    "node.header_timeout",
+    "node.idle_timeout",
+    "node.feed",
+    "node.feed_cert",
+    "node.feed_key",
+    "runtime.kind",
+    "runtime.endpoint",
+    "runtime.namespace",
+    "runtime.api",
+    "runtime.proxies",
+    "runtime.network",
+    "cluster",
+    "cluster.id",
+    "cluster.gossip",
+    "cluster.advertise",
+    "cluster.seeds",
+    "cluster.insecure",
+    "cluster.gossip_interval",
+];
 
 /// The difference between two configurations, for logging and for keeping
 /// the state of routes that did not change.
@@ -11,7 +52,11 @@ pub struct ReloadPlan {
     /// Same name, different match, upstream or settings.
     pub changed: Vec<String>,
     pub unchanged: usize,
-    /// `[node]` settings that only take effect on restart.
+    /// Node-wide settings that changed and take effect now
+    /// (`global.check_every`, `cluster.key_file`).
+    pub applied: Vec<&'static str>,
+    /// Settings that changed and take effect on restart only, each one of
+    /// [`NEEDS_RESTART`].
     pub needs_restart: Vec<&'static str>,
 }
 
@@ -21,11 +66,13 @@ impl ReloadPlan {
         self.added.is_empty()
             && self.removed.is_empty()
             && self.changed.is_empty()
+            && self.applied.is_empty()
             && self.needs_restart.is_empty()
     }
 }
 
-/// Compares two configurations route by route (by name).
+/// Compares what the node runs on (`old`: for settings that need a restart,
+/// the values it started with) with a new configuration.
 pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
     let mut plan = ReloadPlan::default();
     let find = |routes: &[RouteConfig], name: &str| routes.iter().position(|r| r.name == name);
@@ -41,12 +88,90 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
             plan.removed.push(route.name.clone());
         }
     }
-    let (a, b) = (&old.node, &new.node);
-    for (field, differs) in [
+    plan.applied = global(&old.global, &new.global);
+    plan.needs_restart = node(&old.node, &new.node);
+    plan.needs_restart
+        .extend(runtime(&old.runtime, &new.runtime));
+    match (&old.cluster, &new.cluster) {
+        (Some(a), Some(b)) => {
+            let (applied, restart) = cluster(a, b);
+            plan.applied.extend(applied);
+            plan.needs_restart.extend(restart);
+        }
+        (None, None) => {}
+        _ => plan.needs_restart.push("cluster"),
+    }
+    plan
+}
+
+/// The names of the settings that differ.
+fn differing(settings: &[(&'static str, bool)]) -> Vec<&'static str> {
+    settings
+        .iter()
+        .filter(|(_, differs)| *differs)
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+fn global(a: &GlobalSettings, b: &GlobalSettings) -> Vec<&'static str> {
+    differing(&[
+        (
+            "global.connect_timeout",
+            a.connect_timeout.value != b.connect_timeout.value,
+        ),
+        (
+            "global.first_answer_timeout",
+            a.first_answer_timeout.value != b.first_answer_timeout.value,
+        ),
+        ("global.eject_for", a.eject_for.value != b.eject_for.value),
+        (
+            "global.breaker.enabled",
+            a.breaker.enabled.value != b.breaker.enabled.value,
+        ),
+        (
+            "global.breaker.failures",
+            a.breaker.failures.value != b.breaker.failures.value,
+        ),
+        (
+            "global.breaker.cooldown",
+            a.breaker.cooldown.value != b.breaker.cooldown.value,
+        ),
+        (
+            "global.check_every",
+            a.check_every.value != b.check_every.value,
+        ),
+        (
+            "global.check_timeout",
+            a.check_timeout.value != b.check_timeout.value,
+        ),
+        (
+            "global.body_timeout",
+            a.body_timeout.value != b.body_timeout.value,
+        ),
+        (
+            "global.underscores_in_headers",
+            a.underscores_in_headers.value != b.underscores_in_headers.value,
+        ),
+        (
+            "global.consecutive_gateway_errors",
+            a.consecutive_gateway_errors.value != b.consecutive_gateway_errors.value,
+        ),
+    ])
+}
+
+fn node(a: &NodeSettings, b: &NodeSettings) -> Vec<&'static str> {
+    let feed = |n: &NodeSettings| n.feed.as_ref().map(|f| f.addr);
+    let cert = |n: &NodeSettings| n.feed.as_ref().and_then(|f| f.cert.clone());
+    let (cert_a, cert_b) = (cert(a), cert(b));
+    differing(&[
         ("node.name", a.name.value != b.name.value),
         ("node.listen", a.listen.value != b.listen.value),
         ("node.admin", a.admin.value != b.admin.value),
         ("node.workers", a.workers.value != b.workers.value),
+        (
+            "node.max_connections",
+            a.max_connections.value != b.max_connections.value,
+        ),
         (
             "node.header_timeout",
             a.header_timeout.value != b.header_timeout.value,
@@ -55,19 +180,48 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
             "node.idle_timeout",
             a.idle_timeout.value != b.idle_timeout.value,
         ),
+        ("node.feed", feed(a) != feed(b)),
         (
-            "node.max_connections",
-            a.max_connections.value != b.max_connections.value,
+            "node.feed_cert",
+            cert_a.as_ref().map(|(c, _)| c) != cert_b.as_ref().map(|(c, _)| c),
         ),
-        ("node.feed", a.feed != b.feed),
-        ("runtime", old.runtime != new.runtime),
-        ("cluster", old.cluster != new.cluster),
-    ] {
-        if differs {
-            plan.needs_restart.push(field);
-        }
-    }
-    plan
+        (
+            "node.feed_key",
+            cert_a.as_ref().map(|(_, k)| k) != cert_b.as_ref().map(|(_, k)| k),
+        ),
+    ])
+}
+
+fn runtime(a: &RuntimeSettings, b: &RuntimeSettings) -> Vec<&'static str> {
+    differing(&[
+        ("runtime.kind", a.kind != b.kind),
+        ("runtime.endpoint", a.endpoint != b.endpoint),
+        ("runtime.namespace", a.namespace != b.namespace),
+        ("runtime.api", a.api != b.api),
+        ("runtime.proxies", a.proxies != b.proxies),
+        ("runtime.network", a.network != b.network),
+    ])
+}
+
+/// What of `[cluster]` changed: applied now, and waiting for a restart.
+/// The key file is read again at every reload, so a new one takes effect
+/// at once, unless gossip changes between sealed and insecure, which
+/// needs a restart.
+fn cluster(a: &ClusterSettings, b: &ClusterSettings) -> (Vec<&'static str>, Vec<&'static str>) {
+    let sealed = !a.insecure && !b.insecure;
+    let applied = differing(&[("cluster.key_file", sealed && a.key_file != b.key_file)]);
+    let restart = differing(&[
+        ("cluster.id", a.id != b.id),
+        ("cluster.gossip", a.gossip != b.gossip),
+        ("cluster.advertise", a.advertise != b.advertise),
+        ("cluster.seeds", a.seeds != b.seeds),
+        ("cluster.insecure", a.insecure != b.insecure),
+        (
+            "cluster.gossip_interval",
+            a.gossip_interval != b.gossip_interval,
+        ),
+    ]);
+    (applied, restart)
 }
 
 #[cfg(test)]
@@ -143,11 +297,103 @@ mod tests {
                     ..Default::default()
                 },
             ),
+            (
+                "checks re-paced",
+                &format!("{BASE}\n[global]\ncheck_every = \"1s\"\ncheck_timeout = \"1s\""),
+                ReloadPlan {
+                    unchanged: 2,
+                    applied: vec!["global.check_every", "global.check_timeout"],
+                    ..Default::default()
+                },
+            ),
+            (
+                "inherited bound changed",
+                &format!("{BASE}\n[global]\nconnect_timeout = \"2s\""),
+                ReloadPlan {
+                    changed: vec!["a".into(), "b".into()],
+                    applied: vec!["global.connect_timeout"],
+                    ..Default::default()
+                },
+            ),
+            (
+                "feed certificate and client limits",
+                &BASE.replace(
+                    "listen = \"127.0.0.1:8080\"",
+                    "listen = \"127.0.0.1:8080\"\nfeed = \"127.0.0.1:9901\"\nfeed_cert = \"c.pem\"\nfeed_key = \"k.pem\"\nidle_timeout = \"5s\"",
+                ),
+                ReloadPlan {
+                    unchanged: 2,
+                    needs_restart: vec![
+                        "node.idle_timeout",
+                        "node.feed",
+                        "node.feed_cert",
+                        "node.feed_key",
+                    ],
+                    ..Default::default()
+                },
+            ),
+            (
+                "runtime",
+                &format!("{BASE}\n[runtime]\nkind = \"docker\"\nnetwork = \"edge\""),
+                ReloadPlan {
+                    unchanged: 2,
+                    needs_restart: vec!["runtime.kind", "runtime.network"],
+                    ..Default::default()
+                },
+            ),
+            (
+                "cluster joined",
+                &format!("{BASE}\n[cluster]\nid = \"c\"\ninsecure = true"),
+                ReloadPlan {
+                    unchanged: 2,
+                    needs_restart: vec!["cluster"],
+                    ..Default::default()
+                },
+            ),
         ];
         let old = config(BASE);
         for (what, new, expected) in cases {
             assert_eq!(&diff(&old, &config(new)), expected, "{what}");
         }
         assert!(diff(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn cluster_changes_apply_the_key_file_and_wait_for_the_rest() {
+        const CLUSTER: &str = "[cluster]\nid = \"c\"\nkey_file = \"a.key\"\n";
+        let cases: &[(&str, &str, &[&str], &[&str])] = &[
+            ("identical", CLUSTER, &[], &[]),
+            (
+                "key file",
+                "[cluster]\nid = \"c\"\nkey_file = \"b.key\"\n",
+                &["cluster.key_file"],
+                &[],
+            ),
+            (
+                "seeds and interval",
+                "[cluster]\nid = \"c\"\nkey_file = \"a.key\"\nseeds = [\"n2:7946\"]\ngossip_interval = \"2s\"\n",
+                &[],
+                &["cluster.seeds", "cluster.gossip_interval"],
+            ),
+            // Unsealed, the keys are not read again: the key file's change
+            // is part of going insecure.
+            (
+                "insecure",
+                "[cluster]\nid = \"c\"\ninsecure = true\n",
+                &[],
+                &["cluster.insecure"],
+            ),
+            ("left", "", &[], &["cluster"]),
+        ];
+        let old = config(&format!("{BASE}\n{CLUSTER}"));
+        for (what, cluster, applied, restart) in cases {
+            let plan = diff(&old, &config(&format!("{BASE}\n{cluster}")));
+            assert_eq!(
+                (plan.applied.as_slice(), plan.needs_restart.as_slice()),
+                (*applied, *restart),
+                "{what}"
+            );
+            assert_eq!(plan.unchanged, 2, "{what}: routes stay");
+        }
     }
 }

@@ -13,6 +13,12 @@
 //! (which waits on changes, not on a clock) starts it when a route with
 //! such a target appears and stops it when the last one goes.
 //!
+//! ## Reloads
+//! The period and the bound are a watch the timer reads every round: a
+//! reload that changes them takes effect at the next round, which is due
+//! one new period after the last round started (at once if that is past),
+//! never one old period later.
+//!
 //! Behind `HTTP_PROXY`/`HTTPS_PROXY`, an external host is reached through
 //! the proxy, by requests and checks alike
 //! ([`forward_proxy`](crate::upstream::forward_proxy)): the proxy is what
@@ -24,8 +30,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{MissedTickBehavior, interval};
+use tokio::time::{Instant, sleep_until};
 
 use crate::changes::Changes;
 use crate::proxy::Proxy;
@@ -33,21 +40,49 @@ use crate::shutdown::Shutdown;
 use crate::upstream::ConnectFailure;
 use crate::upstream::health::Observation;
 
+/// How often connect checks run, and how long each may take:
+/// `[global] check_every` and `check_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub every: Duration,
+    pub timeout: Duration,
+}
+
+impl Settings {
+    /// When the round after one that started at `last` is due.
+    pub fn due_after(&self, last: Instant) -> Instant {
+        last + self.every
+    }
+}
+
 /// The connect checks of a node.
 #[derive(Debug)]
 pub struct Checker {
-    every: Duration,
-    timeout: Duration,
+    settings: watch::Sender<Settings>,
     timer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Checker {
-    pub fn new(every: Duration, timeout: Duration) -> Checker {
+    pub fn new(settings: Settings) -> Checker {
         Checker {
-            every,
-            timeout,
+            settings: watch::Sender::new(settings),
             timer: Mutex::new(None),
         }
+    }
+
+    /// The period and bound the checks use now.
+    pub fn settings(&self) -> Settings {
+        *self.settings.borrow()
+    }
+
+    /// New settings (a reload): the timer follows from its next round on.
+    /// Returns whether they changed.
+    pub fn set(&self, settings: Settings) -> bool {
+        self.settings.send_if_modified(|current| {
+            let changed = *current != settings;
+            *current = settings;
+            changed
+        })
     }
 
     /// Whether the check timer runs.
@@ -70,7 +105,7 @@ impl Checker {
             (true, false) => {
                 let (checker, proxy) = (Arc::clone(self), Arc::clone(proxy));
                 *timer = Some(tokio::spawn(async move { checker.run(proxy).await }));
-                tracing::debug!(every = ?self.every, "connect checks started");
+                tracing::debug!(every = ?self.settings().every, "connect checks started");
             }
             (false, true) => {
                 if let Some(task) = timer.take() {
@@ -83,22 +118,24 @@ impl Checker {
     }
 
     async fn run(&self, proxy: Arc<Proxy>) {
-        let mut ticks = interval(self.every);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut settings = self.settings.subscribe();
         loop {
-            ticks.tick().await;
+            let started = Instant::now();
             self.round(&proxy).await;
+            if !next_round(&mut settings, started).await {
+                return;
+            }
         }
     }
 
     /// One check of every checked replica, all at once.
     pub async fn round(&self, proxy: &Proxy) {
+        let bound = self.settings().timeout;
         let mut checks = FuturesUnordered::new();
         for route in proxy.table().values() {
             let upstream = Arc::clone(&route.upstream);
             for replica in upstream.replicas().iter().filter(|r| r.checked) {
-                let (upstream, replica, bound) =
-                    (Arc::clone(&upstream), Arc::clone(replica), self.timeout);
+                let (upstream, replica) = (Arc::clone(&upstream), Arc::clone(replica));
                 checks.push(async move {
                     match upstream.try_connect(&replica, bound).await {
                         Ok(()) => upstream.observe(&replica, Observation::ProbeOk),
@@ -111,6 +148,24 @@ impl Checker {
             }
         }
         while checks.next().await.is_some() {}
+    }
+}
+
+/// Waits until the round after one that started at `last` is due, by the
+/// period in force while it waits: a reload that shortens the period ends
+/// the wait at once when the new period has already passed. False when the
+/// settings have no sender any more.
+async fn next_round(settings: &mut watch::Receiver<Settings>, last: Instant) -> bool {
+    loop {
+        let due = settings.borrow_and_update().due_after(last);
+        tokio::select! {
+            () = sleep_until(due) => return true,
+            changed = settings.changed() => {
+                if changed.is_err() {
+                    return false;
+                }
+            }
+        }
     }
 }
 
@@ -139,4 +194,60 @@ pub fn supervise(
             task.abort();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every(secs: u64) -> Settings {
+        Settings {
+            every: Duration::from_secs(secs),
+            timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// How long after `last` the wait for the next round ends, when the
+    /// period becomes `to` seconds `at` seconds into the wait.
+    async fn wait_with_change(from: u64, at: u64, to: u64) -> Duration {
+        let (sender, mut settings) = watch::channel(every(from));
+        let last = Instant::now();
+        let wait = tokio::spawn(async move {
+            assert!(next_round(&mut settings, last).await);
+            last.elapsed()
+        });
+        tokio::time::sleep(Duration::from_secs(at)).await;
+        sender.send_replace(every(to));
+        wait.await.unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_period_moves_the_next_round() {
+        let s = Duration::from_secs;
+        // (period before, change after, period after) → round due after
+        let cases = [
+            // Shortened past its new end: the round is due at once.
+            ((30, 5, 1), s(5)),
+            // Shortened, not yet past: due one new period after the last.
+            ((30, 5, 10), s(10)),
+            // Lengthened: the old due time no longer holds.
+            ((10, 5, 30), s(30)),
+            // No change until the round is due.
+            ((3, 10, 1), s(3)),
+        ];
+        for ((from, at, to), due) in cases {
+            assert_eq!(
+                wait_with_change(from, at, to).await,
+                due,
+                "{from}s, then {to}s after {at}s"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_when_the_checker_is_gone() {
+        let (sender, mut settings) = watch::channel(every(30));
+        drop(sender);
+        assert!(!next_round(&mut settings, Instant::now()).await);
+    }
 }

@@ -1,0 +1,579 @@
+//! A reload tells the truth. Every field the configuration structs read
+//! (traced through serde, as the documentation test does) is changed by a
+//! reload of a running node, one at a time, and either takes effect — what
+//! the node's parts use ([`picket::node::InForce`]) changes — or is named
+//! by the reload as needing a restart, and never both. A field added to
+//! the structs without a sample here fails the test until someone decides
+//! which it is.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use picket::config::raw::RawConfig;
+use picket::config::{Config, NEEDS_RESTART, ReloadPlan};
+use picket::node::InForce;
+use picket_tests::fields;
+use picket_tests::node::TestNode;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+/// A route that sets nothing of its own, so that what `[global]` gives it
+/// shows. Nothing needs to answer at its replica.
+const ROUTE: &str = "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\n";
+
+macro_rules! route {
+    ($line:literal) => {
+        concat!(
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\n",
+            $line
+        )
+    };
+}
+
+/// A sealed cluster, alone, on a port of its own.
+macro_rules! cluster {
+    ($line:literal) => {
+        concat!(
+            "[cluster]\nid = \"t\"\ngossip = \"127.0.0.1:0\"\nkey_file = \"{dir}/a.key\"\n",
+            $line
+        )
+    };
+}
+
+/// A Docker runtime whose engine is nowhere: the node follows nothing.
+const DOCKER: &str = "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\n";
+
+/// A field's path, a configuration with `$` where its value goes (a
+/// section other than `[[route]]` gets [`ROUTE`] after it), and the value
+/// the node starts with and the one a reload brings. `{dir}` is a
+/// directory holding `a.key`, `b.key` (cluster keys), `feed.crt`,
+/// `feed.key` and copies `other.crt`, `other.key`.
+const SAMPLES: &[(&str, &str, &str, &str)] = &[
+    ("node.name", "[node]\nname = $", "\"a\"", "\"b\""),
+    (
+        "node.listen",
+        "[node]\nlisten = $",
+        "\"127.0.0.1:8080\"",
+        "\"127.0.0.1:8081\"",
+    ),
+    (
+        "node.admin",
+        "[node]\nadmin = $",
+        "\"127.0.0.1:9900\"",
+        "\"127.0.0.1:9909\"",
+    ),
+    ("node.workers", "[node]\nworkers = $", "1", "2"),
+    (
+        "node.max_connections",
+        "[node]\nmax_connections = $",
+        "100",
+        "200",
+    ),
+    (
+        "node.header_timeout",
+        "[node]\nheader_timeout = $",
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
+        "node.idle_timeout",
+        "[node]\nidle_timeout = $",
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
+        "node.feed",
+        "[node]\nfeed = $",
+        "\"127.0.0.1:0\"",
+        "\"127.0.0.1:9\"",
+    ),
+    (
+        "node.feed_cert",
+        "[node]\nfeed = \"127.0.0.1:0\"\nfeed_key = \"{dir}/feed.key\"\nfeed_cert = $",
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
+        "node.feed_key",
+        "[node]\nfeed = \"127.0.0.1:0\"\nfeed_cert = \"{dir}/feed.crt\"\nfeed_key = $",
+        "\"{dir}/feed.key\"",
+        "\"{dir}/other.key\"",
+    ),
+    (
+        "global.connect_timeout",
+        "[global]\nconnect_timeout = $",
+        "\"2s\"",
+        "\"3s\"",
+    ),
+    (
+        "global.first_answer_timeout",
+        "[global]\nfirst_answer_timeout = $",
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
+        "global.eject_for",
+        "[global]\neject_for = $",
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
+        "global.check_every",
+        "[global]\ncheck_every = $",
+        "\"30s\"",
+        "\"1s\"",
+    ),
+    (
+        "global.check_timeout",
+        "[global]\ncheck_timeout = $",
+        "\"2s\"",
+        "\"1s\"",
+    ),
+    (
+        "global.body_timeout",
+        "[global]\nbody_timeout = $",
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
+        "global.consecutive_gateway_errors",
+        "[global]\nconsecutive_gateway_errors = $",
+        "5",
+        "6",
+    ),
+    (
+        "global.underscores_in_headers",
+        "[global]\nunderscores_in_headers = $",
+        "false",
+        "true",
+    ),
+    (
+        "global.breaker.enabled",
+        "[global.breaker]\nenabled = $",
+        "false",
+        "true",
+    ),
+    (
+        "global.breaker.failures",
+        "[global.breaker]\nfailures = $",
+        "5",
+        "6",
+    ),
+    (
+        "global.breaker.cooldown",
+        "[global.breaker]\ncooldown = $",
+        "\"15s\"",
+        "\"20s\"",
+    ),
+    (
+        "runtime.kind",
+        "[runtime]\nkind = $",
+        "\"none\"",
+        "\"docker\"",
+    ),
+    (
+        "runtime.endpoint",
+        "[runtime]\nkind = \"docker\"\nendpoint = $",
+        "\"unix://{dir}/a.sock\"",
+        "\"unix://{dir}/b.sock\"",
+    ),
+    (
+        "runtime.network",
+        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nnetwork = $",
+        "\"a\"",
+        "\"b\"",
+    ),
+    (
+        "runtime.proxies",
+        "[runtime]\nkind = \"swarm\"\nproxies = $",
+        "[\"127.0.0.1:1\"]",
+        "[\"127.0.0.1:2\"]",
+    ),
+    (
+        "runtime.namespace",
+        "[runtime]\nkind = \"kubernetes\"\napi = \"http://127.0.0.1:1\"\nnamespace = $",
+        "\"a\"",
+        "\"b\"",
+    ),
+    (
+        "runtime.api",
+        "[runtime]\nkind = \"kubernetes\"\nnamespace = \"a\"\napi = $",
+        "\"http://127.0.0.1:1\"",
+        "\"http://127.0.0.1:2\"",
+    ),
+    (
+        "cluster.id",
+        "[cluster]\ngossip = \"127.0.0.1:0\"\nkey_file = \"{dir}/a.key\"\nid = $",
+        "\"a\"",
+        "\"b\"",
+    ),
+    (
+        "cluster.gossip",
+        "[cluster]\nid = \"t\"\nkey_file = \"{dir}/a.key\"\ngossip = $",
+        "\"127.0.0.1:0\"",
+        "\"127.0.0.1:9\"",
+    ),
+    (
+        "cluster.advertise",
+        cluster!("advertise = $"),
+        "\"127.0.0.1:7946\"",
+        "\"127.0.0.1:7947\"",
+    ),
+    (
+        "cluster.seeds",
+        cluster!("seeds = $"),
+        "[]",
+        "[\"127.0.0.1:9\"]",
+    ),
+    (
+        "cluster.key_file",
+        "[cluster]\nid = \"t\"\ngossip = \"127.0.0.1:0\"\nkey_file = $",
+        "\"{dir}/a.key\"",
+        "\"{dir}/b.key\"",
+    ),
+    (
+        "cluster.insecure",
+        "[cluster]\nid = \"t\"\ngossip = \"127.0.0.1:0\"\ninsecure = $",
+        "true",
+        "false",
+    ),
+    (
+        "cluster.gossip_interval",
+        cluster!("gossip_interval = $"),
+        "\"1s\"",
+        "\"2s\"",
+    ),
+    (
+        "route.name",
+        "[[route]]\nreplicas = [\"127.0.0.1:9\"]\nname = $",
+        "\"a\"",
+        "\"b\"",
+    ),
+    (
+        "route.host",
+        route!("host = $"),
+        "\"a.example\"",
+        "\"b.example\"",
+    ),
+    (
+        "route.path_prefix",
+        route!("path_prefix = $"),
+        "\"/a\"",
+        "\"/b\"",
+    ),
+    (
+        "route.replicas",
+        "[[route]]\nname = \"r\"\nreplicas = $",
+        "[\"127.0.0.1:9\"]",
+        "[\"127.0.0.1:10\"]",
+    ),
+    (
+        "route.upstream",
+        "[[route]]\nname = \"r\"\nupstream = $",
+        "\"http://127.0.0.1:9\"",
+        "\"http://127.0.0.1:10\"",
+    ),
+    (
+        "route.service",
+        "$DOCKER[[route]]\nname = \"r\"\nport = 80\nservice = $",
+        "\"a\"",
+        "\"b\"",
+    ),
+    (
+        "route.port",
+        "$DOCKER[[route]]\nname = \"r\"\nservice = \"a\"\nport = $",
+        "80",
+        "81",
+    ),
+    (
+        "route.connect_timeout",
+        route!("connect_timeout = $"),
+        "\"2s\"",
+        "\"3s\"",
+    ),
+    (
+        "route.first_answer_timeout",
+        route!("first_answer_timeout = $"),
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    ("route.tries", route!("tries = $"), "1", "2"),
+    (
+        "route.eject_for",
+        route!("eject_for = $"),
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
+        "route.consecutive_gateway_errors",
+        route!("consecutive_gateway_errors = $"),
+        "5",
+        "6",
+    ),
+    (
+        "route.breaker.enabled",
+        route!("[route.breaker]\nenabled = $"),
+        "false",
+        "true",
+    ),
+    (
+        "route.breaker.failures",
+        route!("[route.breaker]\nfailures = $"),
+        "5",
+        "6",
+    ),
+    (
+        "route.breaker.cooldown",
+        route!("[route.breaker]\ncooldown = $"),
+        "\"15s\"",
+        "\"20s\"",
+    ),
+];
+
+/// Sections that come and go as a whole.
+const SECTIONS: &[(&str, &str, &str, &str)] = &[
+    ("cluster", "$", "", cluster!("")),
+    ("cluster", "$", cluster!(""), ""),
+];
+
+/// The files the samples name.
+fn files() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.key", "b.key"] {
+        let key = picket::cluster::generate_key().unwrap();
+        std::fs::write(dir.path().join(name), format!("{key}\n")).unwrap();
+    }
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    for stem in ["feed", "other"] {
+        std::fs::write(dir.path().join(format!("{stem}.crt")), cert.pem()).unwrap();
+        std::fs::write(dir.path().join(format!("{stem}.key")), key.serialize_pem()).unwrap();
+    }
+    dir
+}
+
+/// The configuration of a sample with `value` in it.
+fn text(template: &str, value: &str, dir: &str) -> String {
+    let mut text = template.replace("$DOCKER", DOCKER).replace('$', value);
+    if !text.contains("[[route]]") {
+        text.push('\n');
+        text.push_str(ROUTE);
+    }
+    text.replace("{dir}", dir)
+}
+
+/// The dotted paths at which two TOML documents differ; the entries of
+/// an array of tables (`[[route]]`) share their array's path.
+fn differences(a: &toml::Value, b: &toml::Value, path: &str, out: &mut BTreeSet<String>) {
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (a, b) {
+        (toml::Value::Table(a), toml::Value::Table(b)) => {
+            for key in a.keys().chain(b.keys()) {
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => differences(x, y, &at(key), out),
+                    _ => {
+                        out.insert(at(key));
+                    }
+                }
+            }
+        }
+        (toml::Value::Array(a), toml::Value::Array(b))
+            if a.len() == b.len() && a.iter().chain(b).all(toml::Value::is_table) =>
+        {
+            for (x, y) in a.iter().zip(b) {
+                differences(x, y, path, out);
+            }
+        }
+        _ if a != b => {
+            out.insert(path.to_string());
+        }
+        _ => {}
+    }
+}
+
+/// What a reload from `before` to `after` did on a node running `before`:
+/// its plan, and what the node's parts used before and after.
+async fn reload(before: &str, after: &str) -> (ReloadPlan, InForce, InForce) {
+    let parse = |text: &str| Config::parse("t.toml", text).unwrap_or_else(|e| panic!("{e}"));
+    let (base, variant) = (parse(before), parse(after));
+    let node = TestNode::start(before);
+    // Running: joined (gossip sealed with its keys), so that a reload
+    // meets every part a node has.
+    node.membership().await;
+    let was = node.node().in_force();
+    let plan = node.node().apply(variant);
+    let now = node.node().in_force();
+    node.node().apply(base);
+    assert_eq!(
+        node.node().in_force(),
+        was,
+        "reloading the first file again restores what the node used"
+    );
+    node.stop().await;
+    (plan, was, now)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_field_takes_effect_on_reload_or_is_named_as_needing_a_restart() {
+    let traced = fields::paths::<RawConfig>();
+    assert!(traced.len() > 40, "the tracer found the fields: {traced:?}");
+    // Tables (`global.breaker`) are their fields; only those are changed.
+    let leaves: BTreeSet<&str> = traced
+        .iter()
+        .filter(|p| !traced.iter().any(|q| q.starts_with(&format!("{p}."))))
+        .map(String::as_str)
+        .collect();
+    let sampled: BTreeSet<&str> = SAMPLES.iter().map(|(path, ..)| *path).collect();
+    assert_eq!(
+        leaves.difference(&sampled).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "fields without a sample: add one to SAMPLES; the test then says whether a reload applies them or must name them"
+    );
+    assert_eq!(
+        sampled.difference(&leaves).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "samples of fields the configuration no longer has"
+    );
+
+    let dir = files();
+    let dir = dir.path().display().to_string();
+    let mut wrong = Vec::new();
+    let mut named = BTreeSet::new();
+    for (path, template, a, b) in SAMPLES.iter().chain(SECTIONS) {
+        let (before, after) = (text(template, a, &dir), text(template, b, &dir));
+        let mut differ = BTreeSet::new();
+        let document = |text: &str| toml::Value::Table(toml::from_str(text).unwrap());
+        differences(&document(&before), &document(&after), "", &mut differ);
+        assert_eq!(
+            differ,
+            BTreeSet::from([path.to_string()]),
+            "the sample of {path} changes that and nothing else"
+        );
+        let (plan, was, now) = reload(&before, &after).await;
+        let restart = plan.needs_restart.contains(path);
+        match (was != now, restart) {
+            (true, false) | (false, true) => {}
+            (false, false) => wrong.push(format!(
+                "{path}: a reload changes nothing, and does not say it needs a restart ({plan:?})"
+            )),
+            (true, true) => wrong.push(format!(
+                "{path}: took effect, yet the reload says it needs a restart"
+            )),
+        }
+        for name in &plan.needs_restart {
+            assert!(
+                NEEDS_RESTART.contains(name),
+                "{name} is not in NEEDS_RESTART"
+            );
+            named.insert(*name);
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let listed: BTreeSet<&str> = NEEDS_RESTART.iter().copied().collect();
+    assert_eq!(
+        named, listed,
+        "NEEDS_RESTART lists what reloads name, nothing more"
+    );
+}
+
+/// Collects what a subscriber writes, as JSON lines.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The lines (at `info` and above) logged while `apply` runs on this thread.
+fn logged(apply: impl FnOnce() -> ReloadPlan) -> Vec<serde_json::Value> {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    {
+        let _default = subscriber.set_default();
+        apply();
+    }
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_logs_one_line_naming_every_setting_that_needs_a_restart() {
+    let dir = files();
+    let dir = dir.path().display().to_string();
+    let first = format!("{}\n{ROUTE}", cluster!("")).replace("{dir}", &dir);
+    let node = TestNode::start(&first);
+    node.membership().await;
+    // Five settings that need a restart, a new check period, a new key
+    // file, and the route's `tries`.
+    let restarting = |tries: u32| {
+        let text = format!(
+            "[node]\nname = \"renamed\"\nidle_timeout = \"5s\"\n\
+             [runtime]\nkind = \"swarm\"\nproxies = [\"127.0.0.1:1\"]\n\
+             [global]\ncheck_every = \"1s\"\n\
+             [cluster]\nid = \"t\"\ngossip = \"127.0.0.1:0\"\nkey_file = \"{dir}/b.key\"\nseeds = [\"127.0.0.1:9\"]\n\
+             {ROUTE}tries = {tries}\n"
+        );
+        Config::parse("t.toml", &text).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let waiting = "node.name, node.idle_timeout, runtime.kind, runtime.proxies, cluster.seeds";
+
+    let lines = logged(|| node.node().apply(restarting(2)));
+    assert_eq!(lines.len(), 1, "one line per reload: {lines:#?}");
+    let line = &lines[0];
+    assert_eq!(line["level"], "WARN", "{line}");
+    let fields = &line["fields"];
+    assert_eq!(fields["message"], "configuration reloaded", "{line}");
+    assert_eq!(fields["needs_restart"], waiting, "{line}");
+    assert_eq!(
+        fields["settings"], "global.check_every, cluster.key_file",
+        "{line}"
+    );
+    assert!(
+        fields["cluster_keys"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("replaced: ")),
+        "{line}"
+    );
+    assert_eq!(fields["changed"], 1, "{line}");
+
+    // Reloaded again with only the route changed, the settings that still
+    // wait for a restart are named again: the line compares with what runs.
+    let lines = logged(|| node.node().apply(restarting(1)));
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let fields = &lines[0]["fields"];
+    assert_eq!(fields["needs_restart"], waiting, "{}", lines[0]);
+    assert!(fields.get("settings").is_none(), "{}", lines[0]);
+    assert!(fields.get("cluster_keys").is_none(), "{}", lines[0]);
+
+    // Back to the first file: nothing waits, one line at info.
+    let lines = logged(|| node.node().apply(Config::parse("t.toml", &first).unwrap()));
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_eq!(lines[0]["level"], "INFO", "{}", lines[0]);
+    assert!(
+        lines[0]["fields"].get("needs_restart").is_none(),
+        "{}",
+        lines[0]
+    );
+    node.stop().await;
+}
