@@ -351,7 +351,11 @@ impl Upstream {
     /// request used up its tries or no untried replica is available.
     pub fn next_untried(&self, tried: &mut Tried) -> Option<Arc<Replica>> {
         let replicas = self.replicas.load();
-        if tried.len() >= self.tries.min(replicas.len()) {
+        // Bounded by the tries alone, not by the replicas there are now: a
+        // replica removed while a connect to it is pending (a task stopped
+        // by a rolling update) must not keep the connect from racing the
+        // next one. Only untried replicas are picked below.
+        if tried.len() >= self.tries {
             return None;
         }
         let n = replicas.len();
