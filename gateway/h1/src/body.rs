@@ -8,9 +8,10 @@
 //! sender wrote.
 //!
 //! ## Limits
-//! A chunk-size line (with its extensions) is at most [`MAX_CHUNK_LINE`]
-//! bytes and the trailers at most [`MAX_TRAILERS`] bytes in all, however
-//! the bytes arrive: whole, or a byte at a time. A chunk size is hex digits
+//! A chunk-size line (with its extensions, without its CRLF) is at most
+//! [`MAX_CHUNK_LINE`] bytes and the trailers at most [`MAX_TRAILERS`] bytes
+//! in all, however the bytes arrive: whole, or a byte at a time. A line
+//! that trickles in is scanned for its end once, not again on every read. A chunk size is hex digits
 //! only (no sign, no `0x`, at most 16 of them), and every line ends in
 //! CRLF.
 
@@ -45,6 +46,8 @@ enum Chunk {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyDecoder {
     state: State,
+    /// Bytes at the front of the buffer already searched for a line end.
+    scanned: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +59,14 @@ enum State {
     Done,
 }
 
-fn line_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(2).position(|w| w == b"\r\n")
+/// Where the first CRLF of `buf` starts, searching from `from` (the CR of
+/// a CRLF may stand just before it).
+fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+    let from = from.saturating_sub(1).min(buf.len());
+    buf[from..]
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map(|at| from + at)
 }
 
 /// Parses a chunk-size line without its CRLF: hex digits, then optional
@@ -102,12 +111,13 @@ impl BodyDecoder {
         } else {
             State::Length(n)
         };
-        BodyDecoder { state }
+        BodyDecoder { state, scanned: 0 }
     }
 
     pub fn chunked() -> BodyDecoder {
         BodyDecoder {
             state: State::Chunked(Chunk::Size),
+            scanned: 0,
         }
     }
 
@@ -115,12 +125,16 @@ impl BodyDecoder {
     pub fn until_close() -> BodyDecoder {
         BodyDecoder {
             state: State::UntilClose,
+            scanned: 0,
         }
     }
 
     /// No body.
     pub fn empty() -> BodyDecoder {
-        BodyDecoder { state: State::Done }
+        BodyDecoder {
+            state: State::Done,
+            scanned: 0,
+        }
     }
 
     pub fn is_done(&self) -> bool {
@@ -161,7 +175,7 @@ impl BodyDecoder {
                     }
                     return Ok(Decoded::Data(buf.split_to(take).freeze()));
                 }
-                State::Chunked(chunk) => match decode_chunk(chunk, buf)? {
+                State::Chunked(chunk) => match decode_chunk(chunk, buf, &mut self.scanned)? {
                     Some(Decoded::Done) => self.state = State::Done,
                     Some(decoded) => return Ok(decoded),
                     None => {}
@@ -185,15 +199,23 @@ impl BodyDecoder {
 
 /// One step of a chunked body: `None` when the state moved and decoding
 /// goes on.
-fn decode_chunk(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Option<Decoded>, ParseError> {
+fn decode_chunk(
+    chunk: &mut Chunk,
+    buf: &mut BytesMut,
+    scanned: &mut usize,
+) -> Result<Option<Decoded>, ParseError> {
     match *chunk {
         Chunk::Size => {
-            let Some(end) = line_end(buf) else {
-                if buf.len() > MAX_CHUNK_LINE {
+            let Some(end) = line_end(buf, *scanned) else {
+                *scanned = buf.len();
+                // The line so far, less a CR that may start its CRLF.
+                let line = buf.len() - usize::from(buf.last() == Some(&b'\r'));
+                if line > MAX_CHUNK_LINE {
                     return Err(ParseError::Chunk("chunk-size line too long"));
                 }
                 return Ok(Some(Decoded::NeedMore));
             };
+            *scanned = 0;
             if end > MAX_CHUNK_LINE {
                 return Err(ParseError::Chunk("chunk-size line too long"));
             }
@@ -233,12 +255,14 @@ fn decode_chunk(chunk: &mut Chunk, buf: &mut BytesMut) -> Result<Option<Decoded>
             Ok(None)
         }
         Chunk::Trailers(seen) => {
-            let Some(end) = line_end(buf) else {
+            let Some(end) = line_end(buf, *scanned) else {
+                *scanned = buf.len();
                 if seen + buf.len() > MAX_TRAILERS {
                     return Err(ParseError::Chunk("trailers too large"));
                 }
                 return Ok(Some(Decoded::NeedMore));
             };
+            *scanned = 0;
             if seen + end + 2 > MAX_TRAILERS {
                 return Err(ParseError::Chunk("trailers too large"));
             }

@@ -124,6 +124,23 @@ pub fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// Whether `buf` holds the end of a head (an empty line, CRLF or bare LF),
+/// searching only past `scanned`, the bytes searched before: a head that
+/// trickles in a byte at a time is scanned once, and parsed once it is
+/// whole, not again on every read.
+pub fn has_head_end(buf: &[u8], scanned: usize) -> bool {
+    let from = scanned.saturating_sub(2).min(buf.len());
+    buf[from..].iter().enumerate().any(|(i, &b)| {
+        let at = from + i;
+        b == b'\n'
+            && match buf.get(at + 1) {
+                Some(b'\n') => true,
+                Some(b'\r') => buf.get(at + 2) == Some(&b'\n'),
+                _ => false,
+            }
+    })
+}
+
 /// Writes one header line.
 pub fn write_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
@@ -189,6 +206,18 @@ mod tests {
         assert!(!names([&b"close"[..]], b"x-secret") && !names([], b"x"));
         assert!(is_protected(b"Content-Length") && is_protected(b"X-Forwarded-For"));
         assert!(!is_protected(b"x-secret"));
+    }
+
+    #[test]
+    fn head_ends_are_found_however_the_bytes_arrive() {
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        for split in 0..head.len() {
+            // Searched up to `split` first, then all of it.
+            assert!(!has_head_end(&head[..split], 0) || split >= head.len() - 1);
+            assert!(has_head_end(head, split), "split {split}");
+        }
+        assert!(has_head_end(b"GET / HTTP/1.1\nHost: a\n\n", 20));
+        assert!(!has_head_end(b"GET / HTTP/1.1\r\nHost: a\r\n", 0));
     }
 
     #[test]

@@ -171,7 +171,10 @@ pub fn parse_request(
     if chunked && (length.is_some() || version == Version::HTTP_10) {
         return Err(ParseError::TransferEncoding);
     }
-    let keep_alive = if version == Version::HTTP_10 {
+    // `close` wins over `keep-alive`, whatever their order.
+    let keep_alive = if names(connection.iter().copied(), b"close") {
+        false
+    } else if version == Version::HTTP_10 {
         names(connection.iter().copied(), b"keep-alive")
     } else {
         !names(connection.iter().copied(), b"close")
@@ -231,6 +234,9 @@ fn split_target(target: &Bytes, method: &Method) -> Result<(Bytes, Option<Bytes>
         return Ok((target.clone(), None));
     }
     if *method == Method::CONNECT {
+        if !is_host(target) {
+            return Err(bad());
+        }
         return Ok((Bytes::from_static(b"/"), Some(target.clone())));
     }
     let scheme_end = [&b"http://"[..], b"https://"]
@@ -475,6 +481,18 @@ mod tests {
         out.clear();
         end_head(&mut out, BodyKind::None);
         assert_eq!(out, b"\r\n");
+    }
+
+    #[test]
+    fn close_wins_and_connect_names_a_host() {
+        for text in [
+            "GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
+            "GET / HTTP/1.0\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nConnection: close, keep-alive\r\n\r\n",
+        ] {
+            assert!(!parse(text).unwrap().unwrap().keep_alive, "{text:?}");
+        }
+        assert!(parse("CONNECT a\"<>{}| HTTP/1.1\r\n\r\n").is_err());
     }
 
     #[test]

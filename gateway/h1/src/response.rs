@@ -107,6 +107,10 @@ pub fn parse_response(
             Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
             Err(e) => return Err(ParseError::Head(e.to_string())),
         };
+        // However it arrived: whole in one read, or in pieces.
+        if len > MAX_HEAD {
+            return Err(ParseError::HeadTooLarge);
+        }
         let code = response.code.unwrap_or(0);
         let status =
             StatusCode::from_u16(code).map_err(|_| ParseError::Head(format!("status {code}")))?;
@@ -146,7 +150,10 @@ pub fn parse_response(
             }
             fields.push(FieldAt::of(view, name, h.value));
         }
-        let keep_alive = if http10 {
+        // `close` wins over `keep-alive`, whatever their order.
+        let keep_alive = if names(connection.iter().copied(), b"close") {
+            false
+        } else if http10 {
             names(connection.iter().copied(), b"keep-alive")
         } else {
             !names(connection.iter().copied(), b"close")
@@ -446,6 +453,19 @@ mod tests {
             parse(&huge, Method::GET).unwrap_err(),
             ParseError::HeadTooLarge
         );
+        // The same head arriving whole, in one read (found by fuzzing).
+        let whole = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "y".repeat(MAX_HEAD));
+        assert_eq!(
+            parse(&whole, Method::GET).unwrap_err(),
+            ParseError::HeadTooLarge
+        );
+        let close = parse(
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 0\r\n\r\n",
+            Method::GET,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!close.keep_alive, "close wins");
         let many: String = (0..MAX_HEADERS + 1)
             .map(|i| format!("X-{i}: 1\r\n"))
             .collect();

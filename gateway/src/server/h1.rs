@@ -230,13 +230,19 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
 async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
     let mut deadline = Instant::now() + conn.limits.idle;
     let mut started = false;
+    // Bytes of the buffer already searched for the end of the head: a head
+    // is parsed once it is whole (or too large), not on every read.
+    let mut scanned = 0;
     loop {
         if !conn.buf.is_empty() {
-            match parse_request(&mut conn.buf, &mut conn.fields) {
-                Ok(Some(parts)) => return Read::Request(parts),
-                Ok(None) => {}
-                Err(error) => return Read::Refused(error),
+            if h1::has_head_end(&conn.buf, scanned) || conn.buf.len() > h1::MAX_HEAD {
+                match parse_request(&mut conn.buf, &mut conn.fields) {
+                    Ok(Some(parts)) => return Read::Request(parts),
+                    Ok(None) => {}
+                    Err(error) => return Read::Refused(error),
+                }
             }
+            scanned = conn.buf.len();
             if !started {
                 started = true;
                 deadline = Instant::now() + conn.limits.header;

@@ -16,9 +16,9 @@ use tokio::net::TcpStream;
 use tokio_util::io::poll_read_buf;
 
 use super::Upstream;
-use crate::h1::ParseError;
 use crate::h1::body::{BodyDecoder, Decoded, Framed};
 use crate::h1::response::{self, BodyFraming, ResponseHead};
+use crate::h1::{self, ParseError};
 
 /// Bytes reserved when the read buffer runs low.
 const READ_CHUNK: usize = 8 * 1024;
@@ -195,12 +195,14 @@ impl Connection {
 
     /// Reads the response head.
     pub async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, ConnError> {
+        // Parsed once the head is whole (or too large), not on every read.
+        let mut scanned = 0;
         loop {
-            if !self.buf.is_empty()
-                && let Some(head) = response::parse_response(&mut self.buf, method)?
-            {
+            let whole = h1::has_head_end(&self.buf, scanned) || self.buf.len() > h1::MAX_HEAD;
+            if whole && let Some(head) = response::parse_response(&mut self.buf, method)? {
                 return Ok(head);
             }
+            scanned = self.buf.len();
             self.buf.reserve(READ_CHUNK);
             let n =
                 std::future::poll_fn(|cx| poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf))
