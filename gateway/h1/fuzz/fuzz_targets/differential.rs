@@ -169,7 +169,6 @@ fn hyper(input: &[u8]) -> Option<(Vec<Seen>, After)> {
         break;
     }
     let after = after?;
-    drop(connection);
     let seen = seen.borrow().clone();
     Some((seen, after))
 }

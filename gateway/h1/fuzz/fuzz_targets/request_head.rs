@@ -79,7 +79,7 @@ fn padded(data: &[u8]) -> Vec<u8> {
 #[derive(Debug)]
 enum Seen {
     Head {
-        head: Head,
+        head: Box<Head>,
         rest: Bytes,
     },
     /// More bytes are needed.
@@ -146,7 +146,7 @@ fn parse(input: &[u8], split: usize) -> Seen {
     }
     match result {
         Ok(Some(parts)) => Seen::Head {
-            head: parts.into(),
+            head: Box::new(parts.into()),
             rest: buf.freeze(),
         },
         Ok(None) => {
