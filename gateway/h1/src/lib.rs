@@ -124,6 +124,24 @@ pub fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// The length of a head httparse found complete in `buffered` bytes, `None`
+/// while it is partial; the head limits hold however the head arrived,
+/// whole in one read or in pieces (the same rule for requests and
+/// responses).
+fn head_len(
+    parsed: Result<httparse::Status<usize>, httparse::Error>,
+    buffered: usize,
+) -> Result<Option<usize>, ParseError> {
+    match parsed {
+        Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => Err(ParseError::HeadTooLarge),
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if buffered > MAX_HEAD => Err(ParseError::HeadTooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(ParseError::TooManyHeaders),
+        Err(e) => Err(ParseError::Head(e.to_string())),
+    }
+}
+
 /// Whether `buf` holds the end of a head (an empty line, CRLF or bare LF),
 /// searching only past `scanned`, the bytes searched before: a head that
 /// trickles in a byte at a time is scanned once, and parsed once it is

@@ -15,7 +15,7 @@
 use bytes::{Bytes, BytesMut};
 use http::{Method, Version};
 
-use super::{FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, names, target, tokens};
+use super::{FieldAt, MAX_HEADERS, ParseError, content_length, head_len, names, target, tokens};
 
 /// How a request body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,18 +115,9 @@ pub fn parse_request(
 ) -> Result<Option<RequestParts>, ParseError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut slots);
-    let len = match request.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-            return Err(ParseError::HeadTooLarge);
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
-        Err(e) => return Err(ParseError::Head(e.to_string())),
+    let Some(len) = head_len(request.parse(buf), buf.len())? else {
+        return Ok(None);
     };
-    if len > MAX_HEAD {
-        return Err(ParseError::HeadTooLarge);
-    }
     let method = Method::from_bytes(request.method.unwrap_or("").as_bytes())
         .map_err(|_| ParseError::Head("invalid method".into()))?;
     let version = if request.version == Some(0) {
@@ -314,6 +305,7 @@ pub fn end_head(out: &mut Vec<u8>, body: BodyKind) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_HEAD;
 
     fn parse(text: &str) -> Result<Option<RequestParts>, ParseError> {
         let mut buf = BytesMut::from(text);

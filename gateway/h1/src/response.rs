@@ -18,7 +18,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use super::{
-    FieldAt, MAX_HEAD, MAX_HEADERS, ParseError, content_length, is_hop_by_hop, is_protected, names,
+    FieldAt, MAX_HEADERS, ParseError, content_length, head_len, is_hop_by_hop, is_protected, names,
     tokens,
 };
 
@@ -98,19 +98,9 @@ pub fn parse_response(
     loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut response = httparse::Response::new(&mut slots);
-        let len = match response.parse(buf) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
-                return Err(ParseError::HeadTooLarge);
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(ParseError::TooManyHeaders),
-            Err(e) => return Err(ParseError::Head(e.to_string())),
+        let Some(len) = head_len(response.parse(buf), buf.len())? else {
+            return Ok(None);
         };
-        // However it arrived: whole in one read, or in pieces.
-        if len > MAX_HEAD {
-            return Err(ParseError::HeadTooLarge);
-        }
         let code = response.code.unwrap_or(0);
         let status =
             StatusCode::from_u16(code).map_err(|_| ParseError::Head(format!("status {code}")))?;
@@ -279,6 +269,7 @@ pub fn end_response_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_HEAD;
 
     fn parse(text: &str, method: Method) -> Result<Option<ResponseHead>, ParseError> {
         let mut buf = BytesMut::from(text);
