@@ -92,7 +92,8 @@ impl Local {
         }
     }
 
-    pub fn is_exhausted(&self) -> bool {
+    #[cfg(test)]
+    fn is_exhausted(&self) -> bool {
         self.exhausted.load(Ordering::Relaxed)
     }
 }

@@ -141,11 +141,6 @@ impl BodyDecoder {
         self.state == State::Done
     }
 
-    /// The body ends only when its sender closes.
-    pub fn is_until_close(&self) -> bool {
-        self.state == State::UntilClose
-    }
-
     /// Bytes still to come, when known.
     pub fn remaining(&self) -> Option<u64> {
         match self.state {

@@ -80,13 +80,6 @@ impl RequestParts {
             .map(|(_, v)| v)
     }
 
-    /// Every value of a header, in order.
-    pub fn all<'a>(&'a self, name: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.fields()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
-    }
-
     /// Gives back the field list's allocation for the next request.
     pub fn into_fields(self) -> Vec<FieldAt> {
         let mut fields = self.fields;
@@ -444,7 +437,11 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(ws.upgrade.as_deref(), Some(&b"websocket"[..]));
-        let all: Vec<&[u8]> = ws.all(b"connection").collect();
+        let all: Vec<&[u8]> = ws
+            .fields()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .map(|(_, v)| v)
+            .collect();
         assert_eq!(all, [&b"keep-alive"[..], b"Upgrade"]);
     }
 
