@@ -15,6 +15,7 @@ pub mod fake_kube;
 pub mod faults;
 pub mod fields;
 pub mod forward_proxy;
+pub mod logs;
 pub mod netns;
 pub mod node;
 pub mod process;

@@ -22,6 +22,8 @@ use tokio::task::JoinHandle;
 pub struct TestCa {
     /// Its certificate, PEM.
     pub pem: String,
+    /// Its certificate, DER.
+    pub der: CertificateDer<'static>,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
 }
 
@@ -47,12 +49,25 @@ impl TestCa {
         let cert = params.self_signed(&key).expect("a CA certificate");
         TestCa {
             pem: cert.pem(),
+            der: cert.der().clone(),
             issuer: rcgen::Issuer::new(params, key),
         }
     }
 
     /// Writes the CA's certificate into `dir`: a file for `SSL_CERT_FILE`
     /// (`--extra-ca`).
+    /// A certificate for `names` (DNS names or IP addresses) that this CA
+    /// signed, and its key.
+    pub fn leaf(&self, names: &[&str]) -> (rcgen::Certificate, rcgen::KeyPair) {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .expect("certificate parameters")
+            .signed_by(&key, &self.issuer)
+            .expect("a certificate");
+        (cert, key)
+    }
+
     pub fn write_pem(&self, dir: &Path) -> PathBuf {
         let path = dir.join("ca.pem");
         std::fs::write(&path, &self.pem).expect("write the CA file");
@@ -62,12 +77,7 @@ impl TestCa {
     /// A server configuration whose certificate, for `names` (DNS names or
     /// IP addresses), this CA signed.
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
-        let key = rcgen::KeyPair::generate().expect("a server key");
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = rcgen::CertificateParams::new(names)
-            .expect("server certificate parameters")
-            .signed_by(&key, &self.issuer)
-            .expect("a server certificate");
+        let (cert, key) = self.leaf(names);
         let chain = vec![CertificateDer::from(cert.der().to_vec())];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -3,26 +3,10 @@
 //! else. (A test binary of its own: it installs the process's log
 //! subscriber.)
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
+use picket_tests::logs::Captured;
 use picket_tests::node::{TestNode, route};
 use picket_tests::upstream::{Behaviour, Upstream};
 use picket_tests::wire::Wire;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_refusals_log_one_trip() {
@@ -42,9 +26,7 @@ async fn ten_thousand_refusals_log_one_trip() {
         wire.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
         assert_eq!(wire.response(false).await.unwrap().status, 503);
     }
-    let logged_before = String::from_utf8_lossy(&captured.0.lock().unwrap())
-        .lines()
-        .count();
+    let logged_before = captured.text().lines().count();
     for _ in 0..10_000 {
         wire.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
         let answer = wire.response(false).await.unwrap();
@@ -56,7 +38,7 @@ async fn ten_thousand_refusals_log_one_trip() {
         5,
         "nothing reached the upstream while open"
     );
-    let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let log = captured.text();
     let trips: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("circuit opened"))

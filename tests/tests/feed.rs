@@ -10,6 +10,7 @@ use picket_proto::codec;
 use picket_tests::client::percentile;
 use picket_tests::cluster::{self, node_text_with, verdict_in};
 use picket_tests::node::{Killable, TestNode};
+use picket_tests::tls::TestCa;
 use picket_tests::upstream::{Behaviour, Upstream};
 use picket_tui::app::{FeedTarget, Link, Msg};
 use picket_tui::feed::{self, Session, Trust};
@@ -151,7 +152,8 @@ async fn the_feed_certificate_is_pinned_and_a_configured_one_is_checked_against_
     node.stop().await;
 
     // A certificate signed by the operator's CA, from files.
-    let (ca, leaf, key) = signed_by_a_ca("127.0.0.1");
+    let ca = TestCa::new("picket test CA");
+    let (leaf, key) = ca.leaf(&["127.0.0.1"]);
     std::fs::write(dir.path().join("feed.pem"), leaf.pem()).unwrap();
     std::fs::write(dir.path().join("feed.key"), key.serialize_pem()).unwrap();
     let text = node_text_with(
@@ -167,13 +169,13 @@ async fn the_feed_certificate_is_pinned_and_a_configured_one_is_checked_against_
     let node = TestNode::start(&text);
     let (addr, pin) = feed_of(&node).await;
     assert_eq!(pin, feed::fingerprint(leaf.der()), "the leaf's fingerprint");
-    let mut session = Session::open(&addr, &Trust::Ca(vec![ca.der().clone()]))
+    let mut session = Session::open(&addr, &Trust::Ca(vec![ca.der.clone()]))
         .await
         .unwrap();
     assert_eq!(session.next_view().await.unwrap().node, "n2");
     session.close().await;
-    let (other_ca, _, _) = signed_by_a_ca("127.0.0.1");
-    let refused = Session::open(&addr, &Trust::Ca(vec![other_ca.der().clone()]))
+    let other_ca = TestCa::new("another CA");
+    let refused = Session::open(&addr, &Trust::Ca(vec![other_ca.der.clone()]))
         .await
         .unwrap_err();
     assert!(
@@ -181,28 +183,6 @@ async fn the_feed_certificate_is_pinned_and_a_configured_one_is_checked_against_
         "{refused}"
     );
     node.stop().await;
-}
-
-/// A CA, and a certificate for `host` that it signed, with its key.
-fn signed_by_a_ca(host: &str) -> (rcgen::Certificate, rcgen::Certificate, rcgen::KeyPair) {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-    ];
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "picket test CA");
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca = params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec![host.to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    (ca, leaf, key)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

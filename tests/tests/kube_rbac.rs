@@ -2,28 +2,13 @@
 //! each service's name, and says so once. (A test binary of its own: it
 //! installs the process's log subscriber.)
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picket::upstream::Target;
 use picket_proto::Heart;
 use picket_tests::fake_kube::FakeKube;
+use picket_tests::logs::Captured;
 use picket_tests::node::{TestNode, eventually};
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_watches_fall_back_to_connect_checks_said_once() {
@@ -64,7 +49,7 @@ async fn forbidden_watches_fall_back_to_connect_checks_said_once() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    let log = captured.text();
     let said: Vec<&str> = log.lines().filter(|l| l.contains("RBAC forbids")).collect();
     assert_eq!(said.len(), 1, "{log}");
     assert!(said[0].contains("namespace=test"), "{}", said[0]);
