@@ -25,6 +25,7 @@ use std::time::Duration;
 pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
 pub use error::{ConfigError, Problem};
 pub use render::render;
+pub use validate::{RUNTIME_BREAKER_COOLDOWN_RANGE, RUNTIME_BREAKER_THRESHOLD_RANGE};
 
 /// Product default for the connect bound.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -295,7 +296,7 @@ impl fmt::Display for RuntimeKind {
 }
 
 /// `[runtime]`: where runtime services are looked up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeSettings {
     pub kind: RuntimeKind,
     /// Docker: the engine (`unix:///var/run/docker.sock`, `tcp://host:2375`);
@@ -312,6 +313,49 @@ pub struct RuntimeSettings {
     /// containers attached to it are replicas, at their address there;
     /// `None`: every service container, at its first network's address.
     pub network: Option<String>,
+    /// Kubernetes: the namespaces watched besides the node's own, which
+    /// routes name as `service = "namespace/name"`; `["*"]`: every
+    /// namespace (needs a ClusterRole).
+    pub namespaces: Vec<String>,
+    /// The breaker in front of each runtime API endpoint.
+    pub breaker: RuntimeBreakerSettings,
+}
+
+/// `[runtime] breaker`: after `threshold` consecutive calls to one runtime
+/// API endpoint that got no HTTP answer (connect, DNS or timeout), no call
+/// goes to it for `cooldown`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeBreakerSettings {
+    pub enabled: Setting<bool>,
+    pub threshold: Setting<u32>,
+    pub cooldown: Setting<Duration>,
+}
+
+/// Consecutive unanswered calls that open a runtime endpoint's breaker.
+pub const DEFAULT_RUNTIME_BREAKER_THRESHOLD: u32 = 2;
+/// How long an open runtime breaker refuses every call. A gateway routes on
+/// this data: 30 s bounds how long a runtime that came back goes unseen,
+/// where a dashboard polling once a minute would accept twice that.
+pub const DEFAULT_RUNTIME_BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+
+impl Default for RuntimeBreakerSettings {
+    fn default() -> Self {
+        RuntimeBreakerSettings {
+            enabled: Setting::new(true, Origin::Default),
+            threshold: Setting::new(DEFAULT_RUNTIME_BREAKER_THRESHOLD, Origin::Default),
+            cooldown: Setting::new(DEFAULT_RUNTIME_BREAKER_COOLDOWN, Origin::Default),
+        }
+    }
+}
+
+impl RuntimeBreakerSettings {
+    /// The breaker's settings when it is enabled.
+    pub fn active(&self) -> Option<crate::breaker::Settings> {
+        self.enabled.value.then_some(crate::breaker::Settings {
+            failures: self.threshold.value,
+            cooldown: self.cooldown.value,
+        })
+    }
 }
 
 impl Default for RuntimeSettings {
@@ -323,6 +367,8 @@ impl Default for RuntimeSettings {
             api: None,
             proxies: Vec::new(),
             network: None,
+            namespaces: Vec::new(),
+            breaker: RuntimeBreakerSettings::default(),
         }
     }
 }
@@ -352,6 +398,11 @@ pub struct Overrides {
     pub workers: Option<usize>,
     /// `[cluster] advertise`.
     pub advertise: Option<SocketAddr>,
+    /// `[runtime] breaker`'s fields.
+    pub runtime_breaker_threshold: Option<u32>,
+    pub runtime_breaker_cooldown: Option<Duration>,
+    /// `true`: no breaker in front of runtime API endpoints.
+    pub runtime_breaker_disabled: Option<bool>,
 }
 
 impl Config {
@@ -389,6 +440,16 @@ impl Config {
         }
         if let (Some(advertise), Some(cluster)) = (overrides.advertise, &mut self.cluster) {
             cluster.advertise = Some(advertise);
+        }
+        let breaker = &mut self.runtime.breaker;
+        if let Some(threshold) = overrides.runtime_breaker_threshold {
+            breaker.threshold = Setting::new(threshold.max(1), Origin::Override);
+        }
+        if let Some(cooldown) = overrides.runtime_breaker_cooldown {
+            breaker.cooldown = Setting::new(cooldown, Origin::Override);
+        }
+        if let Some(disabled) = overrides.runtime_breaker_disabled {
+            breaker.enabled = Setting::new(!disabled, Origin::Override);
         }
     }
 }

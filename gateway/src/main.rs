@@ -164,6 +164,31 @@ struct NodeFlags {
     /// besides the Mozilla roots built in.
     #[arg(long, env = "SSL_CERT_FILE")]
     extra_ca: Option<PathBuf>,
+    /// Consecutive unanswered calls that open a runtime API endpoint's
+    /// breaker (default: the file's `[runtime] breaker.threshold`, else 2).
+    #[arg(long, env = "PICKET_RUNTIME_BREAKER_THRESHOLD", value_parser = clap::value_parser!(u32).range(1..=100))]
+    runtime_breaker_threshold: Option<u32>,
+    /// How long an open runtime breaker refuses every call, as "30s"
+    /// (default: the file's `[runtime] breaker.cooldown`, else 30s).
+    #[arg(long, env = "PICKET_RUNTIME_BREAKER_COOLDOWN", value_parser = runtime_breaker_cooldown)]
+    runtime_breaker_cooldown: Option<std::time::Duration>,
+    /// No breaker in front of runtime API endpoints (true/false, 1/0, yes/no, on/off).
+    #[arg(long, env = "PICKET_RUNTIME_BREAKER_DISABLED", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    runtime_breaker_disabled: Option<bool>,
+}
+
+/// A runtime breaker cool-down within its bounds.
+fn runtime_breaker_cooldown(text: &str) -> Result<std::time::Duration, String> {
+    let (min, max) = picket::config::RUNTIME_BREAKER_COOLDOWN_RANGE;
+    let value = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if value < min || value > max {
+        return Err(format!(
+            "{text} is out of range: {} to {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(value)
 }
 
 impl NodeFlags {
@@ -174,6 +199,9 @@ impl NodeFlags {
             admin: self.admin,
             workers: self.workers.map(usize::from),
             advertise: self.advertise,
+            runtime_breaker_threshold: self.runtime_breaker_threshold,
+            runtime_breaker_cooldown: self.runtime_breaker_cooldown,
+            runtime_breaker_disabled: self.runtime_breaker_disabled,
         }
     }
 }

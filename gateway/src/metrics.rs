@@ -64,6 +64,17 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointStateLabels {
+    endpoint: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LivenessLabels {
     liveness: String,
 }
@@ -196,8 +207,24 @@ pub struct Metrics {
     members: Family<LivenessLabels, Gauge>,
     values_refused: Counter,
     feed: FeedMetrics,
+    runtime_breaker_state: Family<EndpointStateLabels, Gauge>,
+    runtime_breaker_trips: Family<EndpointLabels, Counter>,
+    runtime_calls_refused: Family<EndpointLabels, Counter>,
+    runtime_reachable: Family<EndpointLabels, Gauge>,
+    runtime_reachability_changes: Family<EndpointStateLabels, Counter>,
     /// Client connections of the proxy listener.
     pub connections: ConnectionMetrics,
+}
+
+/// The metric handles of one runtime API endpoint's breaker.
+#[derive(Debug, Clone)]
+pub struct RuntimeGateMetrics {
+    /// 1 for the current state of [`CIRCUIT_STATES`], 0 for the others.
+    pub state: [Gauge; 3],
+    /// Times the breaker opened.
+    pub trips: Counter,
+    /// Calls refused before any I/O while it was open.
+    pub refused: Counter,
 }
 
 /// The proxy listener's client connections.
@@ -437,7 +464,42 @@ impl Metrics {
             "Clients attached to the QUIC feed",
             feed.clients.clone(),
         );
+        let runtime_breaker_state = Family::<EndpointStateLabels, Gauge>::default();
+        registry.register(
+            "runtime_breaker_state",
+            "State of the breaker in front of each runtime API endpoint (API server, engine, socket proxy): 1 for the state it is in",
+            runtime_breaker_state.clone(),
+        );
+        let runtime_breaker_trips = Family::<EndpointLabels, Counter>::default();
+        registry.register(
+            "runtime_breaker_trips",
+            "Times a runtime API endpoint's breaker opened",
+            runtime_breaker_trips.clone(),
+        );
+        let runtime_calls_refused = Family::<EndpointLabels, Counter>::default();
+        registry.register(
+            "runtime_calls_refused",
+            "Calls to a runtime API endpoint refused before any I/O because its breaker was open",
+            runtime_calls_refused.clone(),
+        );
+        let runtime_reachable = Family::<EndpointLabels, Gauge>::default();
+        registry.register(
+            "runtime_endpoint_reachable",
+            "Whether each runtime API endpoint answers (1) or not (0)",
+            runtime_reachable.clone(),
+        );
+        let runtime_reachability_changes = Family::<EndpointStateLabels, Counter>::default();
+        registry.register(
+            "runtime_reachability_changes",
+            "Changes of a runtime API endpoint's reachability, by the state entered (reachable or unreachable)",
+            runtime_reachability_changes.clone(),
+        );
         Metrics {
+            runtime_breaker_state,
+            runtime_breaker_trips,
+            runtime_calls_refused,
+            runtime_reachable,
+            runtime_reachability_changes,
             feed,
             registry,
             requests,
@@ -502,6 +564,54 @@ impl Metrics {
                 .clone(),
             state: CIRCUIT_STATES.map(|s| self.breaker_state.get_or_create(&labels(s)).clone()),
         }
+    }
+
+    /// The breaker metric handles of one runtime API endpoint.
+    pub fn runtime_gate(&self, endpoint: &str) -> RuntimeGateMetrics {
+        let labels = |state: &str| EndpointStateLabels {
+            endpoint: endpoint.into(),
+            state: state.into(),
+        };
+        let endpoint = EndpointLabels {
+            endpoint: endpoint.into(),
+        };
+        RuntimeGateMetrics {
+            state: CIRCUIT_STATES
+                .map(|s| self.runtime_breaker_state.get_or_create(&labels(s)).clone()),
+            trips: self.runtime_breaker_trips.get_or_create(&endpoint).clone(),
+            refused: self.runtime_calls_refused.get_or_create(&endpoint).clone(),
+        }
+    }
+
+    /// Records whether a runtime API endpoint answers; `changed`: counts it
+    /// as a change.
+    pub fn runtime_reachable(&self, endpoint: &str, reachable: bool, changed: bool) {
+        self.runtime_reachable
+            .get_or_create(&EndpointLabels {
+                endpoint: endpoint.into(),
+            })
+            .set(i64::from(reachable));
+        if changed {
+            self.runtime_reachability_changes
+                .get_or_create(&EndpointStateLabels {
+                    endpoint: endpoint.into(),
+                    state: if reachable {
+                        "reachable"
+                    } else {
+                        "unreachable"
+                    }
+                    .into(),
+                })
+                .inc();
+        }
+    }
+
+    /// Drops the reachability series of an endpoint the node no longer
+    /// follows.
+    pub fn forget_runtime_endpoint(&self, endpoint: &str) {
+        self.runtime_reachable.remove(&EndpointLabels {
+            endpoint: endpoint.into(),
+        });
     }
 
     /// The metric handles of one route.

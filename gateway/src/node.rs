@@ -30,7 +30,7 @@ use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::status::{AdminState, feed};
 use crate::targets::checks::{self, Checker};
-use crate::targets::{Catalog, docker, kube, swarm};
+use crate::targets::{Catalog, Link, docker, kube, swarm};
 use crate::upstream::{Pools, ProxyEnv};
 use crate::verdict::board::{self, Board};
 use crate::{reload, server, status};
@@ -621,57 +621,60 @@ async fn join_cluster(
 /// Starts following the configured runtime, if any.
 async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
     let runtime = node.started.runtime.clone();
-    let (catalog, status, changes) = (
+    let link = Arc::new(Link::new(
         Arc::clone(&node.ctx.catalog),
+        &runtime.breaker,
         Arc::clone(&node.board.runtime),
         Arc::clone(&node.ctx.changes),
-    );
+        Arc::clone(&node.ctx.metrics),
+    ));
     match runtime.kind {
         RuntimeKind::None => {}
         RuntimeKind::Docker => match docker::connect(runtime.endpoint.as_deref()) {
             Ok(client) => {
-                let engine = runtime.endpoint.clone().unwrap_or_else(|| "local".into());
-                let engines = docker::Engines::new(catalog);
+                let name = runtime
+                    .endpoint
+                    .clone()
+                    .or_else(|| std::env::var("DOCKER_HOST").ok())
+                    .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+                let engines = docker::Engines::new(Arc::clone(&link.catalog));
                 docker::spawn(
-                    engine,
-                    client,
+                    docker::Engine {
+                        gate: link.gates.get(&name),
+                        name,
+                        docker: client,
+                    },
                     runtime.network.clone(),
                     engines,
-                    status,
-                    changes,
+                    link,
                     shutdown.clone(),
                 );
             }
             Err(error) => {
                 tracing::error!(%error, "cannot reach the Docker engine; service routes have no replicas");
-                status.set_stale(true);
+                link.silent("docker", &error);
             }
         },
         RuntimeKind::Swarm => {
-            let engines = docker::Engines::new(catalog);
+            let engines = docker::Engines::new(Arc::clone(&link.catalog));
             swarm::spawn(
                 runtime.proxies.clone(),
                 runtime.network.clone(),
                 engines,
-                status,
-                changes,
+                link,
                 shutdown.clone(),
             );
         }
         RuntimeKind::Kubernetes => {
-            let namespace = kube::namespace(&runtime);
-            match kube::client(&runtime, &namespace).await {
-                Ok(client) => kube::spawn(
-                    client,
-                    namespace,
-                    catalog,
-                    status,
-                    changes,
-                    shutdown.clone(),
-                ),
+            let own = kube::namespace(&runtime);
+            match kube::client(&runtime, &own, &link).await {
+                Ok((client, gate)) => {
+                    let watched = kube::watched(&runtime, &own);
+                    kube::spawn(client, gate, own, watched, link, shutdown.clone());
+                }
                 Err(error) => {
                     tracing::error!(%error, "no Kubernetes client; service routes have no replicas");
-                    status.set_stale(true);
+                    link.silent("kubernetes", &error);
                 }
             }
         }

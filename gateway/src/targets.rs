@@ -9,19 +9,28 @@
 //!   `checked`) get a plain TCP connect at a fixed interval ([`checks`]);
 //!   without any such target, no timer runs.
 //!
-//! A runtime that cannot be reached marks the node's runtime data stale;
-//! routing keeps the last known replicas meanwhile.
+//! Every call to a runtime API endpoint passes its [`gate`] (a breaker);
+//! an endpoint that cannot be reached marks the node's runtime data stale
+//! ([`reach`], per endpoint); routing keeps the last known replicas
+//! meanwhile.
 
 pub mod checks;
 pub mod docker;
+pub mod gate;
 pub mod kube;
+pub mod reach;
 pub mod swarm;
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
-use crate::config::ServicePort;
+use crate::changes::Changes;
+use crate::config::{RuntimeBreakerSettings, ServicePort};
+use crate::metrics::Metrics;
 use crate::upstream::{Endpoint, Upstream};
+use crate::verdict::board::RuntimeStatus;
+use gate::Gates;
 
 /// What a runtime knows, as the endpoints of each service.
 pub trait Inventory: Send + Sync + Debug {
@@ -37,28 +46,37 @@ struct Attached {
     upstream: Weak<Upstream>,
 }
 
+#[derive(Debug, Default)]
+struct CatalogState {
+    inventory: Option<Arc<dyn Inventory>>,
+    attached: Vec<Attached>,
+}
+
 /// The runtime's latest inventory, and the service routes it feeds.
+///
+/// One lock covers both: a route attached while an inventory is published
+/// gets either the old one and then the new one, or the new one, never the
+/// old one alone; and inventories reach routes in the order they were
+/// published.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    inventory: Mutex<Option<Arc<dyn Inventory>>>,
-    attached: Mutex<Vec<Attached>>,
+    state: Mutex<CatalogState>,
 }
 
 impl Catalog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Feeds `upstream` the endpoints of `service` from now on, starting
     /// with what the runtime already reported.
     pub fn attach(&self, upstream: &Arc<Upstream>, service: &str, port: &ServicePort) {
-        let inventory = self
-            .inventory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(inventory) = inventory {
+        let mut state = self.lock();
+        if let Some(inventory) = &state.inventory {
             upstream.set_endpoints(&inventory.endpoints(service, port));
         }
-        let mut attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
-        attached.retain(|a| a.upstream.strong_count() > 0);
-        attached.push(Attached {
+        state.attached.retain(|a| a.upstream.strong_count() > 0);
+        state.attached.push(Attached {
             service: service.to_string(),
             port: port.clone(),
             upstream: Arc::downgrade(upstream),
@@ -67,21 +85,22 @@ impl Catalog {
 
     /// Takes a new inventory and updates every service route from it.
     pub fn publish(&self, inventory: Arc<dyn Inventory>) {
-        *self.inventory.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&inventory));
-        let mut attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
-        attached.retain(|a| match a.upstream.upgrade() {
+        let mut state = self.lock();
+        state.attached.retain(|a| match a.upstream.upgrade() {
             Some(upstream) => {
                 upstream.set_endpoints(&inventory.endpoints(&a.service, &a.port));
                 true
             }
             None => false,
         });
+        state.inventory = Some(inventory);
     }
 
     /// Services routes ask for, by name: what a runtime needs to watch.
     pub fn services(&self) -> Vec<String> {
-        let attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
-        let mut names: Vec<String> = attached
+        let state = self.lock();
+        let mut names: Vec<String> = state
+            .attached
             .iter()
             .filter(|a| a.upstream.strong_count() > 0)
             .map(|a| a.service.clone())
@@ -89,6 +108,76 @@ impl Catalog {
         names.sort();
         names.dedup();
         names
+    }
+}
+
+/// What runtime watchers report to: the catalog their inventories feed,
+/// the gate of each API endpoint, and the reachability of each.
+#[derive(Debug)]
+pub struct Link {
+    pub catalog: Arc<Catalog>,
+    pub gates: Gates,
+    pub status: Arc<RuntimeStatus>,
+    pub changes: Arc<Changes>,
+    /// How long a refused right (403) is left before the next try: the
+    /// breaker's cool-down.
+    pub retry_forbidden: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Link {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        settings: &RuntimeBreakerSettings,
+        status: Arc<RuntimeStatus>,
+        changes: Arc<Changes>,
+        metrics: Arc<Metrics>,
+    ) -> Link {
+        Link {
+            catalog,
+            gates: Gates::new(settings.active(), Arc::clone(&metrics)),
+            status,
+            changes,
+            retry_forbidden: settings.cooldown.value,
+            metrics,
+        }
+    }
+
+    /// `endpoint` answered: its data is current again.
+    pub fn answered(&self, endpoint: &str) {
+        let change = self.status.observe(endpoint, true);
+        self.metrics
+            .runtime_reachable(endpoint, true, change.is_some());
+        if let Some(change) = change {
+            tracing::info!(
+                endpoint,
+                still_stale = change.stale_since.is_some(),
+                "runtime API answers again; its data is current"
+            );
+            self.changes.signal();
+        }
+    }
+
+    /// `endpoint` did not answer: the node's runtime data is stale.
+    pub fn silent(&self, endpoint: &str, why: &dyn std::fmt::Display) {
+        let change = self.status.observe(endpoint, false);
+        self.metrics
+            .runtime_reachable(endpoint, false, change.is_some());
+        match change {
+            Some(_) => {
+                tracing::warn!(endpoint, %why, "runtime API not answering; keeping the last known replicas");
+                self.changes.signal();
+            }
+            None => tracing::debug!(endpoint, %why, "runtime API still not answering"),
+        }
+    }
+
+    /// The node no longer follows `endpoint`.
+    pub fn forget(&self, endpoint: &str) {
+        self.metrics.forget_runtime_endpoint(endpoint);
+        if self.status.forget(endpoint).is_some() {
+            self.changes.signal();
+        }
     }
 }
 
@@ -138,6 +227,73 @@ mod tests {
             &metrics,
             Default::default(),
         )
+    }
+
+    /// The generation an upstream's endpoints came from (its replica id).
+    fn generation(up: &Upstream) -> u64 {
+        up.replicas()
+            .first()
+            .and_then(|r| r.id.strip_prefix("gen-")?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[derive(Debug)]
+    struct Generation(u64);
+
+    impl Inventory for Generation {
+        fn endpoints(&self, _: &str, _: &ServicePort) -> Vec<Endpoint> {
+            vec![endpoint(&format!("gen-{}", self.0), 1, true)]
+        }
+    }
+
+    /// A route attached while inventories are published (a reload during a
+    /// burst of runtime events) never ends up with an inventory older than
+    /// one whose publication had finished.
+    #[test]
+    fn a_route_attached_during_a_publish_never_keeps_an_older_inventory() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let catalog = Arc::new(Catalog::default());
+        let published = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let publisher = {
+            let (catalog, published, stop) = (
+                Arc::clone(&catalog),
+                Arc::clone(&published),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                let mut generation = 0;
+                while !stop.load(Ordering::Acquire) {
+                    generation += 1;
+                    catalog.publish(Arc::new(Generation(generation)));
+                    published.store(generation, Ordering::Release);
+                }
+            })
+        };
+        let port = ServicePort::Number(80);
+        let mut stale = Vec::new();
+        for _ in 0..5_000 {
+            let up = upstream();
+            catalog.attach(&up, "api", &port);
+            let finished = published.load(Ordering::Acquire);
+            let got = generation(&up);
+            if got < finished {
+                stale.push((got, finished));
+            }
+        }
+        stop.store(true, Ordering::Release);
+        publisher.join().unwrap();
+        assert!(
+            stale.is_empty(),
+            "{} routes kept an older inventory than one already published, e.g. {:?}",
+            stale.len(),
+            &stale[..stale.len().min(3)]
+        );
     }
 
     #[tokio::test]

@@ -34,6 +34,8 @@ pub const NEEDS_RESTART: &[&str] = &[
     "runtime.api",
     "runtime.proxies",
     "runtime.network",
+    "runtime.namespaces",
+    "runtime.breaker",
     "cluster",
     "cluster.id",
     "cluster.gossip",
@@ -200,6 +202,8 @@ fn runtime(a: &RuntimeSettings, b: &RuntimeSettings) -> Vec<&'static str> {
         ("runtime.api", a.api != b.api),
         ("runtime.proxies", a.proxies != b.proxies),
         ("runtime.network", a.network != b.network),
+        ("runtime.namespaces", a.namespaces != b.namespaces),
+        ("runtime.breaker", a.breaker != b.breaker),
     ])
 }
 

@@ -62,6 +62,18 @@ pub struct RawRuntime {
     pub proxies: Option<Spanned<Vec<Spanned<String>>>>,
     /// Docker and Swarm: the network the node reaches containers on.
     pub network: Option<Spanned<String>>,
+    /// Kubernetes: every namespace watched (`"*"`: all).
+    pub namespaces: Option<Spanned<Vec<Spanned<String>>>>,
+    /// The breaker in front of each runtime API endpoint.
+    pub breaker: Option<Spanned<RawRuntimeBreaker>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRuntimeBreaker {
+    pub enabled: Option<Spanned<bool>>,
+    pub threshold: Option<Spanned<i64>>,
+    pub cooldown: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

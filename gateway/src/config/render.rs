@@ -67,14 +67,36 @@ pub fn render(config: &Config) -> String {
             line(&mut out, key, &quoted(value), Origin::File);
         }
     }
-    if !runtime.proxies.is_empty() {
-        let list: Vec<String> = runtime.proxies.iter().map(quoted).collect();
+    for (key, list) in [
+        ("proxies", &runtime.proxies),
+        ("namespaces", &runtime.namespaces),
+    ] {
+        if !list.is_empty() {
+            let list: Vec<String> = list.iter().map(quoted).collect();
+            line(
+                &mut out,
+                key,
+                &format!("[{}]", list.join(", ")),
+                Origin::File,
+            );
+        }
+    }
+    if runtime.kind != RuntimeKind::None {
+        let b = &runtime.breaker;
+        out.push_str("\n[runtime.breaker]\n");
         line(
             &mut out,
-            "proxies",
-            &format!("[{}]", list.join(", ")),
-            Origin::File,
+            "enabled",
+            &b.enabled.value.to_string(),
+            b.enabled.from,
         );
+        line(
+            &mut out,
+            "threshold",
+            &b.threshold.value.to_string(),
+            b.threshold.from,
+        );
+        duration(&mut out, "cooldown", &b.cooldown);
     }
 
     if let Some(cluster) = &config.cluster {

@@ -12,14 +12,15 @@ use toml::Spanned;
 use super::error::{Positions, Problem};
 use super::raw::{
     RawBreaker, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime,
+    RawRuntimeBreaker,
 };
 use super::{
     BreakerSettings, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
     DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings,
-    GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeKind, RuntimeSettings,
-    ServicePort, Setting, UpstreamConfig,
+    GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeBreakerSettings,
+    RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -32,6 +33,8 @@ pub(super) const TRIES_RANGE: RangeInclusive<i64> = 1..=10;
 pub(super) const BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 2..=100;
 pub(super) const GATEWAY_ERRORS_RANGE: RangeInclusive<i64> = 2..=100;
 pub(super) const BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
+pub const RUNTIME_BREAKER_THRESHOLD_RANGE: RangeInclusive<i64> = 1..=100;
+pub const RUNTIME_BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(30));
@@ -562,6 +565,11 @@ impl Validator<'_> {
                 "runtime kind \"swarm\" needs `proxies`: the socket proxy of every engine",
             );
         }
+        let namespaces = self.namespaces(raw.namespaces.as_ref(), kind);
+        let breaker = match &raw.breaker {
+            Some(b) => self.runtime_breaker(b.get_ref()),
+            None => RuntimeBreakerSettings::default(),
+        };
         RuntimeSettings {
             kind,
             endpoint,
@@ -569,6 +577,83 @@ impl Validator<'_> {
             api,
             proxies,
             network,
+            namespaces,
+            breaker,
+        }
+    }
+
+    fn namespaces(
+        &mut self,
+        raw: Option<&Spanned<Vec<Spanned<String>>>>,
+        kind: RuntimeKind,
+    ) -> Vec<String> {
+        let Some(list) = raw else {
+            return Vec::new();
+        };
+        if kind != RuntimeKind::Kubernetes {
+            self.problem(
+                list.span(),
+                format!("`namespaces` has no meaning for runtime kind \"{kind}\""),
+            );
+        }
+        let mut namespaces = Vec::new();
+        for entry in list.get_ref() {
+            let name = entry.get_ref();
+            if name == "*" || is_dns_label(name) {
+                namespaces.push(name.clone());
+            } else {
+                self.problem(
+                    entry.span(),
+                    format!(
+                        "namespace {name:?} is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63) nor \"*\" (every namespace)"
+                    ),
+                );
+            }
+        }
+        if namespaces.iter().any(|n| n == "*") && namespaces.len() > 1 {
+            self.problem(
+                list.span(),
+                "`namespaces` with \"*\" watches every namespace: list nothing else",
+            );
+        }
+        namespaces.sort();
+        namespaces.dedup();
+        namespaces
+    }
+
+    fn runtime_breaker(&mut self, raw: &RawRuntimeBreaker) -> RuntimeBreakerSettings {
+        let defaults = RuntimeBreakerSettings::default();
+        let enabled = raw.enabled.as_ref().map_or(defaults.enabled, |e| {
+            Setting::new(*e.get_ref(), Origin::File)
+        });
+        let threshold = match &raw.threshold {
+            Some(t) if RUNTIME_BREAKER_THRESHOLD_RANGE.contains(t.get_ref()) => Setting::new(
+                u32::try_from(*t.get_ref()).unwrap_or(defaults.threshold.value),
+                Origin::File,
+            ),
+            Some(t) => {
+                self.problem(
+                    t.span(),
+                    format!(
+                        "breaker threshold = {} is out of range: 1 to 100",
+                        t.get_ref()
+                    ),
+                );
+                defaults.threshold
+            }
+            None => defaults.threshold,
+        };
+        let cooldown = match &raw.cooldown {
+            Some(c) => match self.duration(c, "breaker cooldown", RUNTIME_BREAKER_COOLDOWN_RANGE) {
+                Some(d) => Setting::new(d, Origin::File),
+                None => defaults.cooldown,
+            },
+            None => defaults.cooldown,
+        };
+        RuntimeBreakerSettings {
+            enabled,
+            threshold,
+            cooldown,
         }
     }
 
@@ -724,12 +809,39 @@ impl Validator<'_> {
             return None;
         };
         let name = service.get_ref();
-        if !is_name(name) {
+        let (namespace, bare) = match name.split_once('/') {
+            Some((namespace, bare)) => (Some(namespace), bare),
+            None => (None, name.as_str()),
+        };
+        if !is_name(bare) {
             self.problem(
                 service.span(),
-                format!("service {name:?} must be 1 to 63 letters, digits, '.', '_' or '-'"),
+                format!("service {name:?} must be 1 to 63 letters, digits, '.', '_' or '-', after an optional \"namespace/\""),
             );
             return None;
+        }
+        if let Some(namespace) = namespace {
+            let watched = runtime
+                .namespaces
+                .iter()
+                .any(|n| n == "*" || n == namespace)
+                || runtime.namespace.as_deref() == Some(namespace);
+            if runtime.kind != RuntimeKind::Kubernetes {
+                self.problem(
+                    service.span(),
+                    format!("service {name:?} names a namespace: only runtime kind \"kubernetes\" has namespaces"),
+                );
+                return None;
+            }
+            if !is_dns_label(namespace) || !watched {
+                self.problem(
+                    service.span(),
+                    format!(
+                        "service {name:?} is in namespace {namespace:?}, which this node does not watch: add it to `[runtime] namespaces`"
+                    ),
+                );
+                return None;
+            }
         }
         if runtime.kind == RuntimeKind::None {
             self.problem(
@@ -882,6 +994,15 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// A Kubernetes namespace name (an RFC 1123 label).
+fn is_dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 fn is_name(s: &str) -> bool {

@@ -19,10 +19,26 @@
 //! may still run and answer its last requests, not only at `die`, when its
 //! address already refuses ([`stopping`]).
 //!
+//! ## A hung engine
+//! Every call (list, inspect, ping) passes the engine's gate (its breaker,
+//! see [`super::gate`]) and is bounded by [`CALL_TIMEOUT`]. A calm engine
+//! and a hung one both send no events, so an engine whose stream has been
+//! quiet for [`QUIET`] is pinged (`/_ping`): no answer within
+//! [`STALE_AFTER`] marks its data stale, none at all ends the session, and
+//! the next one starts with a fresh inventory.
+//!
+//! ## A refused right
+//! An engine (or a socket proxy) that answers 403 to the list, an inspect
+//! or the events gets the same fallback as Kubernetes: a service no other
+//! engine reports is checked by a connect to its name; the node says once
+//! which right is missing and tries again every breaker cool-down.
+//!
 //! For Swarm, one such watcher follows each engine of the swarm through
-//! its read-only socket proxy, and their inventories are merged.
+//! its read-only socket proxy, and their inventories are merged; each
+//! engine is reachable or not on its own ([`super::reach`]).
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,12 +48,11 @@ use bollard::models::{ContainerInspectResponse, HealthStatusEnum};
 use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder};
 use futures_util::StreamExt;
 
-use super::{Catalog, Inventory};
-use crate::changes::Changes;
+use super::gate::{Gate, Refused};
+use super::{Catalog, Inventory, Link};
 use crate::config::ServicePort;
 use crate::shutdown::Shutdown;
 use crate::upstream::{Endpoint, Target};
-use crate::verdict::board::RuntimeStatus;
 use crate::verdict::image_label;
 
 /// The labels that name a container's service, in order of preference.
@@ -139,6 +154,9 @@ pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Optio
 #[derive(Debug, Clone, Default)]
 pub struct DockerInventory {
     pub containers: BTreeMap<String, ContainerFacts>,
+    /// An engine refuses (403) to list its containers: a service none of
+    /// the others runs is checked by a connect to its name.
+    pub forbidden: bool,
 }
 
 impl Inventory for DockerInventory {
@@ -146,7 +164,8 @@ impl Inventory for DockerInventory {
         let ServicePort::Number(port) = port else {
             return Vec::new();
         };
-        self.containers
+        let endpoints: Vec<Endpoint> = self
+            .containers
             .values()
             .filter(|c| c.service == service)
             .map(|c| Endpoint {
@@ -156,7 +175,20 @@ impl Inventory for DockerInventory {
                 image: c.image.clone(),
                 checked: false,
             })
-            .collect()
+            .collect();
+        if endpoints.is_empty() && self.forbidden {
+            return vec![Endpoint {
+                id: service.to_string(),
+                target: Some(Target::Named {
+                    host: service.into(),
+                    port: *port,
+                }),
+                ready: true,
+                image: None,
+                checked: true,
+            }];
+        }
+        endpoints
     }
 }
 
@@ -171,11 +203,21 @@ pub fn connect(endpoint: Option<&str>) -> Result<Docker, bollard::errors::Error>
     }
 }
 
+/// What one engine reported.
+#[derive(Debug, Clone)]
+enum EngineView {
+    Containers(BTreeMap<String, ContainerFacts>),
+    /// It refuses to list its containers.
+    Forbidden,
+}
+
 /// The inventories of the engines a node follows (one for Docker, one per
-/// engine for Swarm), merged and published as one.
+/// engine for Swarm), merged and published as one. Merging and publishing
+/// happen under one lock, so inventories reach routes in the order the
+/// engines reported them.
 #[derive(Debug)]
 pub struct Engines {
-    by_engine: Mutex<HashMap<String, DockerInventory>>,
+    by_engine: Mutex<HashMap<String, EngineView>>,
     catalog: Arc<Catalog>,
 }
 
@@ -194,27 +236,24 @@ impl Engines {
         });
     }
 
-    fn publish(&self, engine: &str, inventory: DockerInventory) {
+    fn publish(&self, engine: &str, view: EngineView) {
         self.update(|by_engine| {
-            by_engine.insert(engine.to_string(), inventory);
+            by_engine.insert(engine.to_string(), view);
         });
     }
 
-    fn update(&self, change: impl FnOnce(&mut HashMap<String, DockerInventory>)) {
-        let merged = {
-            let mut by_engine = self.by_engine.lock().unwrap_or_else(|e| e.into_inner());
-            change(&mut by_engine);
-            let mut merged = DockerInventory::default();
-            for inventory in by_engine.values() {
-                merged.containers.extend(
-                    inventory
-                        .containers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone())),
-                );
+    fn update(&self, change: impl FnOnce(&mut HashMap<String, EngineView>)) {
+        let mut by_engine = self.by_engine.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut by_engine);
+        let mut merged = DockerInventory::default();
+        for view in by_engine.values() {
+            match view {
+                EngineView::Containers(containers) => merged
+                    .containers
+                    .extend(containers.iter().map(|(k, v)| (k.clone(), v.clone()))),
+                EngineView::Forbidden => merged.forbidden = true,
             }
-            merged
-        };
+        }
         self.catalog.publish(Arc::new(merged));
     }
 }
@@ -222,39 +261,202 @@ impl Engines {
 /// Back-off between attempts to reach an engine: doubling, capped.
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// The longest one engine call (list, inspect, ping) may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// An engine whose event stream has been quiet this long is pinged: a hung
+/// engine sends no events, as a calm one does.
+pub const QUIET: Duration = Duration::from_secs(3);
+/// A ping unanswered this long marks the engine's data stale (the ping
+/// still waits for [`CALL_TIMEOUT`] before it counts as a failure). A hung
+/// engine is marked within `QUIET + STALE_AFTER`.
+pub const STALE_AFTER: Duration = Duration::from_secs(1);
+
+/// One engine, every call to it through its gate.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub name: String,
+    pub docker: Docker,
+    pub gate: Arc<Gate>,
+}
+
+/// Why an engine call got nothing usable.
+#[derive(Debug)]
+enum CallError {
+    /// Not made: the breaker is open.
+    Refused(Refused),
+    /// No HTTP answer.
+    NoAnswer(String),
+    /// 403: a right is missing.
+    Forbidden(String),
+    /// Another HTTP error.
+    Answered(bollard::errors::Error),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Refused(refused) => refused.fmt(f),
+            CallError::NoAnswer(why) | CallError::Forbidden(why) => f.write_str(why),
+            CallError::Answered(error) => error.fmt(f),
+        }
+    }
+}
+
+/// The HTTP status an engine answered with, if it answered at all.
+fn answered_status(error: &bollard::errors::Error) -> Option<u16> {
+    use bollard::errors::Error as E;
+    match error {
+        E::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        // An answer the client could not read is still an answer.
+        E::JsonDataError { .. } | E::JsonSerdeError { .. } | E::StrParseError { .. } => Some(200),
+        _ => None,
+    }
+}
+
+impl Engine {
+    /// One call, through the gate, bounded by [`CALL_TIMEOUT`].
+    async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, bollard::errors::Error>>,
+    ) -> Result<T, CallError> {
+        let permit = self.gate.admit().map_err(CallError::Refused)?;
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Err(_) => {
+                let why = format!(
+                    "no answer within {}",
+                    humantime::format_duration(CALL_TIMEOUT)
+                );
+                permit.failed(&why);
+                Err(CallError::NoAnswer(why))
+            }
+            Ok(Ok(value)) => {
+                permit.answered();
+                Ok(value)
+            }
+            Ok(Err(error)) => match answered_status(&error) {
+                Some(403) => {
+                    permit.answered();
+                    Err(CallError::Forbidden(error.to_string()))
+                }
+                Some(_) => {
+                    permit.answered();
+                    Err(CallError::Answered(error))
+                }
+                None => {
+                    permit.failed(&error);
+                    Err(CallError::NoAnswer(error.to_string()))
+                }
+            },
+        }
+    }
+
+    /// Pings the engine: marks its data stale if no answer comes within
+    /// [`STALE_AFTER`], and ends the session if none comes at all.
+    async fn ping(&self, link: &Link) -> Result<(), Ended> {
+        let permit = self
+            .gate
+            .admit()
+            .map_err(|r| Ended::from(CallError::Refused(r)))?;
+        let ping = self.docker.ping();
+        let mut ping = std::pin::pin!(ping);
+        let answer = tokio::select! {
+            answer = &mut ping => Some(answer),
+            () = tokio::time::sleep(STALE_AFTER) => None,
+        };
+        let answer = match answer {
+            Some(answer) => Some(answer),
+            None => {
+                let why = format!(
+                    "no answer to a ping within {}",
+                    humantime::format_duration(STALE_AFTER)
+                );
+                link.silent(&self.name, &why);
+                tokio::time::timeout(CALL_TIMEOUT - STALE_AFTER, ping)
+                    .await
+                    .ok()
+            }
+        };
+        match answer {
+            None => {
+                let why = format!(
+                    "no answer to a ping within {}",
+                    humantime::format_duration(CALL_TIMEOUT)
+                );
+                permit.failed(&why);
+                Err(Ended {
+                    reached: false,
+                    forbidden: false,
+                    why,
+                })
+            }
+            Some(Err(error)) if answered_status(&error).is_none() => {
+                permit.failed(&error);
+                Err(Ended {
+                    reached: false,
+                    forbidden: false,
+                    why: error.to_string(),
+                })
+            }
+            Some(_) => {
+                permit.answered();
+                link.answered(&self.name);
+                Ok(())
+            }
+        }
+    }
+}
 
 /// Follows one engine until `shutdown` (or until the task is aborted).
 pub fn spawn(
-    engine: String,
-    docker: Docker,
+    engine: Engine,
     network: Option<String>,
     engines: Arc<Engines>,
-    status: Arc<RuntimeStatus>,
-    changes: Arc<Changes>,
+    link: Arc<Link>,
     mut shutdown: Shutdown,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut backoff = BACKOFF_FIRST;
+        let mut forbidden_said = false;
         loop {
+            // While its breaker is open, the engine is not called at all.
+            if let Some(left) = engine.gate.open_for() {
+                tokio::select! {
+                    () = tokio::time::sleep(left) => {}
+                    () = shutdown.wait() => return,
+                }
+            }
             let session = follow(
                 &engine,
-                &docker,
                 network.as_deref(),
                 &engines,
-                &status,
-                &changes,
+                &link,
+                &mut forbidden_said,
             );
-            let error = tokio::select! {
-                error = session => error,
+            let ended = tokio::select! {
+                ended = session => ended,
                 () = shutdown.wait() => return,
             };
-            if status.set_stale(true) {
-                tracing::warn!(engine = %engine, %error, "Docker engine lost; keeping the last known replicas");
-                changes.signal();
-            } else {
-                tracing::debug!(engine = %engine, %error, "Docker engine still unreachable");
+            if ended.forbidden {
+                engines.publish(&engine.name, EngineView::Forbidden);
+                link.answered(&engine.name);
+                if !forbidden_said {
+                    forbidden_said = true;
+                    tracing::warn!(
+                        engine = %engine.name,
+                        error = %ended,
+                        "the engine refuses (403) to list, inspect or follow containers: grant GET /containers/json, \
+                         /containers/{{id}}/json and /events (socket proxy: CONTAINERS=1, EVENTS=1); \
+                         falling back to connect checks of each service's name"
+                    );
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(link.retry_forbidden) => {}
+                    () = shutdown.wait() => return,
+                }
+                continue;
             }
-            if error.reached {
+            link.silent(&engine.name, &ended);
+            if ended.reached {
                 backoff = BACKOFF_FIRST;
             }
             tokio::select! {
@@ -271,7 +473,19 @@ pub fn spawn(
 struct Ended {
     /// The engine was reached and its stream ran.
     reached: bool,
+    /// The engine refuses a right the node needs.
+    forbidden: bool,
     why: String,
+}
+
+impl From<CallError> for Ended {
+    fn from(error: CallError) -> Ended {
+        Ended {
+            reached: matches!(error, CallError::Answered(_) | CallError::Forbidden(_)),
+            forbidden: matches!(error, CallError::Forbidden(_)),
+            why: error.to_string(),
+        }
+    }
 }
 
 impl std::fmt::Display for Ended {
@@ -280,7 +494,6 @@ impl std::fmt::Display for Ended {
     }
 }
 
-/// One session: a fresh inventory, then the event stream until it ends.
 /// What an event says of a container being stopped: `Some(true)` when it
 /// is on its way out (a `kill` with a terminating signal, or `stop`),
 /// `Some(false)` when it runs again (`start`, `restart`), `None` when it
@@ -304,54 +517,65 @@ pub fn stopping(action: &str, signal: Option<&str>) -> Option<bool> {
     }
 }
 
+/// One session: a fresh inventory, then the event stream until it ends,
+/// with a ping whenever the stream has been quiet for [`QUIET`].
 async fn follow(
-    engine: &str,
-    docker: &Docker,
+    engine: &Engine,
     network: Option<&str>,
     engines: &Engines,
-    status: &RuntimeStatus,
-    changes: &Changes,
+    link: &Link,
+    forbidden_said: &mut bool,
 ) -> Ended {
-    let unreached = |e: bollard::errors::Error| Ended {
-        reached: false,
-        why: e.to_string(),
-    };
+    let name = engine.name.as_str();
+    let docker = &engine.docker;
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs().saturating_sub(1));
-    let listed = match docker
-        .list_containers(Some(ListContainersOptionsBuilder::new().all(true).build()))
+    let listed = match engine
+        .call(docker.list_containers(Some(ListContainersOptionsBuilder::new().all(true).build())))
         .await
     {
         Ok(listed) => listed,
-        Err(e) => return unreached(e),
+        Err(error) => return error.into(),
     };
-    let mut inventory = DockerInventory::default();
+    let mut containers = BTreeMap::new();
     for summary in listed {
         let Some(id) = summary.id else { continue };
-        match docker.inspect_container(&id, None).await {
+        match engine.call(docker.inspect_container(&id, None)).await {
             Ok(inspect) => {
                 if let Some(facts) = facts(&inspect, network) {
-                    inventory.containers.insert(id, facts);
+                    containers.insert(id, facts);
                 }
             }
             // Gone between the list and the inspect.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(e) => return unreached(e),
+            Err(CallError::Answered(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })) => {}
+            Err(error) => return error.into(),
         }
     }
     tracing::debug!(
-        engine,
-        containers = inventory.containers.len(),
+        engine = name,
+        containers = containers.len(),
         "Docker inventory taken"
     );
-    engines.publish(engine, inventory.clone());
-    if status.set_stale(false) {
-        tracing::info!(engine, "Docker engine reachable again; inventory refreshed");
+    engines.publish(name, EngineView::Containers(containers.clone()));
+    link.answered(name);
+    if std::mem::take(forbidden_said) {
+        tracing::info!(
+            engine = name,
+            "the engine lets the node list containers again; connect checks by name end"
+        );
     }
-    changes.signal();
+    link.changes.signal();
+    // The stream request goes out on its first poll; the list just made was
+    // the call that proved the engine, so the stream's own admission only
+    // keeps it from going out while the breaker is open.
+    match engine.gate.admit() {
+        Ok(permit) => permit.abandon(),
+        Err(refused) => return CallError::Refused(refused).into(),
+    }
     let filters = HashMap::from([("type", vec!["container"])]);
     let options = EventsOptionsBuilder::new()
         .since(&since.to_string())
@@ -360,16 +584,37 @@ async fn follow(
     let mut events = docker.events(Some(options));
     // Containers a stop was asked of, still running.
     let mut going: std::collections::HashSet<String> = std::collections::HashSet::new();
-    while let Some(event) = events.next().await {
+    loop {
+        let quiet_until = engine.gate.last_alive() + QUIET;
+        let event = tokio::select! {
+            event = events.next() => event,
+            () = tokio::time::sleep_until(quiet_until) => {
+                if engine.gate.last_alive() + QUIET <= tokio::time::Instant::now()
+                    && let Err(ended) = engine.ping(link).await
+                {
+                    return ended;
+                }
+                continue;
+            }
+        };
         let event = match event {
-            Ok(event) => event,
-            Err(e) => {
+            None => {
                 return Ended {
                     reached: true,
-                    why: e.to_string(),
+                    forbidden: false,
+                    why: "the event stream ended".into(),
+                };
+            }
+            Some(Ok(event)) => event,
+            Some(Err(error)) => {
+                return Ended {
+                    reached: answered_status(&error).is_some(),
+                    forbidden: answered_status(&error) == Some(403),
+                    why: error.to_string(),
                 };
             }
         };
+        engine.gate.alive();
         let Some(actor) = event.actor else {
             continue;
         };
@@ -391,50 +636,133 @@ async fn follow(
             }
             None => {}
         }
-        let before = inventory.containers.get(&id).cloned();
+        let before = containers.get(&id).cloned();
         if action == "destroy" {
-            inventory.containers.remove(&id);
+            containers.remove(&id);
         } else {
-            match docker.inspect_container(&id, None).await {
+            match engine.call(docker.inspect_container(&id, None)).await {
                 Ok(inspect) => match facts(&inspect, network) {
                     Some(mut facts) => {
                         // Still running, but on its way out: not ready.
                         if going.contains(&id) {
                             facts.running = false;
                         }
-                        inventory.containers.insert(id.clone(), facts);
+                        containers.insert(id.clone(), facts);
                     }
                     None => {
-                        inventory.containers.remove(&id);
+                        containers.remove(&id);
                     }
                 },
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => {
-                    inventory.containers.remove(&id);
+                Err(CallError::Answered(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404,
+                    ..
+                })) => {
+                    containers.remove(&id);
                 }
-                Err(e) => {
-                    return Ended {
-                        reached: true,
-                        why: e.to_string(),
-                    };
-                }
+                Err(error) => return error.into(),
             }
         }
-        if inventory.containers.get(&id) != before.as_ref() {
-            tracing::debug!(engine, container = %id, action, "container changed");
-            engines.publish(engine, inventory.clone());
+        if containers.get(&id) != before.as_ref() {
+            tracing::debug!(engine = name, container = %id, action, "container changed");
+            engines.publish(name, EngineView::Containers(containers.clone()));
         }
-    }
-    Ended {
-        reached: true,
-        why: "the event stream ended".into(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn container_of(service: &str, name: String) -> ContainerFacts {
+        ContainerFacts {
+            name,
+            service: service.into(),
+            ip: Some([10, 0, 0, 1].into()),
+            running: true,
+            paused: false,
+            healthy: None,
+            image: None,
+        }
+    }
+
+    fn route(service: &str) -> Arc<crate::upstream::Upstream> {
+        let text = format!(
+            "[runtime]\nkind = \"swarm\"\nproxies = [\"p:2375\"]\n[[route]]\nname = \"{service}\"\nservice = \"{service}\"\nport = 80\n"
+        );
+        let config = crate::config::Config::parse("t.toml", &text).unwrap();
+        let route = &config.routes[0];
+        crate::upstream::Upstream::new(
+            route,
+            Arc::new(crate::upstream::Pool::new(route.bounds())),
+            None,
+            None,
+            &Arc::new(crate::metrics::Metrics::new()),
+            Default::default(),
+        )
+    }
+
+    fn generation(up: &crate::upstream::Upstream) -> u64 {
+        up.replicas()
+            .first()
+            .and_then(|r| r.id.rsplit('-').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Two engines reporting at once: neither's news is ever overwritten by
+    /// a merge taken before it.
+    #[test]
+    fn two_engines_publishing_at_once_never_roll_each_other_back() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let catalog = Arc::new(Catalog::default());
+        let engines = Engines::new(Arc::clone(&catalog));
+        let routes = [route("a"), route("b")];
+        for (up, service) in routes.iter().zip(["a", "b"]) {
+            catalog.attach(up, service, &ServicePort::Number(80));
+        }
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let rollbacks = std::thread::scope(|scope| {
+            for service in ["a", "b"] {
+                let (engines, done) = (&engines, &done);
+                scope.spawn(move || {
+                    for g in 1..=20_000u64 {
+                        let containers = BTreeMap::from([(
+                            service.to_string(),
+                            container_of(service, format!("{service}-{g}")),
+                        )]);
+                        engines.publish(service, EngineView::Containers(containers));
+                        // Room for the other engine's publication to land.
+                        std::thread::yield_now();
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                });
+            }
+            // A route's generation never goes back.
+            let observer = scope.spawn(|| {
+                let mut rollbacks = 0;
+                let mut seen = [0, 0];
+                while done.load(std::sync::atomic::Ordering::Acquire) < 2 {
+                    for (i, route) in routes.iter().enumerate() {
+                        let now = generation(route);
+                        if now < seen[i] {
+                            rollbacks += 1;
+                        }
+                        seen[i] = seen[i].max(now);
+                    }
+                }
+                rollbacks
+            });
+            observer.join().unwrap()
+        });
+        assert_eq!(rollbacks, 0, "a merge taken earlier was published later");
+        assert_eq!(
+            routes.iter().map(|r| generation(r)).collect::<Vec<_>>(),
+            [20_000, 20_000]
+        );
+    }
 
     #[test]
     fn a_stop_is_seen_at_its_first_event() {

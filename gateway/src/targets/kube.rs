@@ -1,39 +1,46 @@
-//! Kubernetes: the Services and Pods of the node's namespace, listed once
-//! then watched (kube's runtime watcher: re-watch from the last resource
-//! version when a stream drops, full re-list on `410 Gone`, capped
-//! back-off on errors).
+//! Kubernetes: the Services and Pods of the node's namespace (and of every
+//! namespace in `[runtime] namespaces`), listed once then watched (kube's
+//! runtime watcher: re-watch from the last resource version when a stream
+//! drops, full re-list on `410 Gone`, capped back-off on errors).
 //!
 //! A Service's replicas are the pods its selector picks, on the target port
 //! its port names (a number, or a container port's name), ready when their
 //! `Ready` condition is true and they are not terminating. A Service
 //! without a selector is checked like an external host: a connect to its
-//! name. If RBAC forbids the watch, every service falls back to that
-//! connect check, and the node says once which right is missing.
+//! name. If RBAC forbids the watch in a namespace, every service there
+//! falls back to that connect check, the node says once which right is
+//! missing, and tries the watch again every breaker cool-down, so a
+//! RoleBinding applied later takes effect without a restart.
 //!
-//! The watcher retries a failing watch by itself, without a word: an API
-//! server that went away shows only in a bounded probe of it (`GET
-//! /version`, every [`PROBE_EVERY`], at most [`PROBE_TIMEOUT`]). Any HTTP
-//! answer is reachable; no answer, or a 5xx, is not, and marks the data
-//! stale until the probe gets an answer again. Routing keeps the last
-//! known replicas meanwhile.
+//! ## The API server's gate and the probe
+//! The client is built with the gate's tower layer ([`GateLayer`]): the
+//! watchers, the reflectors and the probe all pass one breaker. The
+//! watcher retries a failing watch by itself, without a word, and a hung
+//! API server leaves open watches merely quiet; so when nothing at all has
+//! come from the API server for [`PROBE_QUIET`] (watch events and answers
+//! count), the node probes it (`GET /version`). No answer within
+//! [`STALE_AFTER`] marks the data stale (a hung server is seen within
+//! `PROBE_QUIET + STALE_AFTER`, under 6 s); no answer within
+//! [`PROBE_TIMEOUT`] is a failure for the breaker. A healthy but calm API
+//! server costs one request per `PROBE_QUIET` per node (under 0.2/s), not
+//! one per second. Routing keeps the last known replicas meanwhile.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use super::{Catalog, Inventory};
-use crate::changes::Changes;
+use super::gate::{Gate, GateLayer};
+use super::{Catalog, Inventory, Link};
 use crate::config::{RuntimeSettings, ServicePort};
 use crate::shutdown::Shutdown;
 use crate::upstream::{Endpoint, Target};
-use crate::verdict::board::RuntimeStatus;
 use crate::verdict::image_label;
 
 /// The namespace a node watches: configured, else the pod's own.
@@ -51,28 +58,68 @@ pub fn namespace(settings: &RuntimeSettings) -> String {
         .unwrap_or_else(|| "default".to_string())
 }
 
-/// A client for the configured API server, else in-cluster or kubeconfig.
+/// A client for the configured API server (else in-cluster or
+/// kubeconfig) whose every call passes the API server's gate.
 pub async fn client(
     settings: &RuntimeSettings,
     namespace: &str,
-) -> Result<kube::Client, kube::Error> {
-    match &settings.api {
+    link: &Link,
+) -> Result<(kube::Client, Arc<Gate>), kube::Error> {
+    let mut config = match &settings.api {
         Some(api) => {
             let url = api.parse().map_err(|e| kube::Error::Service(Box::new(e)))?;
-            let mut config = kube::Config::new(url);
-            config.default_namespace = namespace.to_string();
-            kube::Client::try_from(config)
+            kube::Config::new(url)
         }
-        None => kube::Client::try_default().await,
-    }
+        None => kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig)?,
+    };
+    config.default_namespace = namespace.to_string();
+    // A connect that takes longer is as good as refused; the probe bounds
+    // the rest.
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    let gate = link.gates.get(&config.cluster_url.to_string());
+    let client = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&GateLayer::new(Arc::clone(&gate)))
+        .build();
+    Ok((client, gate))
 }
 
-/// The Services and Pods of one namespace.
+/// The namespaces a node watches: its own and the configured ones; `None`
+/// for every namespace.
+pub fn watched(settings: &RuntimeSettings, own: &str) -> Option<Vec<String>> {
+    if settings.namespaces.iter().any(|n| n == "*") {
+        return None;
+    }
+    let mut namespaces = settings.namespaces.clone();
+    namespaces.push(own.to_string());
+    namespaces.sort();
+    namespaces.dedup();
+    Some(namespaces)
+}
+
+/// What a node knows of one watched namespace (or of every namespace, when
+/// it watches them all at once).
+#[derive(Debug, Clone)]
+pub enum NamespaceView {
+    Objects {
+        services: Vec<Arc<Service>>,
+        pods: Vec<Arc<Pod>>,
+    },
+    /// RBAC forbids the watch there: services are checked by connect.
+    Forbidden,
+}
+
+/// The key of the view of every namespace at once.
+pub const ALL: &str = "*";
+
+/// The Services and Pods of every watched namespace.
 #[derive(Debug, Clone, Default)]
 pub struct KubeInventory {
-    pub namespace: String,
-    pub services: Vec<Arc<Service>>,
-    pub pods: Vec<Arc<Pod>>,
+    /// The node's own namespace: where a route's bare service name is.
+    pub own: String,
+    /// By namespace, or one under [`ALL`].
+    pub namespaces: BTreeMap<String, NamespaceView>,
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -123,60 +170,96 @@ fn pod_image(pod: &Pod) -> Option<String> {
 
 impl Inventory for KubeInventory {
     fn endpoints(&self, service: &str, port: &ServicePort) -> Vec<Endpoint> {
-        let Some(svc) = self
-            .services
-            .iter()
-            .find(|s| s.metadata.name.as_deref() == Some(service))
-        else {
-            return Vec::new();
+        let (namespace, name) = service
+            .split_once('/')
+            .unwrap_or((self.own.as_str(), service));
+        let in_namespace = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            meta.namespace.as_deref().unwrap_or(&self.own) == namespace
         };
-        let Some(spec) = svc.spec.as_ref() else {
-            return Vec::new();
-        };
-        let Some(svc_port) = spec.ports.iter().flatten().find(|p| match port {
-            ServicePort::Number(n) => p.port == i32::from(*n),
-            ServicePort::Name(name) => p.name.as_deref() == Some(name.as_str()),
-        }) else {
-            return Vec::new();
-        };
-        let selector = spec.selector.as_ref().filter(|s| !s.is_empty());
-        let Some(selector) = selector else {
-            // No selector: endpoints are managed by hand; check the Service
-            // itself by connect, at its cluster IP when it has one.
-            let port = u16::try_from(svc_port.port).unwrap_or(0);
-            let cluster_ip = spec
-                .cluster_ip
-                .as_deref()
-                .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
-            let mut endpoint = fallback(service, &self.namespace, port);
-            if let Some(ip) = cluster_ip {
-                endpoint.target = Some(Target::Addr((ip, port).into()));
+        match self
+            .namespaces
+            .get(namespace)
+            .map(|v| (v, false))
+            .or_else(|| self.namespaces.get(ALL).map(|v| (v, true)))
+        {
+            None => Vec::new(),
+            Some((NamespaceView::Forbidden, _)) => match port {
+                ServicePort::Number(port) => vec![fallback(name, namespace, *port)],
+                // A named port needs the Service object, which the node may not read.
+                ServicePort::Name(_) => Vec::new(),
+            },
+            Some((NamespaceView::Objects { services, pods }, filter)) => {
+                let services = services
+                    .iter()
+                    .filter(|s| !filter || in_namespace(&s.metadata));
+                let pods: Vec<&Pod> = pods
+                    .iter()
+                    .filter(|p| !filter || in_namespace(&p.metadata))
+                    .map(|p| &**p)
+                    .collect();
+                endpoints_in(namespace, services.map(|s| &**s), &pods, name, port)
             }
-            return vec![endpoint];
-        };
-        self.pods
-            .iter()
-            .filter(|pod| selects(selector, pod))
-            .map(|pod| {
-                let ip = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.pod_ip.as_deref())
-                    .and_then(|ip| ip.parse().ok());
-                let port = target_port(svc_port.target_port.as_ref(), svc_port.port, pod);
-                let target = ip
-                    .zip(port)
-                    .map(|(ip, port): (std::net::IpAddr, u16)| Target::Addr((ip, port).into()));
-                Endpoint {
-                    id: pod.metadata.name.clone().unwrap_or_default(),
-                    target,
-                    ready: pod_ready(pod),
-                    image: pod_image(pod),
-                    checked: false,
-                }
-            })
-            .collect()
+        }
     }
+}
+
+/// The endpoints of the Service `service` of `namespace`, among its
+/// objects.
+fn endpoints_in<'a>(
+    namespace: &str,
+    mut services: impl Iterator<Item = &'a Service>,
+    pods: &[&Pod],
+    service: &str,
+    port: &ServicePort,
+) -> Vec<Endpoint> {
+    let Some(svc) = services.find(|s| s.metadata.name.as_deref() == Some(service)) else {
+        return Vec::new();
+    };
+    let Some(spec) = svc.spec.as_ref() else {
+        return Vec::new();
+    };
+    let Some(svc_port) = spec.ports.iter().flatten().find(|p| match port {
+        ServicePort::Number(n) => p.port == i32::from(*n),
+        ServicePort::Name(name) => p.name.as_deref() == Some(name.as_str()),
+    }) else {
+        return Vec::new();
+    };
+    let selector = spec.selector.as_ref().filter(|s| !s.is_empty());
+    let Some(selector) = selector else {
+        // No selector: endpoints are managed by hand; check the Service
+        // itself by connect, at its cluster IP when it has one.
+        let port = u16::try_from(svc_port.port).unwrap_or(0);
+        let cluster_ip = spec
+            .cluster_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+        let mut endpoint = fallback(service, namespace, port);
+        if let Some(ip) = cluster_ip {
+            endpoint.target = Some(Target::Addr((ip, port).into()));
+        }
+        return vec![endpoint];
+    };
+    pods.iter()
+        .filter(|pod| selects(selector, pod))
+        .map(|pod| {
+            let ip = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok());
+            let port = target_port(svc_port.target_port.as_ref(), svc_port.port, pod);
+            let target = ip
+                .zip(port)
+                .map(|(ip, port): (std::net::IpAddr, u16)| Target::Addr((ip, port).into()));
+            Endpoint {
+                id: pod.metadata.name.clone().unwrap_or_default(),
+                target,
+                ready: pod_ready(pod),
+                image: pod_image(pod),
+                checked: false,
+            }
+        })
+        .collect()
 }
 
 /// A Service checked by connect to its cluster DNS name.
@@ -193,23 +276,6 @@ fn fallback(service: &str, namespace: &str, port: u16) -> Endpoint {
     }
 }
 
-/// What a node falls back to when RBAC forbids the watch: every service
-/// checked by connect to its name.
-#[derive(Debug)]
-pub struct ForbiddenInventory {
-    pub namespace: String,
-}
-
-impl Inventory for ForbiddenInventory {
-    fn endpoints(&self, service: &str, port: &ServicePort) -> Vec<Endpoint> {
-        match port {
-            ServicePort::Number(port) => vec![fallback(service, &self.namespace, *port)],
-            // A named port needs the Service object, which the node may not read.
-            ServicePort::Name(_) => Vec::new(),
-        }
-    }
-}
-
 fn forbidden(error: &watcher::Error) -> bool {
     let api = match error {
         watcher::Error::InitialListFailed(e)
@@ -220,145 +286,260 @@ fn forbidden(error: &watcher::Error) -> bool {
     matches!(api, kube::Error::Api(status) if status.code == 403)
 }
 
-/// How often the API server is probed, and how long a probe may take.
-pub const PROBE_EVERY: Duration = Duration::from_secs(1);
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A connect taking longer than this to the API server is a failure.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Quiet time (nothing from the API server: no watch event, no answer)
+/// after which the node probes it. Over 5 s, so a calm cluster costs under
+/// 0.2 requests/s per node.
+pub const PROBE_QUIET: Duration = Duration::from_millis(5_250);
+/// A probe unanswered this long marks the data stale.
+pub const STALE_AFTER: Duration = Duration::from_millis(500);
+/// A probe unanswered this long is a failure for the breaker.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Whether the API server answered a probe at all.
-fn reachable(
-    answer: &Result<
-        Result<k8s_openapi::apimachinery::pkg::version::Info, kube::Error>,
-        tokio::time::error::Elapsed,
-    >,
-) -> bool {
+/// Whether the API server's answer to a probe says its data is current.
+fn current(answer: &Result<k8s_openapi::apimachinery::pkg::version::Info, kube::Error>) -> bool {
     match answer {
-        Ok(Ok(_)) => true,
-        Ok(Err(kube::Error::Api(status))) => status.code < 500,
-        Ok(Err(_)) | Err(_) => false,
+        Ok(_) => true,
+        Err(kube::Error::Api(status)) => status.code < 500,
+        Err(_) => false,
     }
 }
 
-/// Probes the API server until `shutdown`; marks the runtime's data stale
-/// while it does not answer, and clears only what it marked.
-fn spawn_probe(
-    client: kube::Client,
-    namespace: String,
-    status: Arc<RuntimeStatus>,
-    changes: Arc<Changes>,
-    mut shutdown: Shutdown,
-) {
+/// Probes the API server whenever it has been quiet for [`PROBE_QUIET`],
+/// until `shutdown`; never while its breaker is open.
+fn spawn_probe(client: kube::Client, gate: Arc<Gate>, link: Arc<Link>, mut shutdown: Shutdown) {
     tokio::spawn(async move {
-        let mut marked = false;
-        let mut every = tokio::time::interval(PROBE_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let endpoint = gate.endpoint().to_string();
         loop {
+            let due = match gate.open_for() {
+                Some(left) => tokio::time::Instant::now() + left,
+                None => gate.last_alive() + PROBE_QUIET,
+            };
             tokio::select! {
-                _ = every.tick() => {}
+                () = tokio::time::sleep_until(due) => {}
                 () = shutdown.wait() => return,
             }
-            let answer = tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await;
-            match (reachable(&answer), marked) {
-                (false, false) => {
-                    marked = true;
-                    if status.set_stale(true) {
-                        tracing::warn!(%namespace, "Kubernetes API not answering; keeping the last known replicas");
-                        changes.signal();
+            if gate.open_for().is_some()
+                || gate.last_alive() + PROBE_QUIET > tokio::time::Instant::now()
+            {
+                continue;
+            }
+            let probe = client.apiserver_version();
+            let mut probe = std::pin::pin!(probe);
+            let answer = tokio::select! {
+                answer = &mut probe => Some(answer),
+                () = tokio::time::sleep(STALE_AFTER) => None,
+                () = shutdown.wait() => return,
+            };
+            let answer = match answer {
+                Some(answer) => Some(answer),
+                None => {
+                    let why = format!(
+                        "no answer to GET /version within {}",
+                        humantime::format_duration(STALE_AFTER)
+                    );
+                    link.silent(&endpoint, &why);
+                    tokio::select! {
+                        answer = tokio::time::timeout(PROBE_TIMEOUT - STALE_AFTER, probe) => answer.ok(),
+                        () = shutdown.wait() => return,
                     }
                 }
-                (true, true) => {
-                    marked = false;
-                    if status.set_stale(false) {
-                        tracing::info!(%namespace, "Kubernetes API reachable again");
-                        changes.signal();
-                    }
-                }
-                _ => {}
+            };
+            match answer {
+                Some(answer) if current(&answer) => link.answered(&endpoint),
+                Some(Err(error)) => link.silent(&endpoint, &error),
+                Some(Ok(_)) => {}
+                None => link.silent(
+                    &endpoint,
+                    &format!(
+                        "no answer to GET /version within {}",
+                        humantime::format_duration(PROBE_TIMEOUT)
+                    ),
+                ),
             }
         }
     });
 }
 
-/// Watches the namespace's Services and Pods until `shutdown`.
+/// The views of every watched namespace, merged and published as one,
+/// under one lock.
+#[derive(Debug)]
+struct Views {
+    own: String,
+    by_namespace: Mutex<BTreeMap<String, NamespaceView>>,
+    catalog: Arc<Catalog>,
+}
+
+impl Views {
+    fn publish(&self, namespace: &str, view: NamespaceView) {
+        let mut by_namespace = self.by_namespace.lock().unwrap_or_else(|e| e.into_inner());
+        by_namespace.insert(namespace.to_string(), view);
+        self.catalog.publish(Arc::new(KubeInventory {
+            own: self.own.clone(),
+            namespaces: by_namespace.clone(),
+        }));
+    }
+}
+
+/// Watches the Services and Pods of `namespaces` (`None`: of every
+/// namespace), and probes the API server, until `shutdown`. `own` is where
+/// a route's bare service name is.
 pub fn spawn(
     client: kube::Client,
-    namespace: String,
-    catalog: Arc<Catalog>,
-    status: Arc<RuntimeStatus>,
-    changes: Arc<Changes>,
-    mut shutdown: Shutdown,
+    gate: Arc<Gate>,
+    own: String,
+    namespaces: Option<Vec<String>>,
+    link: Arc<Link>,
+    shutdown: Shutdown,
 ) {
     spawn_probe(
         client.clone(),
-        namespace.clone(),
-        Arc::clone(&status),
-        Arc::clone(&changes),
+        Arc::clone(&gate),
+        Arc::clone(&link),
         shutdown.clone(),
     );
-    tokio::spawn(async move {
-        let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
-        let pods: Api<Pod> = Api::namespaced(client, &namespace);
-        let (service_store, service_writer) = reflector::store::<Service>();
-        let (pod_store, pod_writer) = reflector::store::<Pod>();
-        let service_events = watcher(services, watcher::Config::default())
-            .default_backoff()
-            .reflect(service_writer)
-            .map(|e| e.map(Changed::of));
-        let pod_events = watcher(pods, watcher::Config::default())
-            .default_backoff()
-            .reflect(pod_writer)
-            .map(|e| e.map(Changed::of));
-        let events = futures_util::stream::select(
-            service_events.map(|e| (Kind::Services, e)),
-            pod_events.map(|e| (Kind::Pods, e)),
+    let views = Arc::new(Views {
+        own,
+        by_namespace: Mutex::default(),
+        catalog: Arc::clone(&link.catalog),
+    });
+    let namespaces: Vec<Option<String>> = match namespaces {
+        Some(list) => list.into_iter().map(Some).collect(),
+        None => vec![None],
+    };
+    for namespace in namespaces {
+        let (client, views, link, gate, shutdown) = (
+            client.clone(),
+            Arc::clone(&views),
+            Arc::clone(&link),
+            Arc::clone(&gate),
+            shutdown.clone(),
         );
-        let mut events = std::pin::pin!(events);
-        let mut listed = (false, false);
-        loop {
-            let (kind, event) = tokio::select! {
-                Some(next) = events.next() => next,
+        tokio::spawn(async move {
+            follow_namespace(client, namespace, views, link, gate, shutdown).await;
+        });
+    }
+}
+
+/// Follows one namespace (or all): watches until RBAC forbids it, then
+/// falls back to connect checks and tries again every cool-down.
+async fn follow_namespace(
+    client: kube::Client,
+    namespace: Option<String>,
+    views: Arc<Views>,
+    link: Arc<Link>,
+    gate: Arc<Gate>,
+    mut shutdown: Shutdown,
+) {
+    let key = namespace.clone().unwrap_or_else(|| ALL.to_string());
+    let mut forbidden_said = false;
+    loop {
+        let watch = watch(
+            &client,
+            namespace.as_deref(),
+            &key,
+            &views,
+            &link,
+            &gate,
+            &mut forbidden_said,
+        );
+        let stopped = tokio::select! {
+            stopped = watch => stopped,
+            () = shutdown.wait() => return,
+        };
+        let Some(error) = stopped else {
+            // The watcher's stream never ends; were it to, watch again.
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 () = shutdown.wait() => return,
-            };
-            match event {
-                Ok(changed) => {
-                    if changed == Changed::Listing {
-                        continue;
-                    }
-                    match kind {
-                        Kind::Services => listed.0 = true,
-                        Kind::Pods => listed.1 = true,
-                    }
-                    if listed == (true, true) {
-                        publish(&catalog, &namespace, &service_store, &pod_store);
-                        if status.set_stale(false) {
-                            tracing::info!(%namespace, "Kubernetes API reachable again");
-                        }
-                        changes.signal();
-                    }
+            }
+        };
+        views.publish(&key, NamespaceView::Forbidden);
+        link.changes.signal();
+        if !forbidden_said {
+            forbidden_said = true;
+            tracing::warn!(
+                namespace = %key,
+                %error,
+                retry_every = %humantime::format_duration(link.retry_forbidden),
+                "RBAC forbids list/watch of pods and services in this namespace; \
+                 falling back to connect checks of each service's name"
+            );
+        }
+        tokio::select! {
+            () = tokio::time::sleep(link.retry_forbidden) => {}
+            () = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Watches one namespace (or all) until RBAC forbids it; returns why.
+/// `None`: the watch stream ended.
+async fn watch(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    key: &str,
+    views: &Views,
+    link: &Link,
+    gate: &Gate,
+    forbidden_said: &mut bool,
+) -> Option<watcher::Error> {
+    let (services, pods): (Api<Service>, Api<Pod>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let (service_store, service_writer) = reflector::store::<Service>();
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let service_events = watcher(services, watcher::Config::default())
+        .default_backoff()
+        .reflect(service_writer)
+        .map(|e| e.map(Changed::of));
+    let pod_events = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .reflect(pod_writer)
+        .map(|e| e.map(Changed::of));
+    let events = futures_util::stream::select(
+        service_events.map(|e| (Kind::Services, e)),
+        pod_events.map(|e| (Kind::Pods, e)),
+    );
+    let mut events = std::pin::pin!(events);
+    let mut listed = (false, false);
+    let endpoint = gate.endpoint();
+    while let Some((kind, event)) = events.next().await {
+        match event {
+            Ok(Changed::Listing) => {}
+            Ok(Changed::Changed) => {
+                match kind {
+                    Kind::Services => listed.0 = true,
+                    Kind::Pods => listed.1 = true,
                 }
-                Err(error) if forbidden(&error) => {
-                    tracing::warn!(
-                        %namespace,
-                        %error,
-                        "RBAC forbids list/watch of pods and services in this namespace; \
-                         falling back to connect checks of each service's name"
+                if listed == (true, true) {
+                    views.publish(
+                        key,
+                        NamespaceView::Objects {
+                            services: service_store.state(),
+                            pods: pod_store.state(),
+                        },
                     );
-                    catalog.publish(Arc::new(ForbiddenInventory {
-                        namespace: namespace.clone(),
-                    }));
-                    changes.signal();
-                    return;
-                }
-                Err(error) => {
-                    if status.set_stale(true) {
-                        tracing::warn!(%namespace, %error, "Kubernetes API lost; keeping the last known replicas");
-                        changes.signal();
-                    } else {
-                        tracing::debug!(%namespace, %error, "Kubernetes API still unreachable");
+                    if std::mem::take(forbidden_said) {
+                        tracing::info!(
+                            namespace = %key,
+                            "RBAC now allows list/watch in this namespace; connect checks by name end"
+                        );
                     }
+                    link.answered(endpoint);
+                    link.changes.signal();
                 }
             }
+            Err(error) if forbidden(&error) => return Some(error),
+            Err(error) => link.silent(endpoint, &error),
         }
-    });
+    }
+    None
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -384,14 +565,6 @@ impl Changed {
             }
         }
     }
-}
-
-fn publish(catalog: &Catalog, namespace: &str, services: &Store<Service>, pods: &Store<Pod>) {
-    catalog.publish(Arc::new(KubeInventory {
-        namespace: namespace.to_string(),
-        services: services.state(),
-        pods: pods.state(),
-    }));
 }
 
 #[cfg(test)]
@@ -423,7 +596,13 @@ mod tests {
 
     fn inventory() -> KubeInventory {
         KubeInventory {
-            namespace: "shop".into(),
+            own: "shop".into(),
+            namespaces: BTreeMap::from([("shop".to_string(), shop())]),
+        }
+    }
+
+    fn shop() -> NamespaceView {
+        NamespaceView::Objects {
             services: vec![
                 service(serde_json::json!({
                     "metadata": { "name": "api" },
@@ -523,14 +702,87 @@ mod tests {
             Some("10.96.0.7:443"),
             "at its cluster IP"
         );
-        let forbidden = ForbiddenInventory {
-            namespace: "shop".into(),
+        let forbidden = KubeInventory {
+            own: "shop".into(),
+            namespaces: BTreeMap::from([("shop".to_string(), NamespaceView::Forbidden)]),
         }
         .endpoints("api", &ServicePort::Number(80));
         assert_eq!(
             (addr(&forbidden[0]).as_deref(), forbidden[0].checked),
             (Some("api.shop.svc:80"), true)
         );
+    }
+
+    #[test]
+    fn a_namespaced_service_is_looked_up_in_its_namespace() {
+        let billing_pod = |ns: Option<&str>| {
+            let mut p = (*pod(
+                "api-b",
+                Some("10.2.0.1"),
+                true,
+                serde_json::json!({ "app": "api" }),
+            ))
+            .clone();
+            p.metadata.namespace = ns.map(Into::into);
+            Arc::new(p)
+        };
+        let billing_api = |ns: Option<&str>| {
+            service(serde_json::json!({
+                "metadata": { "name": "api", "namespace": ns },
+                "spec": { "selector": { "app": "api" }, "ports": [{ "port": 80, "targetPort": 8080 }] }
+            }))
+        };
+        let mut inv = inventory();
+        inv.namespaces.insert(
+            "billing".into(),
+            NamespaceView::Objects {
+                services: vec![billing_api(Some("billing"))],
+                pods: vec![billing_pod(Some("billing"))],
+            },
+        );
+        inv.namespaces
+            .insert("locked".into(), NamespaceView::Forbidden);
+        let ids = |e: Vec<Endpoint>| e.into_iter().map(|e| e.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(inv.endpoints("billing/api", &ServicePort::Number(80))),
+            ["api-b"]
+        );
+        assert_eq!(
+            ids(inv.endpoints("api", &ServicePort::Number(80))),
+            ["api-1", "api-2", "api-3"],
+            "a bare name is in the node's own namespace"
+        );
+        assert_eq!(
+            ids(inv.endpoints("shop/api", &ServicePort::Number(80))),
+            ["api-1", "api-2", "api-3"]
+        );
+        let locked = inv.endpoints("locked/api", &ServicePort::Number(80));
+        assert_eq!(
+            (addr(&locked[0]).as_deref(), locked[0].checked),
+            (Some("api.locked.svc:80"), true),
+            "only the forbidden namespace falls back"
+        );
+        assert!(
+            inv.endpoints("elsewhere/api", &ServicePort::Number(80))
+                .is_empty()
+        );
+
+        let all = KubeInventory {
+            own: "shop".into(),
+            namespaces: BTreeMap::from([(
+                ALL.to_string(),
+                NamespaceView::Objects {
+                    services: vec![billing_api(Some("billing"))],
+                    pods: vec![billing_pod(Some("billing")), billing_pod(Some("shop"))],
+                },
+            )]),
+        };
+        assert_eq!(
+            ids(all.endpoints("billing/api", &ServicePort::Number(80))),
+            ["api-b"],
+            "watching every namespace, objects are told apart by their own namespace"
+        );
+        assert!(all.endpoints("api", &ServicePort::Number(80)).is_empty());
     }
 
     #[test]

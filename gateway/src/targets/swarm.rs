@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::docker::{self, Engines};
-use crate::changes::Changes;
+use super::Link;
+use super::docker::{self, Engine, Engines};
 use crate::shutdown::Shutdown;
-use crate::verdict::board::RuntimeStatus;
 
 /// How often the proxies' names are resolved again.
 pub const RESOLVE_EVERY: Duration = Duration::from_secs(30);
@@ -39,8 +38,7 @@ pub fn spawn(
     proxies: Vec<String>,
     network: Option<String>,
     engines: Arc<Engines>,
-    status: Arc<RuntimeStatus>,
-    changes: Arc<Changes>,
+    link: Arc<Link>,
     mut shutdown: Shutdown,
 ) {
     tokio::spawn(async move {
@@ -54,15 +52,17 @@ pub fn spawn(
                 let engine = format!("http://{addr}");
                 match bollard::Docker::connect_with_http(&engine, 120, bollard::API_DEFAULT_VERSION)
                 {
-                    Ok(client) => {
+                    Ok(docker) => {
                         tracing::info!(%engine, "following a swarm engine through its socket proxy");
                         let task = docker::spawn(
-                            engine,
-                            client,
+                            Engine {
+                                gate: link.gates.get(&engine),
+                                name: engine,
+                                docker,
+                            },
                             network.clone(),
                             Arc::clone(&engines),
-                            Arc::clone(&status),
-                            Arc::clone(&changes),
+                            Arc::clone(&link),
                             shutdown.clone(),
                         );
                         followed.insert(*addr, task);
@@ -74,7 +74,9 @@ pub fn spawn(
                 let keep = found.contains(addr);
                 if !keep {
                     task.abort();
-                    engines.forget(&format!("http://{addr}"));
+                    let engine = format!("http://{addr}");
+                    engines.forget(&engine);
+                    link.forget(&engine);
                     tracing::info!(engine = %addr, "swarm engine gone from the proxies' name");
                 }
                 keep

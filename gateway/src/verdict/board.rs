@@ -18,6 +18,7 @@ use super::{CircuitFacts, ReplicaFacts, Verdicts, judge};
 use crate::changes::Changes;
 use crate::proxy::{Proxy, Route};
 use crate::shutdown::Shutdown;
+use crate::targets::reach::{Change, Reachability};
 use crate::upstream::Source;
 use crate::upstream::health::Health;
 
@@ -26,30 +27,45 @@ pub const SETTLE: Duration = Duration::from_millis(5);
 /// Recomputation even without a change, so that nothing can be missed.
 pub const EVERY: Duration = Duration::from_secs(5);
 
-/// Whether the runtime's data is current: its API reachable.
+/// Whether the runtime's data is current: every endpoint of its API (the
+/// API server; each engine of a swarm) answering.
 #[derive(Debug, Default)]
 pub struct RuntimeStatus {
-    /// Unix ms since which it is stale; 0 while current.
+    reach: Mutex<Reachability>,
+    /// Unix ms since which it is stale; 0 while current. A copy of what
+    /// `reach` says, for readers that must not wait.
     stale_since: AtomicU64,
     /// The runtime has answered once (its first inventory arrived).
     reached: std::sync::atomic::AtomicBool,
 }
 
 impl RuntimeStatus {
-    /// Marks the data stale (if not already) or current; returns whether it
-    /// changed.
-    pub fn set_stale(&self, stale: bool) -> bool {
-        if !stale {
+    /// Records whether `endpoint` answered; returns the change, if this is
+    /// one.
+    pub fn observe(&self, endpoint: &str, ok: bool) -> Option<Change> {
+        if ok {
             self.reached.store(true, Ordering::Release);
         }
-        let value = if stale { now_unix_ms().max(1) } else { 0 };
-        if stale {
-            self.stale_since
-                .compare_exchange(0, value, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        } else {
-            self.stale_since.swap(0, Ordering::AcqRel) != 0
-        }
+        let mut reach = self.reach.lock().unwrap_or_else(|e| e.into_inner());
+        let change = reach.observe(endpoint, ok, now_unix_ms());
+        self.stale_since
+            .store(reach.stale_since().unwrap_or(0), Ordering::Release);
+        change
+    }
+
+    /// Forgets an endpoint the node no longer follows.
+    pub fn forget(&self, endpoint: &str) -> Option<Change> {
+        let mut reach = self.reach.lock().unwrap_or_else(|e| e.into_inner());
+        let change = reach.forget(endpoint);
+        self.stale_since
+            .store(reach.stale_since().unwrap_or(0), Ordering::Release);
+        change
+    }
+
+    /// Endpoints that do not answer now.
+    pub fn unreachable(&self) -> Vec<String> {
+        let reach = self.reach.lock().unwrap_or_else(|e| e.into_inner());
+        reach.unreachable().map(str::to_string).collect()
     }
 
     /// Whether the runtime has ever answered this node.
