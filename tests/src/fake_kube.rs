@@ -1,4 +1,4 @@
-//! A fake Kubernetes API server for Pods and Services of one namespace,
+//! A fake Kubernetes API server for Pods and Services, by namespace,
 //! speaking the protocol kube's watcher uses: lists carry a
 //! `resourceVersion`; `watch=true` streams newline-delimited JSON events
 //! from a given version; a version older than the server keeps is answered
@@ -51,6 +51,7 @@ impl Kind {
 enum Live {
     Event {
         kind: Kind,
+        namespace: String,
         line: String,
     },
     /// End every open stream.
@@ -62,8 +63,9 @@ enum Live {
 #[derive(Debug, Default)]
 struct State {
     rv: u64,
-    objects: BTreeMap<(Kind, String), Value>,
-    history: Vec<(u64, Kind, String)>,
+    /// By kind, namespace and name.
+    objects: BTreeMap<(Kind, String, String), Value>,
+    history: Vec<(u64, Kind, String, String)>,
     /// Watches from an older version get 410.
     compacted: u64,
     forbidden: bool,
@@ -76,6 +78,10 @@ struct State {
     held: Vec<tokio::net::TcpStream>,
     lists: usize,
     watches: usize,
+    /// `GET /version`: the node's probes.
+    versions: usize,
+    /// Every request, of any path.
+    requests: usize,
 }
 
 /// The fake server.
@@ -84,6 +90,8 @@ pub struct FakeKube {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
     live: broadcast::Sender<Live>,
+    /// Where objects without a namespace go.
+    default_namespace: String,
     task: JoinHandle<()>,
 }
 
@@ -129,7 +137,7 @@ impl FakeKube {
         let addr = listener.local_addr().expect("address");
         let state = Arc::new(Mutex::new(State::default()));
         let (live, _) = broadcast::channel(4096);
-        let prefix = format!("/api/v1/namespaces/{namespace}/");
+        let default_namespace = namespace.to_string();
         let (task_state, task_live) = (Arc::clone(&state), live.clone());
         let task = tokio::spawn(async move {
             loop {
@@ -147,15 +155,14 @@ impl FakeKube {
                         continue;
                     }
                 }
-                let (state, live, prefix) =
-                    (Arc::clone(&task_state), task_live.clone(), prefix.clone());
+                let (state, live) = (Arc::clone(&task_state), task_live.clone());
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let (state, live, prefix) = (Arc::clone(&state), live.clone(), prefix.clone());
+                    let (state, live) = (Arc::clone(&state), live.clone());
                     async move {
                         while state.lock().expect("fake state").hanging {
                             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                         }
-                        Ok::<_, Infallible>(handle(&state, &live, &prefix, &req))
+                        Ok::<_, Infallible>(handle(&state, &live, &req))
                     }
                 });
                 tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
@@ -165,6 +172,7 @@ impl FakeKube {
             addr,
             state,
             live,
+            default_namespace,
             task,
         }
     }
@@ -177,13 +185,18 @@ impl FakeKube {
         self.state.lock().expect("fake state")
     }
 
-    /// Creates or replaces an object; streams see ADDED or MODIFIED.
+    /// Creates or replaces an object (in its own namespace, else the
+    /// server's); streams see ADDED or MODIFIED.
     pub fn apply<T: serde::Serialize>(&self, kind: Kind, object: &T) {
         let mut value = serde_json::to_value(object).expect("serializable object");
         let name = value["metadata"]["name"]
             .as_str()
             .expect("named object")
             .to_string();
+        let namespace = value["metadata"]["namespace"]
+            .as_str()
+            .map_or_else(|| self.default_namespace.clone(), str::to_string);
+        value["metadata"]["namespace"] = json!(namespace);
         let mut state = self.lock();
         state.rv += 1;
         let rv = state.rv;
@@ -191,25 +204,44 @@ impl FakeKube {
         let kind_name = if kind == Kind::Pods { "Pod" } else { "Service" };
         value["kind"] = json!(kind_name);
         value["apiVersion"] = json!("v1");
-        let added = state.objects.insert((kind, name), value.clone()).is_none();
+        let added = state
+            .objects
+            .insert((kind, namespace.clone(), name), value.clone())
+            .is_none();
         let line = json!({ "type": if added { "ADDED" } else { "MODIFIED" }, "object": value })
             .to_string();
-        state.history.push((rv, kind, line.clone()));
-        let _ = self.live.send(Live::Event { kind, line });
+        state
+            .history
+            .push((rv, kind, namespace.clone(), line.clone()));
+        let _ = self.live.send(Live::Event {
+            kind,
+            namespace,
+            line,
+        });
     }
 
-    /// Deletes an object; streams see DELETED.
+    /// Deletes an object of the server's namespace; streams see DELETED.
     pub fn delete(&self, kind: Kind, name: &str) {
+        let namespace = self.default_namespace.clone();
         let mut state = self.lock();
-        let Some(mut value) = state.objects.remove(&(kind, name.to_string())) else {
+        let Some(mut value) = state
+            .objects
+            .remove(&(kind, namespace.clone(), name.to_string()))
+        else {
             return;
         };
         state.rv += 1;
         let rv = state.rv;
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
         let line = json!({ "type": "DELETED", "object": value }).to_string();
-        state.history.push((rv, kind, line.clone()));
-        let _ = self.live.send(Live::Event { kind, line });
+        state
+            .history
+            .push((rv, kind, namespace.clone(), line.clone()));
+        let _ = self.live.send(Live::Event {
+            kind,
+            namespace,
+            line,
+        });
     }
 
     /// Ends every open watch stream, as a restarted API server would.
@@ -255,14 +287,24 @@ impl FakeKube {
         let state = self.lock();
         (state.lists, state.watches)
     }
+
+    /// `GET /version` requests (probes) served so far.
+    pub fn versions(&self) -> usize {
+        self.lock().versions
+    }
+
+    /// Requests of any kind received so far.
+    pub fn all_requests(&self) -> usize {
+        self.lock().requests
+    }
 }
 
 fn handle(
     state: &Arc<Mutex<State>>,
     live: &broadcast::Sender<Live>,
-    prefix: &str,
     req: &Request<Incoming>,
 ) -> Response<Body> {
+    state.lock().expect("fake state").requests += 1;
     if state.lock().expect("fake state").gone {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -270,9 +312,28 @@ fn handle(
         );
     }
     let path = req.uri().path();
-    let kind = match path.strip_prefix(prefix) {
-        Some("pods") => Kind::Pods,
-        Some("services") => Kind::Services,
+    if path == "/version" {
+        state.lock().expect("fake state").versions += 1;
+        return json_response(
+            StatusCode::OK,
+            &json!({ "major": "1", "minor": "33", "gitVersion": "v1.33.0", "gitCommit": "", "gitTreeState": "clean",
+                     "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64" }),
+        );
+    }
+    // `/api/v1/namespaces/{ns}/{kind}`, or `/api/v1/{kind}` for all.
+    let (namespace, kind) = match path.strip_prefix("/api/v1/") {
+        Some(rest) => match rest.strip_prefix("namespaces/") {
+            Some(rest) => match rest.split_once('/') {
+                Some((ns, kind)) => (Some(ns.to_string()), kind),
+                None => (None, ""),
+            },
+            None => (None, rest),
+        },
+        None => (None, ""),
+    };
+    let kind = match kind {
+        "pods" => Kind::Pods,
+        "services" => Kind::Services,
         _ => {
             return json_response(
                 StatusCode::NOT_FOUND,
@@ -280,6 +341,7 @@ fn handle(
             );
         }
     };
+    let in_scope = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
     let params = query(req.uri());
     let mut s = state.lock().expect("fake state");
     if s.forbidden {
@@ -298,7 +360,7 @@ fn handle(
         let items: Vec<Value> = s
             .objects
             .iter()
-            .filter(|((k, _), _)| *k == kind)
+            .filter(|((k, ns, _), _)| *k == kind && in_scope(ns))
             .map(|(_, v)| v.clone())
             .collect();
         let list = json!({ "apiVersion": "v1", "kind": kind.list_kind(), "metadata": { "resourceVersion": s.rv.to_string() }, "items": items });
@@ -315,8 +377,8 @@ fn handle(
         let gone = json!({ "type": "ERROR", "object": status(410, "Expired", "too old resource version") });
         let _ = tx.send(line(&gone.to_string()));
     } else {
-        for (rv, k, l) in &s.history {
-            if *k == kind && *rv > since {
+        for (rv, k, ns, l) in &s.history {
+            if *k == kind && *rv > since && in_scope(ns) {
                 let _ = tx.send(line(l));
             }
         }
@@ -326,8 +388,10 @@ fn handle(
             while let Ok(event) = events.recv().await {
                 match event {
                     Live::Event {
-                        kind: k, line: l, ..
-                    } if k == kind => {
+                        kind: k,
+                        namespace: ns,
+                        line: l,
+                    } if k == kind && namespace.as_deref().is_none_or(|n| n == ns) => {
                         if tx.send(line(&l)).is_err() {
                             return;
                         }

@@ -11,6 +11,7 @@ pub mod binaries;
 pub mod client;
 pub mod cluster;
 pub mod docker;
+pub mod fake_docker;
 pub mod fake_kube;
 pub mod faults;
 pub mod fields;

@@ -71,6 +71,51 @@ impl NodeProcess {
         node
     }
 
+    /// Starts `binary` as node `name`, in no cluster, on `body` (everything
+    /// after `[node]`: runtime, global, routes), with `env` set, logging to
+    /// a file in `dir`.
+    pub fn start_alone(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        body: &str,
+        env: &[(&str, &str)],
+    ) -> NodeProcess {
+        let proxy = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let config = dir.join(format!("{name}.toml"));
+        let log = dir.join(format!("{name}.log"));
+        let text = format!(
+            "[node]\nname = \"{name}\"\nlisten = \"{proxy}\"\nadmin = \"{admin}\"\n\n{body}"
+        );
+        std::fs::write(&config, text).expect("write the configuration");
+        let log_file = std::fs::File::create(&log).expect("a log file");
+        let child = Command::new(binary)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("the log file"))
+            .stderr(log_file)
+            .spawn()
+            .expect("picket starts");
+        NodeProcess {
+            name: name.to_string(),
+            proxy,
+            admin,
+            gossip: SocketAddr::from(([127, 0, 0, 1], 0)),
+            config,
+            log,
+            child: Some(child),
+        }
+    }
+
+    /// The node's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Rewrites the node's configuration file (whole, by a rename); the
     /// node reloads it.
     pub fn write_config(&self, cluster: &str, routes: &str) {

@@ -20,8 +20,10 @@ fn config(network: &Network, endpoint: Option<&str>) -> String {
     let endpoint = endpoint
         .map(|e| format!("endpoint = \"{e}\"\n"))
         .unwrap_or_default();
+    // A short runtime breaker cool-down: a cut engine comes back within
+    // these tests' patience, not the default 30 s.
     format!(
-        "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\n{endpoint}\
+        "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\n{endpoint}breaker = {{ cooldown = \"1s\" }}\n\
          [[route]]\nname = \"api\"\nservice = \"api\"\nport = 8080\nconnect_timeout = \"1s\"\n",
         network.name
     )

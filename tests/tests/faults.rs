@@ -272,7 +272,7 @@ async fn docker_replicas_and_engine() {
     let containers: Vec<Container> = (0..3).map(|_| Container::run(&network, &spec)).collect();
     let mut relay = Relay::start().await;
     let routes = format!(
-        "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\nendpoint = \"{}\"\n\
+        "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\nendpoint = \"{}\"\n{RUNTIME_BREAKER}\n\
          [[route]]\nname = \"api\"\nservice = \"api\"\nport = 8080\n\
          connect_timeout = \"1s\"\nfirst_answer_timeout = \"1s\"\ntries = 3\n",
         network.name,
@@ -334,7 +334,7 @@ async fn docker_replicas_and_engine() {
     sleep(Duration::from_secs(1)).await;
     let cut = Instant::now();
     relay.cut();
-    let (stale_after, health) = out_of_reach(&nodes, 2, cut).await;
+    let (stale_after, health) = out_of_reach(&nodes, 2, cut, Duration::from_secs(5)).await;
     relay.restore().await;
     let back = Instant::now();
     ready_on_all(2, "fresh data again").await;
@@ -709,7 +709,7 @@ fn probe_health(admin: SocketAddr, during: Duration) -> std::thread::JoinHandle<
     })
 }
 
-/// The runtime's API out of reach for 5 s from `since`: every node's
+/// The runtime's API out of reach for `lasting` from `since`: every node's
 /// verdict keeps the last known `ready` replicas throughout, and `/healthz`
 /// is asked meanwhile. Returns when every node's verdict first said its
 /// data is stale, and how long each `/healthz` took.
@@ -717,10 +717,11 @@ async fn out_of_reach(
     nodes: &[TestNode],
     ready: u32,
     since: Instant,
+    lasting: Duration,
 ) -> (Option<Duration>, Vec<Duration>) {
-    let prober = probe_health(nodes[0].admin, Duration::from_secs(5));
+    let prober = probe_health(nodes[0].admin, lasting);
     let mut stale_after = None;
-    while since.elapsed() < Duration::from_secs(5) {
+    while since.elapsed() < lasting {
         for node in nodes {
             let kept = node.verdict("api").map(|v| v.ready);
             assert_eq!(kept, Some(ready), "the last known replicas are kept");
@@ -762,6 +763,12 @@ fn back_in_reach(
     );
 }
 
+/// The runtime breaker of these nodes: a cut runtime comes back after a
+/// few seconds here, and the figures measure how soon the nodes see it
+/// with a 1 s cool-down (with the default 30 s, a runtime whose breaker
+/// opened is called again only 30 s later).
+const RUNTIME_BREAKER: &str = "breaker = { cooldown = \"1s\" }";
+
 /// A fake Kubernetes API serving service `api` over `replicas`, one ready
 /// pod each (named as the replica, image `api:1`).
 async fn kube_api(replicas: &[Upstream]) -> picket_tests::fake_kube::FakeKube {
@@ -789,7 +796,7 @@ fn api_pod(replica: &Upstream, image: &str) -> k8s_openapi::api::core::v1::Pod {
 /// Route `api` on the service of `kube`.
 fn kube_routes(kube: &picket_tests::fake_kube::FakeKube) -> String {
     format!(
-        "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
+        "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n{RUNTIME_BREAKER}\n\
          [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\nfirst_answer_timeout = \"1s\"\n",
         kube.url()
     )
@@ -832,7 +839,9 @@ async fn runtime_api_lost(loss: Loss) {
     sleep(Duration::from_secs(1)).await;
     let lost = Instant::now();
     lose(&kube, true);
-    let (stale_after, health) = out_of_reach(&nodes, 2, lost).await;
+    // Long enough for a hung server's probe to say so.
+    let lasting = Duration::from_secs(8);
+    let (stale_after, health) = out_of_reach(&nodes, 2, lost, lasting).await;
     lose(&kube, false);
     let back = Instant::now();
     for node in &nodes {
@@ -843,11 +852,12 @@ async fn runtime_api_lost(loss: Loss) {
     }
     let recovered = back.elapsed();
     let samples = load.stop().await;
-    let fault = format!("Kubernetes API {loss:?} for 5 s").to_lowercase();
+    let fault = format!("Kubernetes API {loss:?} for {} s", lasting.as_secs()).to_lowercase();
     let mut report = Report::new(&fault, &samples);
     report.recovered = Some(recovered);
-    // The watcher retries silently; the node's probe of the API tells.
-    let bound = picket::targets::kube::PROBE_EVERY + picket::targets::kube::PROBE_TIMEOUT;
+    // The watcher retries silently; the node's probe of the API tells,
+    // once the API server has been quiet for a while.
+    let bound = picket::targets::kube::PROBE_QUIET + picket::targets::kube::STALE_AFTER;
     back_in_reach(&report, stale_after, health, bound);
     stop_all(nodes).await;
 }
