@@ -91,6 +91,50 @@ fn every_valid_fixture_passes_and_its_effective_form_passes_too() {
     }
 }
 
+#[test]
+fn the_runtime_breaker_takes_its_settings_from_the_environment() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/runtime_services.toml");
+    let out = check(
+        &file,
+        &[
+            ("PICKET_RUNTIME_BREAKER_COOLDOWN", "45s"),
+            ("PICKET_RUNTIME_BREAKER_DISABLED", "yes"),
+        ],
+    );
+    let output = String::from_utf8(out.stdout).unwrap();
+    let breaker: Vec<String> = output
+        .split("[runtime.breaker]")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.starts_with('['))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        breaker,
+        [
+            "enabled = false # flag or environment",
+            "threshold = 3",
+            "cooldown = \"45s\" # flag or environment",
+        ]
+    );
+    for (var, value) in [
+        ("PICKET_RUNTIME_BREAKER_COOLDOWN", "0s"),
+        ("PICKET_RUNTIME_BREAKER_THRESHOLD", "0"),
+        ("PICKET_RUNTIME_BREAKER_DISABLED", "maybe"),
+    ] {
+        let out = check(&file, &[(var, value)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {stderr}");
+        assert!(
+            stderr.contains("runtime-breaker"),
+            "{var}={value}: {stderr}"
+        );
+    }
+}
+
 /// The `key = value  # origin` lines of route `name` in `check` output.
 fn route_lines(output: &str, name: &str) -> Vec<String> {
     let blocks: Vec<&str> = output.split("[[route]]").collect();

@@ -145,6 +145,85 @@ fn the_role_grants_exactly_list_and_watch_on_pods_and_services() {
     assert_eq!(Some(subjects[0].name.clone()), account);
 }
 
+/// The `(group, resource, verb)` triples a list of rules grants.
+fn grants(rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> BTreeSet<(String, String, String)> {
+    let mut granted = BTreeSet::new();
+    for rule in rules {
+        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none());
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    granted.insert((group.clone(), resource.clone(), verb.clone()));
+                }
+            }
+        }
+    }
+    granted
+}
+
+/// The documents of a kustomize component under `deploy/kubernetes/`, by
+/// kind; its kustomization lists exactly its files.
+fn component(name: &str) -> Vec<(String, Value)> {
+    let dir = dir().join(name);
+    let text = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+    let kustomization: Value = serde_norway::from_str(&text).unwrap();
+    assert_eq!(kustomization["kind"], "Component", "{name}");
+    let listed: BTreeSet<String> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let files: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(listed, files, "{name}: the kustomization lists every file");
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            (file.clone(), serde_norway::from_str(&text).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_namespace_components_grant_list_and_watch_to_the_nodes_account() {
+    let expected: BTreeSet<(String, String, String)> = ["pods", "services"]
+        .iter()
+        .flat_map(|r| ["list", "watch"].map(|v| (String::new(), r.to_string(), v.to_string())))
+        .collect();
+    let daemonset: DaemonSet = one("DaemonSet");
+    let account = daemonset.spec.template.spec.unwrap().service_account_name;
+    let subject_is_the_node = |subjects: Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        let subjects = subjects.unwrap();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(Some(subjects[0].name.clone()), account);
+        assert_eq!(subjects[0].namespace.as_deref(), Some("picket"));
+    };
+
+    let namespaced = component("namespaces");
+    let role: Role = typed("namespaces/role.yaml", &namespaced[0].1);
+    let binding: RoleBinding = typed("namespaces/rolebinding.yaml", &namespaced[1].1);
+    assert_eq!(grants(&role.rules.unwrap()), expected);
+    assert_eq!(role.metadata.namespace, binding.metadata.namespace);
+    assert_ne!(role.metadata.namespace.as_deref(), Some("picket"));
+    assert_eq!(binding.role_ref.kind, "Role");
+    subject_is_the_node(binding.subjects);
+
+    let all = component("all-namespaces");
+    let role: k8s_openapi::api::rbac::v1::ClusterRole =
+        typed("all-namespaces/clusterrole.yaml", &all[0].1);
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding =
+        typed("all-namespaces/clusterrolebinding.yaml", &all[1].1);
+    assert_eq!(grants(&role.rules.unwrap()), expected);
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(Some(binding.role_ref.name), role.metadata.name);
+    subject_is_the_node(binding.subjects);
+}
+
 fn port(container: &Container, name: &str) -> (i32, String) {
     let port = container
         .ports
