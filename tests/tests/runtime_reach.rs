@@ -3,7 +3,9 @@
 //! hung one is marked stale within 6 s, a refused right falls back to
 //! connect checks and recovers by itself.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use picket::upstream::Target;
 use picket_proto::Heart;
