@@ -206,7 +206,7 @@ mod tests {
             id: id.into(),
             target: Some(Target::Addr(([10, 0, 0, 1], port).into())),
             ready,
-            image: None,
+            images: Vec::new(),
             checked: false,
         }
     }

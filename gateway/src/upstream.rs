@@ -115,8 +115,9 @@ pub struct Replica {
     pub checked: bool,
     /// Ready, as the runtime or the connect check last said.
     ready: AtomicBool,
-    /// The image it runs, when the runtime tells.
-    image: Mutex<Option<Arc<str>>>,
+    /// The labels of the images it runs, when the runtime tells
+    /// ([`Endpoint::images`]).
+    images: Mutex<Arc<[String]>>,
     /// Mirror of `health` for the data path.
     state: AtomicU8,
     health: Mutex<Health>,
@@ -133,7 +134,7 @@ impl Replica {
         id: String,
         checked: bool,
         ready: bool,
-        image: Option<&str>,
+        images: &[String],
         route: &str,
         metrics: &Metrics,
     ) -> Arc<Replica> {
@@ -150,7 +151,7 @@ impl Replica {
             id,
             checked,
             ready: AtomicBool::new(ready),
-            image: Mutex::new(image.map(Into::into)),
+            images: Mutex::new(images.into()),
             state: AtomicU8::new(IN_ROTATION),
             health: Mutex::new(Health::InRotation),
             probing: false.into(),
@@ -170,8 +171,9 @@ impl Replica {
         self.ready.load(Ordering::Relaxed)
     }
 
-    pub fn image(&self) -> Option<Arc<str>> {
-        self.image.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The labels of the images it runs.
+    pub fn images(&self) -> Arc<[String]> {
+        Arc::clone(&self.images.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn health(&self) -> Health {
@@ -187,7 +189,10 @@ pub struct Endpoint {
     /// Where it is reached; `None` while it has no address (not started).
     pub target: Option<Target>,
     pub ready: bool,
-    pub image: Option<String>,
+    /// The labels ([`image_label`](crate::verdict::image_label)) of every
+    /// image it runs: a pod's app and its sidecars, a container's one
+    /// image; empty when the runtime does not tell.
+    pub images: Vec<String>,
     /// Its readiness comes from this node's connect check (a Kubernetes
     /// Service without selector, or RBAC forbidding the watch).
     pub checked: bool,
@@ -291,7 +296,7 @@ impl Upstream {
                             tls: false,
                             proxied: false,
                         };
-                        Replica::new(key, addr.to_string(), true, true, None, name, metrics)
+                        Replica::new(key, addr.to_string(), true, true, &[], name, metrics)
                     })
                     .collect(),
             ),
@@ -309,7 +314,7 @@ impl Upstream {
                     };
                     (
                         Source::External,
-                        vec![Replica::new(key, label, true, true, None, name, metrics)],
+                        vec![Replica::new(key, label, true, true, &[], name, metrics)],
                     )
                 }
             }
@@ -536,9 +541,9 @@ impl Upstream {
                                 back.push(Arc::clone(existing));
                             }
                         }
-                        let mut image = existing.image.lock().unwrap_or_else(|e| e.into_inner());
-                        if image.as_deref() != endpoint.image.as_deref() {
-                            *image = endpoint.image.as_deref().map(Into::into);
+                        let mut images = existing.images.lock().unwrap_or_else(|e| e.into_inner());
+                        if **images != *endpoint.images {
+                            *images = endpoint.images.as_slice().into();
                             changed = true;
                         }
                         Arc::clone(existing)
@@ -555,7 +560,7 @@ impl Upstream {
                             endpoint.id.clone(),
                             endpoint.checked,
                             ready,
-                            endpoint.image.as_deref(),
+                            &endpoint.images,
                             &self.route,
                             &self.metrics,
                         )

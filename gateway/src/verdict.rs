@@ -11,6 +11,14 @@
 //!
 //! A replica this node ejected counts as not ready here: that is how "red
 //! on n3 only" shows.
+//!
+//! ## Images
+//! A replica runs one image or more (a pod's app and its sidecars). A
+//! verdict lists each distinct image label with how many replicas run it,
+//! most replicas first, then by label; a replica counts once for each of
+//! its images. A label keeps the start of the digest whenever one is known
+//! ([`image_label`]), so two builds pushed under one tag are two entries:
+//! a rollout under way, or one stuck.
 
 pub mod board;
 
@@ -29,7 +37,9 @@ pub struct ReplicaFacts<'a> {
     pub ready: bool,
     /// Ejected by this node, and why.
     pub ejected: Option<EjectReason>,
-    pub image: Option<&'a str>,
+    /// The labels of the images it runs (none when the runtime does not
+    /// tell, as for static replicas and external hosts).
+    pub images: Vec<&'a str>,
 }
 
 /// A route's circuit, as the verdict needs it.
@@ -78,8 +88,13 @@ pub fn judge(
         .filter_map(|r| r.ejected)
         .collect();
     let mut images: BTreeMap<&str, u32> = BTreeMap::new();
-    for image in replicas.iter().filter_map(|r| r.image) {
-        *images.entry(image).or_default() += 1;
+    for replica in replicas {
+        for (i, image) in replica.images.iter().enumerate() {
+            // Two containers of one image are still one replica running it.
+            if !replica.images[..i].contains(image) {
+                *images.entry(image).or_default() += 1;
+            }
+        }
     }
     let mut images: Vec<ImageCount> = images
         .into_iter()
@@ -180,31 +195,47 @@ pub fn judge(
     }
 }
 
-/// How an image is shown: its last path part and tag, or the start of its
-/// digest when the tag is `latest` or missing.
+/// How an image is shown: the last path part of its reference, its tag
+/// unless that is `latest`, and the start of its digest whenever one is
+/// known — `api:1.4@sha256:4c0f12ab9d2e`, `nginx@sha256:4c0f12ab9d2e`,
+/// `api:1.4` (no digest known), `nginx:latest` (neither).
+///
+/// `digest` is what the runtime says the image is, in any of its spellings
+/// (`sha256:…`, `repo@sha256:…`, `docker-pullable://repo@sha256:…`); a
+/// digest pinned in the reference itself wins over it. Two builds pushed
+/// under one tag differ in their digests, so their labels differ too.
 pub fn image_label(reference: &str, digest: Option<&str>) -> String {
     let short = reference.rsplit('/').next().unwrap_or(reference);
-    if let Some((name, digest)) = short.split_once('@') {
-        return format!("{name}@{}", digest_start(digest));
+    // Started by image ID: no name to show, only the ID.
+    if short.starts_with("sha256:") {
+        return digest_start(short).unwrap_or_else(|| short.to_string());
     }
-    let (name, tag) = match short.rsplit_once(':') {
-        Some((name, tag)) => (name, Some(tag)),
+    let (named, pinned) = match short.split_once('@') {
+        Some((named, pinned)) => (named, Some(pinned)),
         None => (short, None),
     };
-    match (tag, digest) {
-        (Some(tag), _) if tag != "latest" => format!("{name}:{tag}"),
-        (_, Some(digest)) => format!("{name}@{}", digest_start(digest)),
-        _ => format!("{name}:latest"),
+    let (name, tag) = match named.rsplit_once(':') {
+        Some((name, tag)) => (name, Some(tag).filter(|t| *t != "latest")),
+        None => (named, None),
+    };
+    match (tag, pinned.or(digest).and_then(digest_start)) {
+        (Some(tag), Some(digest)) => format!("{name}:{tag}@{digest}"),
+        (None, Some(digest)) => format!("{name}@{digest}"),
+        (Some(tag), None) => format!("{name}:{tag}"),
+        (None, None) => format!("{name}:latest"),
     }
 }
 
-/// `sha256:4c0f12ab9d2e…` → `sha256:4c0f12ab9d2e`.
-fn digest_start(digest: &str) -> String {
-    let digest = digest.rsplit('@').next().unwrap_or(digest);
-    match digest.split_once(':') {
-        Some((algorithm, hex)) => format!("{algorithm}:{}", hex.get(..12).unwrap_or(hex)),
-        None => digest.get(..12).unwrap_or(digest).to_string(),
+/// `docker-pullable://api@sha256:4c0f12ab9d2e7f…` → `sha256:4c0f12ab9d2e`;
+/// `None` when `text` holds no `algorithm:hex` digest.
+fn digest_start(text: &str) -> Option<String> {
+    let digest = text.rsplit('@').next().unwrap_or(text);
+    let digest = digest.rsplit("://").next().unwrap_or(digest);
+    let (algorithm, hex) = digest.split_once(':')?;
+    if algorithm.is_empty() || hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
     }
+    Some(format!("{algorithm}:{}", hex.get(..12).unwrap_or(hex)))
 }
 
 /// Every route's verdict on this node, with when each last changed.
@@ -288,12 +319,12 @@ mod tests {
     fn facts(
         ready: bool,
         ejected: Option<EjectReason>,
-        image: Option<&'static str>,
+        images: &[&'static str],
     ) -> ReplicaFacts<'static> {
         ReplicaFacts {
             ready,
             ejected,
-            image,
+            images: images.to_vec(),
         }
     }
 
@@ -304,9 +335,9 @@ mod tests {
 
     #[test]
     fn hearts() {
-        let up = facts(true, None, None);
-        let down = facts(false, None, None);
-        let ejected = facts(true, Some(EjectReason::Refused), None);
+        let up = facts(true, None, &[]);
+        let down = facts(false, None, &[]);
+        let ejected = facts(true, Some(EjectReason::Refused), &[]);
         let cases: &[(Source, Vec<ReplicaFacts>, CircuitFacts, Heart, &str)] = &[
             (
                 Source::Runtime,
@@ -359,7 +390,7 @@ mod tests {
             ),
             (
                 Source::External,
-                vec![facts(true, Some(EjectReason::Refused), None)],
+                vec![facts(true, Some(EjectReason::Refused), &[])],
                 CircuitFacts::Disabled,
                 Heart::Red,
                 "host does not accept connections: connect refused",
@@ -369,7 +400,7 @@ mod tests {
                 vec![facts(
                     true,
                     Some(EjectReason::Tls(TlsFailure::UnknownIssuer)),
-                    None,
+                    &[],
                 )],
                 CircuitFacts::Disabled,
                 Heart::Red,
@@ -380,7 +411,7 @@ mod tests {
                 vec![facts(
                     true,
                     Some(EjectReason::ProxyRefused { status: 403 }),
-                    None,
+                    &[],
                 )],
                 CircuitFacts::Disabled,
                 Heart::Red,
@@ -390,7 +421,7 @@ mod tests {
                 Source::Static,
                 vec![
                     up.clone(),
-                    facts(true, Some(EjectReason::Tls(TlsFailure::Expired)), None),
+                    facts(true, Some(EjectReason::Tls(TlsFailure::Expired)), &[]),
                 ],
                 CircuitFacts::Disabled,
                 Heart::Orange,
@@ -430,10 +461,10 @@ mod tests {
     #[test]
     fn counts_and_images() {
         let replicas = [
-            facts(true, None, Some("api:1.4")),
-            facts(true, None, Some("api:1.5")),
-            facts(true, None, Some("api:1.4")),
-            facts(false, None, Some("api:1.5")),
+            facts(true, None, &["api:1.4"]),
+            facts(true, None, &["api:1.5"]),
+            facts(true, None, &["api:1.4"]),
+            facts(false, None, &["api:1.5"]),
         ];
         let j = judge(Source::Runtime, true, &replicas, &CircuitFacts::Disabled);
         assert_eq!((j.ready, j.total), (3, 4));
@@ -453,27 +484,88 @@ mod tests {
         assert_eq!(j.circuit, Circuit::Disabled);
     }
 
+    fn counted(images: &[ImageCount]) -> Vec<(&str, u32)> {
+        images
+            .iter()
+            .map(|i| (i.image.as_str(), i.replicas))
+            .collect()
+    }
+
+    #[test]
+    fn every_image_of_a_replica_counts_and_two_builds_of_a_tag_are_two() {
+        let old = "api:1.4@sha256:4c0f12ab9d2e";
+        let new = "api:1.4@sha256:9b1d7e0c3a55";
+        let envoy = "envoy:1.31@sha256:77aa00bb11cc";
+        let replicas = [
+            facts(true, None, &[old, envoy]),
+            facts(true, None, &[new, envoy]),
+            facts(false, None, &[new, envoy]),
+            // Two containers of one image: one replica running it.
+            facts(true, None, &[new, new]),
+            facts(true, None, &[]),
+        ];
+        let j = judge(Source::Runtime, true, &replicas, &CircuitFacts::Disabled);
+        assert_eq!((j.ready, j.total), (4, 5), "images do not count replicas");
+        assert_eq!(
+            counted(&j.images),
+            [(new, 3), (envoy, 3), (old, 1)],
+            "most replicas first, then by label"
+        );
+    }
+
     #[test]
     fn image_labels() {
         let digest = "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
-        assert_eq!(
-            image_label("registry.example.com/team/api:1.4", None),
-            "api:1.4"
-        );
-        assert_eq!(
-            image_label("nginx", Some(digest)),
-            "nginx@sha256:4c0f12ab9d2e"
-        );
-        assert_eq!(
-            image_label("nginx:latest", Some(digest)),
-            "nginx@sha256:4c0f12ab9d2e"
-        );
-        assert_eq!(image_label("nginx:latest", None), "nginx:latest");
-        assert_eq!(
-            image_label(&format!("docker.io/library/nginx@{digest}"), None),
-            "nginx@sha256:4c0f12ab9d2e"
-        );
-        assert_eq!(image_label("localhost:5000/api:2", None), "api:2");
+        let pinned = format!("docker.io/library/nginx@{digest}");
+        let pullable = format!("docker-pullable://registry.example.com/team/api@{digest}");
+        let other = "sha256:9b1d7e0c3a5500aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+        let cases: &[(&str, Option<&str>, &str)] = &[
+            // Tag and digest start, whatever spelling the runtime gives.
+            (
+                "registry.example.com/team/api:1.4",
+                Some(digest),
+                "api:1.4@sha256:4c0f12ab9d2e",
+            ),
+            ("api:1.4", Some(&pullable), "api:1.4@sha256:4c0f12ab9d2e"),
+            (
+                "api:1.4",
+                Some(&format!("docker://{digest}")),
+                "api:1.4@sha256:4c0f12ab9d2e",
+            ),
+            ("api:1.4", Some(other), "api:1.4@sha256:9b1d7e0c3a55"),
+            (
+                "localhost:5000/api:2",
+                Some(digest),
+                "api:2@sha256:4c0f12ab9d2e",
+            ),
+            // No digest known: the tag alone.
+            ("registry.example.com/team/api:1.4", None, "api:1.4"),
+            ("localhost:5000/api:2", None, "api:2"),
+            ("api:1.4", Some("registry.example.com/api"), "api:1.4"),
+            ("api:1.4", Some(""), "api:1.4"),
+            // `latest` or no tag: the digest says which build.
+            ("nginx", Some(digest), "nginx@sha256:4c0f12ab9d2e"),
+            ("nginx:latest", Some(digest), "nginx@sha256:4c0f12ab9d2e"),
+            ("nginx:latest", None, "nginx:latest"),
+            ("nginx", None, "nginx:latest"),
+            // A digest pinned in the reference wins.
+            (&pinned, None, "nginx@sha256:4c0f12ab9d2e"),
+            (&pinned, Some(other), "nginx@sha256:4c0f12ab9d2e"),
+            (
+                &format!("api:1.4@{digest}"),
+                Some(other),
+                "api:1.4@sha256:4c0f12ab9d2e",
+            ),
+            // Started by image ID: no name to show.
+            (other, Some(other), "sha256:9b1d7e0c3a55"),
+        ];
+        for (reference, digest, label) in cases {
+            assert_eq!(
+                image_label(reference, *digest),
+                *label,
+                "{reference} {digest:?}"
+            );
+        }
     }
 
     #[test]
@@ -489,7 +581,7 @@ mod tests {
         let known = judge(
             Source::Runtime,
             false,
-            &[facts(true, None, None)],
+            &[facts(true, None, &[])],
             &CircuitFacts::Disabled,
         );
         assert_eq!(known.reason, "all 1 ready");
@@ -501,7 +593,7 @@ mod tests {
         let green = judge(
             Source::External,
             true,
-            &[facts(true, None, None)],
+            &[facts(true, None, &[])],
             &CircuitFacts::Disabled,
         );
         assert!(verdicts.update("api", green.clone(), None, 100));
@@ -510,7 +602,7 @@ mod tests {
         let red = judge(
             Source::External,
             true,
-            &[facts(false, None, None)],
+            &[facts(false, None, &[])],
             &CircuitFacts::Disabled,
         );
         assert!(verdicts.update("api", red, None, 300));

@@ -25,7 +25,8 @@ pub const MAX_VALUE: usize = 2048;
 pub const MAX_REASON: usize = 240;
 /// The most image counts a verdict carries in gossip (the largest kept).
 pub const MAX_IMAGES: usize = 8;
-/// The longest image label carried, in bytes.
+/// The longest image label carried, in bytes; a longer one loses its
+/// start, not the tag and digest at its end that tell builds apart.
 pub const MAX_IMAGE: usize = 96;
 
 /// Encodes a value as gossip text.
@@ -59,6 +60,17 @@ fn cut(text: &mut String, max: usize) {
     }
 }
 
+/// `text` cut to its last `max` bytes, starting with `…` when cut.
+fn cut_start(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut start = text.len() - max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        *text = format!("…{}", &text[start..]);
+    }
+}
+
 /// A verdict cut to what gossip carries: its reason and image list bounded
 /// (the images with the most replicas kept), so that its value always fits.
 pub fn fit(mut verdict: Verdict) -> Verdict {
@@ -71,7 +83,7 @@ pub fn fit(mut verdict: Verdict) -> Verdict {
         verdict.images.truncate(MAX_IMAGES);
     }
     for image in &mut verdict.images {
-        cut(&mut image.image, MAX_IMAGE);
+        cut_start(&mut image.image, MAX_IMAGE);
     }
     verdict
 }
@@ -135,6 +147,39 @@ mod tests {
         assert_eq!(fitted.images.len(), MAX_IMAGES);
         assert_eq!(fitted.images[0].replicas, 999, "the largest kept");
         assert!(fitted.reason.ends_with('…') && fitted.reason.len() <= MAX_REASON);
+    }
+
+    #[test]
+    fn fitting_keeps_the_order_and_the_ends_of_labels() {
+        let mut rollout = verdict();
+        // Nine builds under one tag, the newest on most replicas, and a
+        // label longer than gossip carries.
+        rollout.images = (0..9)
+            .map(|i| ImageCount {
+                image: format!("api:1.4@sha256:{i}c0f12ab9d2e"),
+                replicas: if i == 8 { 1 } else { 3 },
+            })
+            .collect();
+        let long = format!("{}/api:1.4@sha256:9b1d7e0c3a55", "é".repeat(60));
+        rollout.images.insert(
+            0,
+            ImageCount {
+                image: long,
+                replicas: 4,
+            },
+        );
+        let fitted = fit(rollout);
+        let labels: Vec<&str> = fitted.images.iter().map(|i| i.image.as_str()).collect();
+        assert_eq!(labels.len(), MAX_IMAGES);
+        assert!(labels[0].starts_with('…') && labels[0].ends_with("é/api:1.4@sha256:9b1d7e0c3a55"));
+        assert!(labels[0].len() <= MAX_IMAGE, "{}", labels[0]);
+        assert_eq!(
+            labels[1..],
+            (0..7)
+                .map(|i| format!("api:1.4@sha256:{i}c0f12ab9d2e"))
+                .collect::<Vec<_>>(),
+            "most replicas first, ties in their order, the fewest left out"
+        );
     }
 
     #[test]

@@ -30,8 +30,13 @@ pub enum Circuit {
 /// How many replicas run one image.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ImageCount {
-    /// The tag, or the start of the digest when the tag is `latest`.
+    /// Its label: the name's last path part, the tag unless it is
+    /// `latest`, and the start of the digest when one is known
+    /// (`api:1.4@sha256:4c0f12ab9d2e`, `nginx@sha256:4c0f12ab9d2e`,
+    /// `api:1.4`). Two builds under one tag are two labels.
     pub image: String,
+    /// How many replicas run it; a replica with several images (a pod's
+    /// app and sidecars) counts once under each.
     pub replicas: u32,
 }
 
@@ -44,6 +49,7 @@ pub struct Verdict {
     pub reason: String,
     pub ready: u32,
     pub total: u32,
+    /// The images its replicas run, most replicas first, then by label.
     pub images: Vec<ImageCount>,
     pub circuit: Circuit,
     /// When the heart or reason last changed, in milliseconds since the Unix epoch.

@@ -66,6 +66,15 @@ pub fn images() -> &'static str {
     IMAGE
 }
 
+/// How a verdict shows the test upstream's image `:version`: its tag and
+/// the start of its image ID on this engine (`sha256:` and 12 hex digits).
+pub fn image_label(version: &str) -> String {
+    let tag = format!("{}:{version}", images());
+    let id = docker(&["image", "inspect", "--format", "{{.Id}}", &tag]).expect("the image's ID");
+    let start = id.get(..19).expect("a sha256 image ID");
+    format!("{tag}@{start}")
+}
+
 /// A network of the test's own.
 #[derive(Debug)]
 pub struct Network {

@@ -463,6 +463,47 @@ pub fn pod(name: &str, app: &str, ip: Option<&str>, port: u16, ready: bool, imag
     }
 }
 
+/// `pod` with its containers' images pulled: the kubelet reports each
+/// container's `imageID` (the registry digest, `repo@sha256:…`), in the
+/// order of `image_ids`.
+pub fn pulled(mut pod: Pod, image_ids: &[&str]) -> Pod {
+    let statuses = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut());
+    for (status, id) in statuses.into_iter().flatten().zip(image_ids) {
+        status.image_id = (*id).into();
+    }
+    pod
+}
+
+/// `pod` with a sidecar container `proxy` of `image` beside its app, as a
+/// service mesh injects one.
+pub fn with_sidecar(mut pod: Pod, image: &str) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers.push(Container {
+            name: "proxy".into(),
+            image: Some(image.into()),
+            ..Default::default()
+        });
+    }
+    if let Some(statuses) = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+    {
+        let ready = statuses.iter().all(|s| s.ready);
+        statuses.push(ContainerStatus {
+            name: "proxy".into(),
+            image: image.into(),
+            image_id: String::new(),
+            ready,
+            ..Default::default()
+        });
+    }
+    pod
+}
+
 /// A Service selecting `app` (none when `None`), port 80 to the pods'
 /// port named `http`.
 pub fn service(name: &str, app: Option<&str>, cluster_ip: Option<&str>, port: u16) -> Service {

@@ -174,10 +174,11 @@ async fn healthchecks_pauses_and_images() {
         .iter()
         .map(|i| (i.image.as_str(), i.replicas))
         .collect();
+    let (one, two) = (docker::image_label("1"), docker::image_label("2"));
     assert_eq!(
         counts,
-        [("picket-test-upstream:1", 2), ("picket-test-upstream:2", 1)],
-        "two images, with counts"
+        [(one.as_str(), 2), (two.as_str(), 1)],
+        "two images, each with its image ID, with counts"
     );
 
     plain.pause();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use picket_proto::Heart;
 use picket_tests::client;
-use picket_tests::fake_kube::{FakeKube, Kind, pod, service};
+use picket_tests::fake_kube::{FakeKube, Kind, pod, pulled, service, with_sidecar};
 use picket_tests::node::{TestNode, eventually};
 use picket_tests::upstream::{Behaviour, Control, Upstream};
 
@@ -137,6 +137,104 @@ async fn pods_becoming_ready_unready_or_deleted_move_rotation_and_verdict() {
     })
     .await;
     assert_eq!(client::get(node.proxy, "a", "/").await.unwrap().status, 502);
+    node.stop().await;
+}
+
+/// The (label, replicas) of a verdict's images.
+fn image_counts(node: &TestNode) -> Vec<(String, u32)> {
+    node.verdict("api")
+        .map(|v| {
+            v.images
+                .into_iter()
+                .map(|i| (i.image, i.replicas))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_under_one_tag_shows_each_build_and_the_sidecar() {
+    install_crypto();
+    const OLD: &str =
+        "shop/api@sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+    const NEW: &str =
+        "shop/api@sha256:9b1d7e0c3a5500aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+    const ENVOY: &str = "docker-pullable://envoyproxy/envoy@sha256:77aa00bb11cc22dd33ee44ff5566778899aabbccddeeff001122334455667788";
+    let kube = FakeKube::start("test").await;
+    let mut pods = Vec::new();
+    for i in 1..=3 {
+        pods.push(Upstream::start(&format!("api-{i}"), Behaviour::Echo).await);
+    }
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    let api_pod = |i: usize, build: &str| {
+        let app = pod(
+            &format!("api-{}", i + 1),
+            "api",
+            Some("127.0.0.1"),
+            pods[i].addr.port(),
+            true,
+            "shop/api:1.4",
+        );
+        pulled(with_sidecar(app, "envoyproxy/envoy:v1.31"), &[build, ENVOY])
+    };
+    // Halfway through a rollout of a new build pushed under the same tag.
+    kube.apply(Kind::Pods, &api_pod(0, OLD));
+    kube.apply(Kind::Pods, &api_pod(1, NEW));
+    kube.apply(Kind::Pods, &api_pod(2, NEW));
+    let node = TestNode::start(&config(&kube, API));
+    eventually("green 3/3", SOON, || {
+        node.verdict("api")
+            .is_some_and(|v| v.heart == Heart::Green && v.ready == 3)
+    })
+    .await;
+    let envoy = "envoy:v1.31@sha256:77aa00bb11cc";
+    let old = "api:1.4@sha256:4c0f12ab9d2e";
+    let new = "api:1.4@sha256:9b1d7e0c3a55";
+    assert_eq!(
+        image_counts(&node),
+        [(envoy.into(), 3), (new.into(), 2), (old.into(), 1)],
+        "two builds under one tag are two entries; the sidecar hides nothing"
+    );
+
+    let (status, routes) = node.admin_json("/v1/routes").await;
+    assert_eq!(status, 200);
+    let route = &routes["routes"][0];
+    let mut replicas: Vec<(String, serde_json::Value)> = route["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["address"].as_str().unwrap().to_string(),
+                r["images"].clone(),
+            )
+        })
+        .collect();
+    replicas.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(replicas[0].0.starts_with("api-1 "), "{replicas:?}");
+    assert_eq!(
+        replicas[0].1,
+        serde_json::json!([old, envoy]),
+        "the app first"
+    );
+    assert_eq!(replicas[1].1, serde_json::json!([new, envoy]));
+    assert_eq!(
+        route["verdict"]["images"],
+        serde_json::json!([
+            { "image": envoy, "replicas": 3 },
+            { "image": new, "replicas": 2 },
+            { "image": old, "replicas": 1 },
+        ])
+    );
+
+    // The last old pod replaced in place: one build left.
+    kube.apply(Kind::Pods, &api_pod(0, NEW));
+    eventually("one build left", SOON, || image_counts(&node).len() == 2).await;
+    assert_eq!(
+        image_counts(&node),
+        [(new.into(), 3), (envoy.into(), 3)],
+        "as many replicas each: by label"
+    );
     node.stop().await;
 }
 

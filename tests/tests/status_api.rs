@@ -183,3 +183,51 @@ async fn every_endpoint_answers_as_documented() {
     }
     first.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_routes_images_answer_as_documented() {
+    use picket_tests::fake_kube::{FakeKube, Kind, pod, pulled, service, with_sidecar};
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let spec = openapi();
+    let kube = FakeKube::start("test").await;
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    let app = pod(
+        "api-1",
+        "api",
+        Some("127.0.0.1"),
+        8080,
+        true,
+        "shop/api:1.4",
+    );
+    let app = with_sidecar(app, "envoyproxy/envoy:v1.31");
+    let digest = "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+    let app = pulled(app, &[&format!("shop/api@{digest}")]);
+    kube.apply(Kind::Pods, &app);
+    let node = TestNode::start(&format!(
+        "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n\
+         [[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\n",
+        kube.url()
+    ));
+    node.verdict_until("api", "the pod's images", Duration::from_secs(5), |v| {
+        v.images.len() == 2
+    })
+    .await;
+    let (status, routes) = node.admin_json("/v1/routes").await;
+    assert_eq!(status, 200);
+    check(&spec, "/v1/routes", "200", &routes);
+    let route = &routes["routes"][0];
+    assert_eq!(
+        route["replicas"][0]["images"],
+        json!(["api:1.4@sha256:4c0f12ab9d2e", "envoy:v1.31"]),
+        "the sidecar's image not pulled yet: no digest known"
+    );
+    assert_eq!(
+        route["verdict"]["images"],
+        json!([
+            { "image": "api:1.4@sha256:4c0f12ab9d2e", "replicas": 1 },
+            { "image": "envoy:v1.31", "replicas": 1 },
+        ])
+    );
+    node.stop().await;
+}

@@ -10,11 +10,12 @@
 //! ## Layout
 //! The matrix takes the rows it needs (two header lines and a line per
 //! route shown) when the detail pane still gets all it needs (a title, a
-//! header, a line per node, the history), and the pane the rest. Otherwise
-//! the pane gets what it needs up to two fifths of the height (or what the
-//! matrix leaves, if more), and the matrix scrolls, keeping the selection in
-//! the middle when it can. PageUp and PageDown move by [`crate::app::PAGE`]
-//! rows: the App does not know the terminal's height.
+//! header, a line per node, the images, the history), and the pane the
+//! rest. Otherwise the pane gets what it needs up to two fifths of the
+//! height (or what the matrix leaves, if more), and the matrix scrolls,
+//! keeping the selection in the middle when it can. PageUp and PageDown
+//! move by [`crate::app::PAGE`] rows: the App does not know the terminal's
+//! height.
 
 mod detail;
 mod grid;

@@ -41,8 +41,9 @@ pub struct ReplicaView {
     /// Why it is ejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    /// The labels of every image it runs, as in the verdict's `images`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -116,7 +117,7 @@ fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
                 ready: r.ready(),
                 state,
                 reason,
-                image: r.image().map(|i| i.to_string()),
+                images: r.images().to_vec(),
             }
         })
         .collect();

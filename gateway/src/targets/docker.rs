@@ -74,6 +74,12 @@ pub struct ContainerFacts {
     pub paused: bool,
     /// `None` when the container has no healthcheck.
     pub healthy: Option<bool>,
+    /// The label of its image ([`image_label`]): the reference it was
+    /// created from, with the start of the engine's image ID (`Image` of
+    /// the inspect), or of the registry digest pinned in the reference (a
+    /// Swarm task's `name:tag@sha256:…`). The image ID is local to the
+    /// engine, not the registry's digest, but it too differs between two
+    /// builds pushed under one tag.
     pub image: Option<String>,
 }
 
@@ -172,7 +178,7 @@ impl Inventory for DockerInventory {
                 id: c.name.clone(),
                 target: c.ip.map(|ip| Target::Addr((ip, *port).into())),
                 ready: c.ready(),
-                image: c.image.clone(),
+                images: c.image.iter().cloned().collect(),
                 checked: false,
             })
             .collect();
@@ -184,7 +190,7 @@ impl Inventory for DockerInventory {
                     port: *port,
                 }),
                 ready: true,
-                image: None,
+                images: Vec::new(),
                 checked: true,
             }];
         }
@@ -816,7 +822,11 @@ mod tests {
             Some("172.20.0.5".parse().unwrap()),
             "the first network by name"
         );
-        assert_eq!(facts_of.image.as_deref(), Some("api@sha256:4c0f12ab9d2e"));
+        assert_eq!(
+            facts_of.image.as_deref(),
+            Some("api@sha256:4c0f12ab9d2e"),
+            "tagged latest: the image ID says which build"
+        );
         assert!(facts_of.ready());
         assert_eq!(
             facts(&running, Some("frontend")).unwrap().ip,
@@ -896,6 +906,40 @@ mod tests {
     }
 
     #[test]
+    fn two_builds_under_one_tag_have_two_labels() {
+        let compose = serde_json::json!({"com.docker.compose.service": "api"});
+        let built = |reference: &str, id: &str| {
+            let mut inspect = container(serde_json::json!({"Running": true}), compose.clone());
+            inspect.image = Some(id.into());
+            if let Some(config) = inspect.config.as_mut() {
+                config.image = Some(reference.into());
+            }
+            facts(&inspect, None).unwrap().image
+        };
+        let old = "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+        let new = "sha256:9b1d7e0c3a5500aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+        assert_eq!(
+            built("registry.example.com/shop/api:1.4", old).as_deref(),
+            Some("api:1.4@sha256:4c0f12ab9d2e")
+        );
+        assert_eq!(
+            built("registry.example.com/shop/api:1.4", new).as_deref(),
+            Some("api:1.4@sha256:9b1d7e0c3a55")
+        );
+        // A Swarm task's reference is pinned to the registry's digest,
+        // which wins over the engine's image ID.
+        assert_eq!(
+            built(&format!("shop/api:1.4@{new}"), old).as_deref(),
+            Some("api:1.4@sha256:9b1d7e0c3a55")
+        );
+        let mut unnamed = container(serde_json::json!({"Running": true}), compose.clone());
+        if let Some(config) = unnamed.config.as_mut() {
+            config.image = None;
+        }
+        assert_eq!(facts(&unnamed, None).unwrap().image, None);
+    }
+
+    #[test]
     fn inventories_give_endpoints() {
         let mut inventory = DockerInventory::default();
         for (id, service, ip, running) in [
@@ -912,7 +956,7 @@ mod tests {
                     running,
                     paused: false,
                     healthy: None,
-                    image: Some("api:1".into()),
+                    image: (id != "2").then(|| "api:1@sha256:4c0f12ab9d2e".into()),
                 },
             );
         }
@@ -924,8 +968,17 @@ mod tests {
         );
         assert!(endpoints[0].ready);
         assert_eq!(
-            (endpoints[1].target.as_ref(), endpoints[1].ready),
-            (None, false)
+            endpoints[0].images,
+            ["api:1@sha256:4c0f12ab9d2e"],
+            "one container, one image"
+        );
+        assert_eq!(
+            (
+                endpoints[1].target.as_ref(),
+                endpoints[1].ready,
+                endpoints[1].images.as_slice()
+            ),
+            (None, false, &[][..])
         );
         assert!(
             inventory

@@ -160,12 +160,52 @@ fn target_port(target: Option<&IntOrString>, port: i32, pod: &Pod) -> Option<u16
     u16::try_from(number).ok()
 }
 
-fn pod_image(pod: &Pod) -> Option<String> {
-    let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
-    Some(image_label(
-        &status.image,
-        Some(status.image_id.as_str()).filter(|d| d.contains("sha256:")),
-    ))
+/// The labels of the images a pod runs: one per container (init and
+/// ephemeral containers aside), in the order of its spec, each with its
+/// registry digest once the kubelet reports it (`imageID`). Before any
+/// container status, the images its spec names.
+fn pod_images(pod: &Pod) -> Vec<String> {
+    let containers = pod.spec.as_ref().map_or(&[][..], |s| &s.containers[..]);
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let mut labelled: Vec<(usize, String)> = if statuses.is_empty() {
+        containers
+            .iter()
+            .enumerate()
+            .filter_map(|(at, c)| Some((at, image_label(c.image.as_deref()?, None))))
+            .collect()
+    } else {
+        statuses
+            .iter()
+            .map(|status| {
+                let at = containers.iter().position(|c| c.name == status.name);
+                // Some runtimes report the image ID as the image when several
+                // tags name it; the spec says which one was asked for.
+                let asked = at.and_then(|at| containers[at].image.as_deref());
+                let reference = match asked {
+                    Some(asked)
+                        if status.image.is_empty() || status.image.starts_with("sha256:") =>
+                    {
+                        asked
+                    }
+                    _ => status.image.as_str(),
+                };
+                let digest = Some(status.image_id.as_str()).filter(|d| d.contains("sha256:"));
+                (at.unwrap_or(usize::MAX), image_label(reference, digest))
+            })
+            .collect()
+    };
+    labelled.sort_by_key(|(at, _)| *at);
+    let mut images: Vec<String> = Vec::with_capacity(labelled.len());
+    for (_, label) in labelled {
+        if !images.contains(&label) {
+            images.push(label);
+        }
+    }
+    images
 }
 
 impl Inventory for KubeInventory {
@@ -255,7 +295,7 @@ fn endpoints_in<'a>(
                 id: pod.metadata.name.clone().unwrap_or_default(),
                 target,
                 ready: pod_ready(pod),
-                image: pod_image(pod),
+                images: pod_images(pod),
                 checked: false,
             }
         })
@@ -271,7 +311,7 @@ fn fallback(service: &str, namespace: &str, port: u16) -> Endpoint {
             port,
         }),
         ready: true,
-        image: None,
+        images: Vec::new(),
         checked: true,
     }
 }
@@ -671,7 +711,7 @@ mod tests {
                 ("api-3", None, false),
             ]
         );
-        assert_eq!(by_name[0].image.as_deref(), Some("api:1.4"));
+        assert_eq!(by_name[0].images, ["api:1.4@sha256:4c0f12ab9d2e"]);
         let numbered = inv.endpoints("api", &ServicePort::Number(9000));
         assert_eq!(addr(&numbered[0]).as_deref(), Some("10.1.0.1:9001"));
         let plain = inv.endpoints("api", &ServicePort::Number(7000));
@@ -711,6 +751,168 @@ mod tests {
             (addr(&forbidden[0]).as_deref(), forbidden[0].checked),
             (Some("api.shop.svc:80"), true)
         );
+    }
+
+    const OLD: &str = "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+    const NEW: &str = "sha256:9b1d7e0c3a5500aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22";
+    const ENVOY: &str = "sha256:77aa00bb11cc22dd33ee44ff5566778899aabbccddeeff001122334455667788";
+
+    /// A running pod of `app` whose spec lists `containers` (name, image)
+    /// and whose status reports `statuses` (name, image, imageID), as the
+    /// kubelet does: sorted by name, an init container beside them.
+    fn running(
+        name: &str,
+        containers: &[(&str, &str)],
+        statuses: &[(&str, &str, &str)],
+    ) -> Arc<Pod> {
+        let containers: Vec<serde_json::Value> = containers
+            .iter()
+            .map(|(name, image)| serde_json::json!({ "name": name, "image": image }))
+            .collect();
+        let mut statuses: Vec<serde_json::Value> = statuses
+            .iter()
+            .map(|(name, image, id)| {
+                serde_json::json!({
+                    "name": name, "image": image, "imageID": id,
+                    "ready": true, "restartCount": 0
+                })
+            })
+            .collect();
+        statuses.sort_by_key(|s| s["name"].as_str().map(String::from));
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name, "labels": { "app": "api" } },
+                "spec": {
+                    "initContainers": [{ "name": "migrate", "image": "migrate:7" }],
+                    "containers": containers
+                },
+                "status": {
+                    "podIP": "10.1.0.1",
+                    "conditions": [{ "type": "Ready", "status": "True" }],
+                    "initContainerStatuses": [{
+                        "name": "migrate", "image": "migrate:7",
+                        "imageID": format!("docker.io/library/migrate@{OLD}"),
+                        "ready": false, "restartCount": 0
+                    }],
+                    "containerStatuses": statuses
+                }
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_pod_runs_every_image_of_its_containers() {
+        let sidecar = running(
+            "api-1",
+            &[("web", "shop/api:1.4"), ("envoy", "envoyproxy/envoy:v1.31")],
+            &[
+                (
+                    "web",
+                    "docker.io/shop/api:1.4",
+                    &format!("docker-pullable://docker.io/shop/api@{OLD}"),
+                ),
+                (
+                    "envoy",
+                    "docker.io/envoyproxy/envoy:v1.31",
+                    &format!("docker.io/envoyproxy/envoy@{ENVOY}"),
+                ),
+            ],
+        );
+        assert_eq!(
+            pod_images(&sidecar),
+            [
+                "api:1.4@sha256:4c0f12ab9d2e",
+                "envoy:v1.31@sha256:77aa00bb11cc"
+            ],
+            "every container in the spec's order, the app first; no init container"
+        );
+
+        let pending = running(
+            "api-2",
+            &[("web", "shop/api:1.4"), ("envoy", "envoyproxy/envoy:v1.31")],
+            &[],
+        );
+        assert_eq!(
+            pod_images(&pending),
+            ["api:1.4", "envoy:v1.31"],
+            "no status yet: the spec's images, no digest known"
+        );
+
+        let pulling = running(
+            "api-3",
+            &[("web", "shop/api:1.5")],
+            &[("web", "shop/api:1.5", "")],
+        );
+        assert_eq!(pod_images(&pulling), ["api:1.5"], "no imageID yet");
+
+        // containerd reports the image ID as the image when several tags
+        // name it: the spec says which was asked for.
+        let by_id = running(
+            "api-4",
+            &[("web", "shop/api:1.4")],
+            &[("web", OLD, &format!("docker.io/shop/api@{OLD}"))],
+        );
+        assert_eq!(pod_images(&by_id), ["api:1.4@sha256:4c0f12ab9d2e"]);
+
+        let twice = running(
+            "api-5",
+            &[("web", "shop/api:1.4"), ("worker", "shop/api:1.4")],
+            &[
+                ("web", "shop/api:1.4", OLD),
+                ("worker", "shop/api:1.4", OLD),
+            ],
+        );
+        assert_eq!(pod_images(&twice), ["api:1.4@sha256:4c0f12ab9d2e"]);
+    }
+
+    #[test]
+    fn two_builds_under_one_tag_are_two_images_in_the_verdict() {
+        use crate::upstream::Source;
+        use crate::verdict::{CircuitFacts, ReplicaFacts, judge};
+
+        let pod = |name: &str, id: &str| {
+            running(
+                name,
+                &[("web", "shop/api:1.4"), ("envoy", "envoyproxy/envoy:v1.31")],
+                &[
+                    ("web", "shop/api:1.4", &format!("docker.io/shop/api@{id}")),
+                    (
+                        "envoy",
+                        "envoyproxy/envoy:v1.31",
+                        &format!("docker.io/envoyproxy/envoy@{ENVOY}"),
+                    ),
+                ],
+            )
+        };
+        let mut inv = inventory();
+        if let Some(NamespaceView::Objects { pods, .. }) = inv.namespaces.get_mut("shop") {
+            *pods = vec![pod("api-1", OLD), pod("api-2", NEW), pod("api-3", NEW)];
+        }
+        let endpoints = inv.endpoints("api", &ServicePort::Number(7000));
+        let facts: Vec<ReplicaFacts<'_>> = endpoints
+            .iter()
+            .map(|e| ReplicaFacts {
+                ready: e.ready,
+                ejected: None,
+                images: e.images.iter().map(String::as_str).collect(),
+            })
+            .collect();
+        let verdict = judge(Source::Runtime, true, &facts, &CircuitFacts::Disabled);
+        let images: Vec<(&str, u32)> = verdict
+            .images
+            .iter()
+            .map(|i| (i.image.as_str(), i.replicas))
+            .collect();
+        assert_eq!(
+            images,
+            [
+                ("envoy:v1.31@sha256:77aa00bb11cc", 3),
+                ("api:1.4@sha256:9b1d7e0c3a55", 2),
+                ("api:1.4@sha256:4c0f12ab9d2e", 1),
+            ]
+        );
+        assert_eq!((verdict.ready, verdict.total), (3, 3));
     }
 
     #[test]

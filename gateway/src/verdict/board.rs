@@ -108,7 +108,7 @@ impl Default for Board {
 struct Owned {
     ready: bool,
     ejected: Option<crate::upstream::health::EjectReason>,
-    image: Option<Arc<str>>,
+    images: Arc<[String]>,
 }
 
 fn circuit_facts(route: &Route) -> CircuitFacts {
@@ -137,7 +137,7 @@ fn replica_facts(route: &Route) -> Vec<Owned> {
             Owned {
                 ready: r.ready(),
                 ejected,
-                image: r.image(),
+                images: r.images(),
             }
         })
         .collect()
@@ -165,7 +165,7 @@ impl Board {
                 .map(|o| ReplicaFacts {
                     ready: o.ready,
                     ejected: o.ejected,
-                    image: o.image.as_deref(),
+                    images: o.images.iter().map(String::as_str).collect(),
                 })
                 .collect();
             let judgement = judge(source, reached, &replica_facts, &circuit);

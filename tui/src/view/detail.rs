@@ -1,10 +1,20 @@
-//! The selected route in detail: what each node says of it and why, and
-//! its recent transitions.
+//! The selected route in detail: what each node says of it and why, the
+//! images its replicas run, and its recent transitions.
 //!
 //! Nodes are listed worst first (live before dead, red before orange before
 //! green, then by name), so a cut list still shows the trouble; the last
 //! line then says how many more there are. Ages are on the attached node's
 //! clock ([`App::node_now_unix_ms`]).
+//!
+//! ## Images
+//! An image label can be long (`api:1.4@sha256:4c0f12ab9d2e`, and a route
+//! with sidecars or a rollout under way has several), so images get lines
+//! of their own below the nodes, one per image with its replica count,
+//! rather than the end of a node's line, where they would be cut off.
+//! Nodes see the same runtime, so their lists are usually the same and
+//! shown once; when they differ, each list is shown under the nodes that
+//! report it, the most common first. A label too long for the width keeps
+//! its end, where the tag and digest that tell builds apart are.
 
 use std::cmp::Reverse;
 
@@ -14,10 +24,10 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 
-use super::{age, fit};
+use super::{age, fit, fit_tail};
 use crate::app::{App, Matrix, Seen, Transition};
 use crate::theme;
-use picket_proto::{ClusterView, Verdict};
+use picket_proto::{ClusterView, ImageCount, Verdict};
 
 /// Node names longer than this are cut in the detail pane.
 const MAX_NAME_WIDTH: usize = 16;
@@ -32,7 +42,11 @@ pub(super) fn height(app: &App, available: u16, matrix_needs: u16) -> u16 {
     let route = &app.matrix().rows()[row].name;
     let transitions = app.history().len(route);
     let history = if transitions == 0 { 0 } else { 1 + transitions };
-    let needed = 2 + app.matrix().columns().len() + history;
+    let images = app.view().map_or(0, |view| {
+        let order = node_order(app.matrix(), row);
+        images_len(&image_groups(view, app.matrix(), row, &order))
+    });
+    let needed = 2 + app.matrix().columns().len() + images + history;
     let needed = u16::try_from(needed).unwrap_or(u16::MAX);
     if matrix_needs.saturating_add(needed) <= available {
         return available - matrix_needs;
@@ -71,9 +85,15 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         (1 + transitions).min(3.max(height / 3)).min(height)
     };
-    let node_lines = height - history_lines;
+    let rest = height - history_lines;
+    // Images get what the node table leaves, and at least half the rest.
+    let order = node_order(matrix, row);
+    let groups = image_groups(view, matrix, row, &order);
+    let image_lines = images_len(&groups).min(rest.saturating_sub(1 + order.len()).max(rest / 2));
+    let node_lines = rest - image_lines;
 
-    let mut lines = node_table(app, view, matrix, row, node_lines);
+    let mut lines = node_table(app, view, matrix, row, &order, node_lines);
+    lines.extend(images(&groups, usize::from(inner.width), image_lines));
     if history_lines > 0 {
         lines.push(Line::styled("history", theme::header()));
         let now = app.node_now_unix_ms();
@@ -87,20 +107,10 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
-/// A header and a line per node, at most `room` lines.
-fn node_table(
-    app: &App,
-    view: &ClusterView,
-    matrix: &Matrix,
-    row: usize,
-    room: usize,
-) -> Vec<Line<'static>> {
-    if room == 0 {
-        return Vec::new();
-    }
+/// The columns of `row`, worst first.
+fn node_order(matrix: &Matrix, row: usize) -> Vec<usize> {
     let columns = matrix.columns();
     let cells = matrix.cells(row);
-    let name_width = matrix.column_width().clamp(4, MAX_NAME_WIDTH);
     let mut nodes: Vec<usize> = (0..columns.len()).collect();
     nodes.sort_by_key(|&col| {
         (
@@ -109,10 +119,28 @@ fn node_table(
             Reverse(cells[col].map(|c| c.seen.heart)),
         )
     });
+    nodes
+}
+
+/// A header and a line per node of `nodes`, at most `room` lines.
+fn node_table(
+    app: &App,
+    view: &ClusterView,
+    matrix: &Matrix,
+    row: usize,
+    nodes: &[usize],
+    room: usize,
+) -> Vec<Line<'static>> {
+    if room == 0 {
+        return Vec::new();
+    }
+    let columns = matrix.columns();
+    let cells = matrix.cells(row);
+    let name_width = matrix.column_width().clamp(4, MAX_NAME_WIDTH);
 
     let mut lines = vec![Line::styled(
         format!(
-            "{:<name_width$}      ready circuit   since      reason  images",
+            "{:<name_width$}      ready circuit   since      reason",
             "node"
         ),
         theme::muted(),
@@ -191,14 +219,6 @@ fn verdict_spans(verdict: &Verdict, now: u64, dim: Style) -> Vec<Span<'static>> 
         ),
         Span::styled(verdict.reason.clone(), dim),
     ];
-    if !verdict.images.is_empty() {
-        let images: Vec<String> = verdict
-            .images
-            .iter()
-            .map(|i| format!("{}×{}", i.image, i.replicas))
-            .collect();
-        spans.push(Span::styled(format!("  {}", images.join(", ")), dim));
-    }
     if let Some(stale) = verdict.runtime_stale_since_unix_ms {
         spans.push(Span::styled(
             format!("  runtime stale {}", age(now.saturating_sub(stale))),
@@ -206,6 +226,99 @@ fn verdict_spans(verdict: &Verdict, now: u64, dim: Style) -> Vec<Span<'static>> 
         ));
     }
     spans
+}
+
+/// Nodes that report the same images on a route, and those images.
+struct ImageGroup<'v> {
+    nodes: Vec<&'v str>,
+    images: &'v [ImageCount],
+}
+
+/// The images of `row`, one group per distinct list, the most common
+/// first (then in `nodes`' order); none when no node reports any image.
+fn image_groups<'v>(
+    view: &'v ClusterView,
+    matrix: &'v Matrix,
+    row: usize,
+    nodes: &[usize],
+) -> Vec<ImageGroup<'v>> {
+    let mut groups: Vec<ImageGroup<'v>> = Vec::new();
+    for &col in nodes {
+        let Some(verdict) = matrix.verdict(view, row, col) else {
+            continue;
+        };
+        let name = matrix.columns()[col].name.as_str();
+        match groups.iter_mut().find(|g| g.images == verdict.images) {
+            Some(group) => group.nodes.push(name),
+            None => groups.push(ImageGroup {
+                nodes: vec![name],
+                images: &verdict.images,
+            }),
+        }
+    }
+    if groups.iter().all(|g| g.images.is_empty()) {
+        return Vec::new();
+    }
+    groups.sort_by_key(|g| Reverse(g.nodes.len()));
+    groups
+}
+
+/// The lines the images need: a title per group and a line per image.
+fn images_len(groups: &[ImageGroup<'_>]) -> usize {
+    groups.iter().map(|g| 1 + g.images.len().max(1)).sum()
+}
+
+/// `images` (or `images on n3` when nodes differ), then `  2× api:1.4@sha256:9b1d7e0c3a55`
+/// per image, at most `room` lines, `width` wide.
+fn images(groups: &[ImageGroup<'_>], width: usize, room: usize) -> Vec<Line<'static>> {
+    // (line, whether it is an image)
+    let mut lines: Vec<(Line<'static>, bool)> = Vec::new();
+    for group in groups {
+        let title = if groups.len() == 1 {
+            "images".to_owned()
+        } else {
+            format!("images on {}", group.nodes.join(" "))
+        };
+        lines.push((
+            Line::styled(fit(&title, width).into_owned(), theme::header()),
+            false,
+        ));
+        if group.images.is_empty() {
+            lines.push((Line::styled("  none reported", theme::muted()), false));
+        }
+        let count_width = group
+            .images
+            .iter()
+            .map(|i| i.replicas.to_string().len())
+            .max()
+            .unwrap_or(1);
+        for image in group.images {
+            let count = format!("  {:>count_width$}× ", image.replicas);
+            let label = fit_tail(&image.image, width.saturating_sub(count.chars().count()));
+            lines.push((
+                Line::from(vec![
+                    Span::styled(count, theme::muted()),
+                    Span::raw(label.into_owned()),
+                ]),
+                true,
+            ));
+        }
+    }
+    if lines.len() > room {
+        let kept = room.saturating_sub(1);
+        let hidden = lines[kept..].iter().filter(|(_, image)| *image).count();
+        lines.truncate(kept);
+        if room > 0 {
+            lines.push((
+                Line::styled(
+                    format!("{} {hidden} more images", theme::ELLIPSIS),
+                    theme::muted(),
+                ),
+                false,
+            ));
+        }
+    }
+    lines.into_iter().map(|(line, _)| line).collect()
 }
 
 /// `  4s ago  n3  ♥ → ♡○  green → red, circuit closed → open`

@@ -2,7 +2,7 @@
 //! separately (a styled buffer never equals plain lines).
 
 use crossterm::event::KeyCode;
-use picket_proto::{Circuit, Heart};
+use picket_proto::{Circuit, ClusterView, Heart, ImageCount};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -81,22 +81,18 @@ fn assert_three_nodes(width: u16, height: u16) {
         text[6].contains(" orders ≠ live nodes disagree "),
         "{text:#?}"
     );
-    assert_eq!(
-        text[7],
-        "node      ready circuit   since      reason  images"
-    );
+    assert_eq!(text[7], "node      ready circuit   since      reason");
     assert_eq!(
         text[8],
-        "n3   ● ♡○   0/2 open      12s ago    no replica ready  orders:1.4×2"
+        "n3   ● ♡○   0/2 open      12s ago    no replica ready"
     );
-    assert_eq!(
-        text[9],
-        "n1   ● ♥    2/2 closed    3m12s ago  2 of 2 ready  orders:1.4×2"
-    );
+    assert_eq!(text[9], "n1   ● ♥    2/2 closed    3m12s ago  2 of 2 ready");
     assert_eq!(
         text[10],
-        "n2   ◌ ♥    2/2 closed    3m12s ago  2 of 2 ready  orders:1.4×2"
+        "n2   ◌ ♥    2/2 closed    3m12s ago  2 of 2 ready"
     );
+    // Every node runs the same images: listed once.
+    assert_eq!(&text[11..13], ["images", "  2× orders:1.4"]);
     assert_eq!(at(&buffer, 7, 8), ("♡", Color::Red));
     assert_eq!(at(&buffer, 8, 8), ("○", Color::Red));
     assert_eq!(at(&buffer, 7, 9), ("♥", Color::Green));
@@ -180,8 +176,10 @@ fn twenty_nodes_get_columns_at_160_and_counts_at_80() {
     );
     assert!(wide[1].ends_with("n019"), "{wide:#?}");
     assert!(wide[3].starts_with("  route-011 ♥    ♥    ♥"), "{wide:#?}");
-    // The detail pane has room for 5 of the 20 nodes and says so.
-    assert_eq!(wide[22], "… 15 more (0 green)");
+    // The detail pane has room for 3 of the 20 nodes and says so, and
+    // for the route's images below them.
+    assert_eq!(wide[20], "… 17 more (0 green)");
+    assert_eq!(&wide[21..23], ["images", "  2× route-011:1.4"]);
     let narrow = lines(&draw(&app, 80, 24));
     assert_eq!(narrow[1], "  route     20 nodes collapsed");
     assert_eq!(
@@ -221,11 +219,12 @@ fn only_the_rows_on_screen_are_drawn_and_the_selection_stays_on_it() {
     app.update(key(KeyCode::End));
     let buffer = draw(&app, 80, 24);
     let text = lines(&buffer);
-    // 24 rows: status, 2 header lines, 15 routes, a detail pane of 5, the footer.
-    assert!(text[3].starts_with("  route-485 "), "{text:#?}");
-    assert!(text[17].starts_with("  route-499 "), "{text:#?}");
-    assert_eq!(buffer[(2, 17)].bg, Color::DarkGray);
-    assert!(text[18].contains(" route-499 "), "{text:#?}");
+    // 24 rows: status, 2 header lines, 13 routes, a detail pane of 7
+    // (title, header, 3 nodes, the images), the footer.
+    assert!(text[3].starts_with("  route-487 "), "{text:#?}");
+    assert!(text[15].starts_with("  route-499 "), "{text:#?}");
+    assert_eq!(buffer[(2, 15)].bg, Color::DarkGray);
+    assert!(text[16].contains(" route-499 "), "{text:#?}");
 
     app.update(key(KeyCode::Home));
     for _ in 0..3 {
@@ -233,8 +232,8 @@ fn only_the_rows_on_screen_are_drawn_and_the_selection_stays_on_it() {
     }
     let buffer = draw(&app, 80, 24);
     let text = lines(&buffer);
-    assert!(text[10].starts_with("  route-030 "), "{text:#?}");
-    assert_eq!(buffer[(2, 10)].bg, Color::DarkGray);
+    assert!(text[9].starts_with("  route-030 "), "{text:#?}");
+    assert_eq!(buffer[(2, 9)].bg, Color::DarkGray);
 }
 
 #[test]
@@ -363,6 +362,126 @@ fn ages() {
     assert_eq!(age(2 * 86_400_000 + 3 * 3_600_000), "2d03h");
     assert_eq!(fit("orders-api", 6), "order…");
     assert_eq!(fit_tail("picket-node-7", 6), "…ode-7");
+}
+
+/// `view` with every node's verdict on `orders` reporting `images`
+/// (label, replicas).
+fn with_images(mut view: ClusterView, nodes: &[&str], images: &[(&str, u32)]) -> ClusterView {
+    for member in view
+        .members
+        .iter_mut()
+        .filter(|m| nodes.contains(&m.name.as_str()))
+    {
+        for verdict in member.verdicts.iter_mut().filter(|v| v.route == "orders") {
+            verdict.images = images
+                .iter()
+                .map(|(image, replicas)| ImageCount {
+                    image: (*image).into(),
+                    replicas: *replicas,
+                })
+                .collect();
+        }
+    }
+    view
+}
+
+const OLD: &str = "orders:1.4@sha256:4c0f12ab9d2e";
+const NEW: &str = "orders:1.4@sha256:9b1d7e0c3a55";
+const ENVOY: &str = "envoy:v1.31@sha256:77aa00bb11cc";
+
+#[test]
+fn two_builds_under_one_tag_are_two_lines_in_the_detail_pane() {
+    let images = [(ENVOY, 3), (NEW, 2), (OLD, 1)];
+    let app = app_with(with_images(three_nodes(), &["n1", "n2", "n3"], &images));
+    for (width, height) in [(80, 24), (160, 48)] {
+        let buffer = draw(&app, width, height);
+        let text = lines(&buffer);
+        // The node lines are as without images: nothing pushed or wrapped.
+        assert_eq!(
+            text[8],
+            "n3   ● ♡○   0/2 open      12s ago    no replica ready"
+        );
+        assert_eq!(
+            text[10],
+            "n2   ◌ ♥    2/2 closed    3m12s ago  2 of 2 ready"
+        );
+        assert_eq!(
+            &text[11..15],
+            [
+                "images",
+                "  3× envoy:v1.31@sha256:77aa00bb11cc",
+                "  2× orders:1.4@sha256:9b1d7e0c3a55",
+                "  1× orders:1.4@sha256:4c0f12ab9d2e",
+            ],
+            "at {width}"
+        );
+        assert_eq!(at(&buffer, 2, 12), ("3", Color::DarkGray));
+        assert_eq!(at(&buffer, 5, 12).0, "e");
+        let footer = &text[usize::from(height) - 1];
+        assert!(footer.starts_with("? help"), "{footer}");
+    }
+}
+
+#[test]
+fn a_long_label_keeps_its_tag_and_digest_and_the_layout() {
+    let long = "registry-mirror-of-the-payments-team-orders-service-with-a-long-name:1.4.0-rc.1@sha256:9b1d7e0c3a55";
+    let app = app_with(with_images(
+        three_nodes(),
+        &["n1", "n2", "n3"],
+        &[(long, 2), (OLD, 1)],
+    ));
+    let text = lines(&draw(&app, 80, 24));
+    assert!(text.iter().all(|l| l.chars().count() <= 80), "{text:#?}");
+    assert_eq!(
+        text[8],
+        "n3   ● ♡○   0/2 open      12s ago    no replica ready"
+    );
+    assert_eq!(text[11], "images");
+    assert_eq!(text[12].chars().count(), 80, "{}", text[12]);
+    assert!(
+        text[12].starts_with("  2× …") && text[12].ends_with(":1.4.0-rc.1@sha256:9b1d7e0c3a55"),
+        "cut at its start: {}",
+        text[12]
+    );
+    assert_eq!(text[13], "  1× orders:1.4@sha256:4c0f12ab9d2e");
+    assert!(text[23].starts_with("? help"), "{}", text[23]);
+}
+
+#[test]
+fn nodes_that_see_other_images_are_named() {
+    let view = with_images(three_nodes(), &["n1", "n2"], &[(NEW, 2), (OLD, 1)]);
+    let view = with_images(view, &["n3"], &[(NEW, 3)]);
+    let text = lines(&draw(&app_with(view), 80, 24));
+    let at_images = row_of(&text, "images on");
+    assert_eq!(
+        &text[at_images..at_images + 5],
+        [
+            "images on n1 n2",
+            "  2× orders:1.4@sha256:9b1d7e0c3a55",
+            "  1× orders:1.4@sha256:4c0f12ab9d2e",
+            "images on n3",
+            "  3× orders:1.4@sha256:9b1d7e0c3a55",
+        ]
+    );
+}
+
+#[test]
+fn images_that_do_not_fit_say_how_many_more() {
+    let many: Vec<String> = (0..30)
+        .map(|i| format!("orders:1.{i}@sha256:4c0f12ab9d{i:02}"))
+        .collect();
+    let images: Vec<(&str, u32)> = many.iter().map(|i| (i.as_str(), 1)).collect();
+    let app = app_with(with_images(three_nodes(), &["n1", "n2", "n3"], &images));
+    let text = lines(&draw(&app, 80, 24));
+    // Every node still has its line.
+    row_of(&text, "n3   ● ♡○");
+    row_of(&text, "n2   ◌ ♥");
+    let title = row_of(&text, "images");
+    let more = row_of(&text, "more images");
+    let shown = more - title - 1;
+    assert!(shown >= 3, "{text:#?}");
+    assert_eq!(text[more], format!("… {} more images", 30 - shown));
+    assert!(text[23].starts_with("? help"), "{}", text[23]);
 }
 
 #[test]
