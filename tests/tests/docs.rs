@@ -50,6 +50,7 @@ fn every_configuration_field_is_in_the_reference_under_its_section() {
             "global.breaker" | "route.breaker" => "### `[global.breaker]`",
             "cluster" => "## `[cluster]`",
             "runtime" => "## `[runtime]`",
+            "runtime.breaker" => "### `[runtime.breaker]`",
             "route" => "## `[[route]]`",
             other => panic!("a table the reference has no section for: {other}"),
         };

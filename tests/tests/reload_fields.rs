@@ -201,6 +201,30 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "\"http://127.0.0.1:2\"",
     ),
     (
+        "runtime.namespaces",
+        "[runtime]\nkind = \"kubernetes\"\nnamespace = \"a\"\napi = \"http://127.0.0.1:1\"\nnamespaces = $",
+        "[\"b\"]",
+        "[\"c\"]",
+    ),
+    (
+        "runtime.breaker.enabled",
+        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nbreaker = { enabled = $ }",
+        "true",
+        "false",
+    ),
+    (
+        "runtime.breaker.threshold",
+        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nbreaker = { threshold = $ }",
+        "2",
+        "3",
+    ),
+    (
+        "runtime.breaker.cooldown",
+        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nbreaker = { cooldown = $ }",
+        "\"30s\"",
+        "\"10s\"",
+    ),
+    (
         "cluster.id",
         "[cluster]\ngossip = \"127.0.0.1:0\"\nkey_file = \"{dir}/a.key\"\nid = $",
         "\"a\"",

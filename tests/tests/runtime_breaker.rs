@@ -193,3 +193,35 @@ async fn the_disabled_knob() {
     .await;
     assert!(opened_lines(&node).is_empty(), "{}", node.log_text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_refuses_is_named_once_with_the_missing_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = FakeDocker::start().await;
+    engine.set_mode(Mode::Forbids);
+    let node = NodeProcess::start_alone(
+        &binaries::picket(),
+        dir.path(),
+        "n1",
+        &body(&engine, 9, "breaker = { cooldown = \"1s\" }"),
+        &[],
+    );
+    node.ready(Duration::from_secs(20)).await;
+    // Tried again every cool-down; said once.
+    eventually("three tries", Duration::from_secs(6), || {
+        engine.requests("/containers/json") >= 3
+    })
+    .await;
+    let log = node.log_text();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("refuses (403)"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("/containers/json") && said[0].contains(&engine.url()),
+        "which right, and where: {}",
+        said[0]
+    );
+    assert!(opened_lines(&node).is_empty(), "a 403 is an answer: {log}");
+}

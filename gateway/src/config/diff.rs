@@ -35,7 +35,9 @@ pub const NEEDS_RESTART: &[&str] = &[
     "runtime.proxies",
     "runtime.network",
     "runtime.namespaces",
-    "runtime.breaker",
+    "runtime.breaker.enabled",
+    "runtime.breaker.threshold",
+    "runtime.breaker.cooldown",
     "cluster",
     "cluster.id",
     "cluster.gossip",
@@ -203,7 +205,18 @@ fn runtime(a: &RuntimeSettings, b: &RuntimeSettings) -> Vec<&'static str> {
         ("runtime.proxies", a.proxies != b.proxies),
         ("runtime.network", a.network != b.network),
         ("runtime.namespaces", a.namespaces != b.namespaces),
-        ("runtime.breaker", a.breaker != b.breaker),
+        (
+            "runtime.breaker.enabled",
+            a.breaker.enabled.value != b.breaker.enabled.value,
+        ),
+        (
+            "runtime.breaker.threshold",
+            a.breaker.threshold.value != b.breaker.threshold.value,
+        ),
+        (
+            "runtime.breaker.cooldown",
+            a.breaker.cooldown.value != b.breaker.cooldown.value,
+        ),
     ])
 }
 

@@ -74,11 +74,18 @@ pub struct Refused {
     pub retry_after: Duration,
 }
 
+/// A trial call with no answer after this long has failed: an endpoint
+/// that hangs must not hold its breaker half-open, refusing every other
+/// call, for as long as it hangs (a watch request has no time limit).
+pub const TRIAL_BOUND: Duration = Duration::from_secs(10);
+
 #[derive(Debug)]
 struct GateState {
     breaker: Option<Breaker>,
     /// The last sign of life.
     alive: Instant,
+    /// When the trial under way was let through.
+    trial_since: Option<Instant>,
 }
 
 /// The choke point of one runtime API endpoint.
@@ -101,6 +108,7 @@ impl Gate {
             state: Mutex::new(GateState {
                 breaker: settings.map(Breaker::new),
                 alive: Instant::now(),
+                trial_since: None,
             }),
             metrics,
         }
@@ -117,10 +125,31 @@ impl Gate {
     /// Lets one call through, or refuses it before any I/O.
     pub fn admit(self: &Arc<Self>) -> Result<Permit, Refused> {
         let now = Instant::now();
-        let (gate, transition) = match self.lock().breaker.as_mut() {
-            Some(breaker) => breaker.gate(now),
-            None => (breaker::Gate::Pass, None),
+        let (gate, given_up, transition) = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let given_up = match (state.breaker.as_mut(), state.trial_since) {
+                (Some(breaker), Some(since)) if now >= since + TRIAL_BOUND => {
+                    state.trial_since = None;
+                    breaker.record(breaker::Gate::Trial, Outcome::Failure, now)
+                }
+                _ => None,
+            };
+            let (gate, transition) = match state.breaker.as_mut() {
+                Some(breaker) => breaker.gate(now),
+                None => (breaker::Gate::Pass, None),
+            };
+            if gate == breaker::Gate::Trial {
+                state.trial_since = Some(now);
+            }
+            (gate, given_up, transition)
         };
+        if let Some(given_up) = given_up {
+            self.note(
+                given_up,
+                Some("the trial call had no answer within its bound"),
+            );
+        }
         if let Some(transition) = transition {
             self.note(transition, None);
         }
@@ -174,6 +203,9 @@ impl Gate {
             let mut state = self.lock();
             if outcome == Outcome::Success {
                 state.alive = now;
+            }
+            if pass == breaker::Gate::Trial {
+                state.trial_since = None;
             }
             match state.breaker.as_mut() {
                 Some(breaker) => breaker.record(pass, outcome, now),
@@ -414,6 +446,31 @@ mod tests {
         assert!(gate.admit().is_ok());
         assert_eq!(gate.metrics.trips.get(), 1);
         assert_eq!(gate.metrics.refused.get(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trial_that_hangs_does_not_hold_the_breaker_half_open() {
+        let gates = gates(1);
+        let gate = gates.get("api");
+        gate.admit().unwrap().failed(&"refused");
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let hung = gate.admit().expect("the trial");
+        assert!(
+            gate.admit().is_err(),
+            "refused while the trial is under way"
+        );
+        tokio::time::advance(TRIAL_BOUND).await;
+        assert!(gate.admit().is_err(), "the hung trial failed: open again");
+        assert_eq!(gate.phase(), Phase::Open);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        gate.admit().expect("a new trial").answered();
+        assert_eq!(gate.phase(), Phase::Closed);
+        drop(hung);
+        assert_eq!(
+            gate.phase(),
+            Phase::Closed,
+            "the old trial's late end has no say"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -351,20 +351,25 @@ fn current(answer: &Result<k8s_openapi::apimachinery::pkg::version::Info, kube::
 fn spawn_probe(client: kube::Client, gate: Arc<Gate>, link: Arc<Link>, mut shutdown: Shutdown) {
     tokio::spawn(async move {
         let endpoint = gate.endpoint().to_string();
+        // One probe per quiet period at most, whatever became of the last
+        // (refused at once, say, while a trial call is under way).
+        let mut probed = tokio::time::Instant::now();
         loop {
+            let quiet_until = gate.last_alive().max(probed) + PROBE_QUIET;
             let due = match gate.open_for() {
                 Some(left) => tokio::time::Instant::now() + left,
-                None => gate.last_alive() + PROBE_QUIET,
+                None => quiet_until,
             };
             tokio::select! {
                 () = tokio::time::sleep_until(due) => {}
                 () = shutdown.wait() => return,
             }
             if gate.open_for().is_some()
-                || gate.last_alive() + PROBE_QUIET > tokio::time::Instant::now()
+                || gate.last_alive().max(probed) + PROBE_QUIET > tokio::time::Instant::now()
             {
                 continue;
             }
+            probed = tokio::time::Instant::now();
             let probe = client.apiserver_version();
             let mut probe = std::pin::pin!(probe);
             let answer = tokio::select! {
