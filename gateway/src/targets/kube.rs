@@ -78,6 +78,10 @@ pub async fn client(
     // A connect that takes longer is as good as refused; the probe bounds
     // the rest.
     config.connect_timeout = Some(CONNECT_TIMEOUT);
+    // No retries inside the client, under the gate: a 503 reaches the
+    // watcher at once (which backs off by itself) and marks the data
+    // stale, instead of seconds later.
+    config.default_retry = false;
     let gate = link.gates.get(&config.cluster_url.to_string());
     let client = kube::client::ClientBuilder::try_from(config)?
         .with_layer(&GateLayer::new(Arc::clone(&gate)))
