@@ -36,6 +36,8 @@ pub enum Mode {
     /// Every request but `/_ping` gets 403, as from a socket proxy that
     /// does not grant containers or events.
     Forbids,
+    /// `/events` gets 403; the rest answers.
+    ForbidsEvents,
     /// Connections are closed as they arrive.
     Drops,
 }
@@ -104,7 +106,7 @@ impl FakeDocker {
                             state.held.push(stream);
                             continue;
                         }
-                        Mode::Answers | Mode::Forbids => {}
+                        Mode::Answers | Mode::Forbids | Mode::ForbidsEvents => {}
                     }
                 }
                 let (state, events) = (Arc::clone(&task_state), task_events.clone());
@@ -247,6 +249,12 @@ fn handle(
         };
     }
     if path == "/events" {
+        if s.mode == Mode::ForbidsEvents {
+            return json_response(
+                StatusCode::FORBIDDEN,
+                &json!({ "message": "forbidden: this proxy does not grant events" }),
+            );
+        }
         drop(s);
         let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
         let mut live = events.subscribe();

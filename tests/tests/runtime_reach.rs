@@ -175,6 +175,40 @@ async fn an_engine_that_refuses_falls_back_to_connect_checks_and_recovers() {
     node.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_refuses_only_events_is_listed_every_cooldown() {
+    let engine = FakeDocker::start().await;
+    let replica = Upstream::start("api-1", Behaviour::Echo).await;
+    let port = replica.addr.port();
+    engine.run("api-1", "api", true, "api:1");
+    engine.set_mode(Mode::ForbidsEvents);
+    let node = TestNode::start(&format!(
+        "[runtime]\nkind = \"docker\"\nendpoint = \"{}\"\nbreaker = {{ cooldown = \"1s\" }}\n\
+         [[route]]\nname = \"api\"\nservice = \"api\"\nport = {port}\n",
+        engine.url()
+    ));
+    eventually("the listed container, not a check by name", SOON, || {
+        node.verdict("api")
+            .is_some_and(|v| v.ready == 1 && v.heart == Heart::Green)
+    })
+    .await;
+    // No events: a change shows at the next listing, a cool-down later.
+    engine.run("api-2", "api", true, "api:1");
+    eventually("the next listing", SOON, || {
+        node.verdict("api").is_some_and(|v| v.total == 2)
+    })
+    .await;
+    assert!(
+        node.node()
+            .proxy()
+            .table()
+            .values()
+            .all(|r| { r.upstream.replicas().iter().all(|x| !x.checked) }),
+        "never a fallback to connect checks: the containers were listed"
+    );
+    node.stop().await;
+}
+
 fn kube_config(kube: &FakeKube, extra: &str, routes: &str) -> String {
     format!(
         "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n{extra}\n\

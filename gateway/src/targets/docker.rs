@@ -392,6 +392,7 @@ impl Engine {
                 Err(Ended {
                     reached: false,
                     forbidden: false,
+                    reached_events: true,
                     why,
                 })
             }
@@ -400,6 +401,7 @@ impl Engine {
                 Err(Ended {
                     reached: false,
                     forbidden: false,
+                    reached_events: true,
                     why: error.to_string(),
                 })
             }
@@ -422,7 +424,7 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut backoff = BACKOFF_FIRST;
-        let mut forbidden_said = false;
+        let (mut forbidden_said, mut events_said) = (false, false);
         loop {
             // While its breaker is open, the engine is not called at all.
             if let Some(left) = engine.gate.open_for() {
@@ -442,6 +444,25 @@ pub fn spawn(
                 ended = session => ended,
                 () = shutdown.wait() => return,
             };
+            if ended.forbidden && ended.reached_events {
+                // The list answers, the events do not: the listed
+                // containers stand, listed again every cool-down.
+                link.answered(&engine.name);
+                if !events_said {
+                    events_said = true;
+                    tracing::warn!(
+                        engine = %engine.name,
+                        error = %ended,
+                        "the engine refuses (403) to stream events: grant GET /events (socket proxy: EVENTS=1); \
+                         listing its containers again every breaker cool-down instead"
+                    );
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(link.retry_forbidden) => {}
+                    () = shutdown.wait() => return,
+                }
+                continue;
+            }
             if ended.forbidden {
                 engines.publish(&engine.name, EngineView::Forbidden);
                 link.answered(&engine.name);
@@ -481,6 +502,8 @@ struct Ended {
     reached: bool,
     /// The engine refuses a right the node needs.
     forbidden: bool,
+    /// The inventory was taken; the event stream was what ended.
+    reached_events: bool,
     why: String,
 }
 
@@ -489,6 +512,7 @@ impl From<CallError> for Ended {
         Ended {
             reached: matches!(error, CallError::Answered(_) | CallError::Forbidden(_)),
             forbidden: matches!(error, CallError::Forbidden(_)),
+            reached_events: false,
             why: error.to_string(),
         }
     }
@@ -608,6 +632,7 @@ async fn follow(
                 return Ended {
                     reached: true,
                     forbidden: false,
+                    reached_events: true,
                     why: "the event stream ended".into(),
                 };
             }
@@ -616,6 +641,7 @@ async fn follow(
                 return Ended {
                     reached: answered_status(&error).is_some(),
                     forbidden: answered_status(&error) == Some(403),
+                    reached_events: true,
                     why: error.to_string(),
                 };
             }
