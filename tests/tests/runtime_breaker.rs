@@ -21,6 +21,27 @@ fn body(engine: &FakeDocker, port: u16, breaker: &str) -> String {
     )
 }
 
+/// An engine in `mode`, and a `picket run` process following it with
+/// `breaker` in its file and `env` set, once it answers `/healthz`.
+async fn node_against(
+    mode: Mode,
+    breaker: &str,
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, FakeDocker, NodeProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = FakeDocker::start().await;
+    engine.set_mode(mode);
+    let node = NodeProcess::start_alone(
+        &binaries::picket(),
+        dir.path(),
+        "n1",
+        &body(&engine, 9, breaker),
+        env,
+    );
+    node.ready(Duration::from_secs(20)).await;
+    (dir, engine, node)
+}
+
 fn opened_lines(node: &NodeProcess) -> Vec<String> {
     node.log_text()
         .lines()
@@ -125,21 +146,12 @@ async fn opens_after_two_failures_makes_no_connection_while_open_and_closes_on_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_threshold_knob() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = FakeDocker::start().await;
-    engine.set_mode(Mode::Drops);
-    let node = NodeProcess::start_alone(
-        &binaries::picket(),
-        dir.path(),
-        "n1",
-        &body(
-            &engine,
-            9,
-            "breaker = { threshold = 2, cooldown = \"30s\" }",
-        ),
+    let (_dir, engine, node) = node_against(
+        Mode::Drops,
+        "breaker = { threshold = 2, cooldown = \"30s\" }",
         &[("PICKET_RUNTIME_BREAKER_THRESHOLD", "4")],
-    );
-    node.ready(Duration::from_secs(20)).await;
+    )
+    .await;
     // Back-off 250 ms, 500 ms, 1 s between the four.
     let at_open = opened(&node, &engine, Duration::from_secs(6)).await;
     assert_eq!(at_open, 4, "the environment wins over the file");
@@ -152,17 +164,12 @@ async fn the_threshold_knob() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cooldown_knob() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = FakeDocker::start().await;
-    engine.set_mode(Mode::Drops);
-    let node = NodeProcess::start_alone(
-        &binaries::picket(),
-        dir.path(),
-        "n1",
-        &body(&engine, 9, "breaker = { cooldown = \"5m\" }"),
+    let (_dir, engine, node) = node_against(
+        Mode::Drops,
+        "breaker = { cooldown = \"5m\" }",
         &[("PICKET_RUNTIME_BREAKER_COOLDOWN", "1s")],
-    );
-    node.ready(Duration::from_secs(20)).await;
+    )
+    .await;
     let at_open = opened(&node, &engine, Duration::from_secs(5)).await;
     assert_eq!(at_open, 2);
     eventually(
@@ -175,17 +182,12 @@ async fn the_cooldown_knob() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_disabled_knob() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = FakeDocker::start().await;
-    engine.set_mode(Mode::Drops);
-    let node = NodeProcess::start_alone(
-        &binaries::picket(),
-        dir.path(),
-        "n1",
-        &body(&engine, 9, "breaker = { enabled = true }"),
+    let (_dir, engine, node) = node_against(
+        Mode::Drops,
+        "breaker = { enabled = true }",
         &[("PICKET_RUNTIME_BREAKER_DISABLED", "true")],
-    );
-    node.ready(Duration::from_secs(20)).await;
+    )
+    .await;
     // Back-off alone: 250 ms, 500 ms, 1 s, 2 s.
     eventually("calls past the threshold", Duration::from_secs(6), || {
         engine.connections() >= 5
@@ -196,17 +198,8 @@ async fn the_disabled_knob() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_that_refuses_is_named_once_with_the_missing_right() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = FakeDocker::start().await;
-    engine.set_mode(Mode::Forbids);
-    let node = NodeProcess::start_alone(
-        &binaries::picket(),
-        dir.path(),
-        "n1",
-        &body(&engine, 9, "breaker = { cooldown = \"1s\" }"),
-        &[],
-    );
-    node.ready(Duration::from_secs(20)).await;
+    let (_dir, engine, node) =
+        node_against(Mode::Forbids, "breaker = { cooldown = \"1s\" }", &[]).await;
     // Tried again every cool-down; said once.
     eventually("three tries", Duration::from_secs(6), || {
         engine.requests("/containers/json") >= 3

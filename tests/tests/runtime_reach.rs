@@ -219,23 +219,31 @@ fn kube_config(kube: &FakeKube, extra: &str, routes: &str) -> String {
 
 const API: &str = "[[route]]\nname = \"api\"\nservice = \"api\"\nport = 80\n";
 
+/// A fake API server with service `api` and one ready pod `api-1` served
+/// by `replica` (image `image`).
+async fn kube_with_api(replica: &Upstream, image: &str) -> FakeKube {
+    let kube = FakeKube::start("test").await;
+    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
+    kube.apply(Kind::Pods, &api_pod(replica, image));
+    kube
+}
+
+fn api_pod(replica: &Upstream, image: &str) -> k8s_openapi::api::core::v1::Pod {
+    pod(
+        "api-1",
+        "api",
+        Some("127.0.0.1"),
+        replica.addr.port(),
+        true,
+        image,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_api_server_is_marked_stale_within_6_s_and_a_calm_one_probed_rarely() {
     install_crypto();
-    let kube = FakeKube::start("test").await;
     let replica = Upstream::start("api-1", Behaviour::Echo).await;
-    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
-    kube.apply(
-        Kind::Pods,
-        &pod(
-            "api-1",
-            "api",
-            Some("127.0.0.1"),
-            replica.addr.port(),
-            true,
-            "api:1",
-        ),
-    );
+    let kube = kube_with_api(&replica, "api:1").await;
     let node = TestNode::start(&kube_config(&kube, "", API));
     eventually("1 of 1, current", SOON, || {
         node.verdict("api")
@@ -267,17 +275,9 @@ async fn a_hung_api_server_is_marked_stale_within_6_s_and_a_calm_one_probed_rare
     // Events flowing: no probe needed.
     let probes = kube.versions();
     for i in 0..12 {
-        let image = format!("api:{}", i % 2 + 1);
         kube.apply(
             Kind::Pods,
-            &pod(
-                "api-1",
-                "api",
-                Some("127.0.0.1"),
-                replica.addr.port(),
-                true,
-                &image,
-            ),
+            &api_pod(&replica, &format!("api:{}", i % 2 + 1)),
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -296,20 +296,8 @@ async fn a_hung_api_server_is_marked_stale_within_6_s_and_a_calm_one_probed_rare
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_recovers_by_itself_when_the_grant_appears() {
     install_crypto();
-    let kube = FakeKube::start("test").await;
     let replica = Upstream::start("api-1", Behaviour::Echo).await;
-    kube.apply(Kind::Services, &service("api", Some("api"), None, 80));
-    kube.apply(
-        Kind::Pods,
-        &pod(
-            "api-1",
-            "api",
-            Some("127.0.0.1"),
-            replica.addr.port(),
-            true,
-            "api:1",
-        ),
-    );
+    let kube = kube_with_api(&replica, "api:1").await;
     kube.forbid(true);
     let node = TestNode::start(&kube_config(
         &kube,
