@@ -20,6 +20,7 @@ mod validate;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
@@ -65,6 +66,23 @@ pub struct Config {
     /// `None`: the node runs alone, gossiping with nobody.
     pub cluster: Option<ClusterSettings>,
     pub routes: Vec<RouteConfig>,
+    /// `[[certificate]]`: what the HTTPS listener serves, the default
+    /// first.
+    pub certificates: Vec<CertificateConfig>,
+}
+
+/// `[[certificate]]`: a certificate chain and its key, served to HTTPS
+/// clients, as read and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CertificateConfig {
+    /// The PEM chain, leaf first; absolute.
+    pub cert: PathBuf,
+    /// The PEM private key; absolute.
+    pub key: PathBuf,
+    /// The names served, when narrower than the certificate's own.
+    pub hosts: Option<Vec<String>>,
+    /// What the files held when last read, checked.
+    pub current: Arc<crate::edge::Certificate>,
 }
 
 /// `[cluster]`: how the node gossips its verdicts with its peers.
@@ -122,6 +140,8 @@ pub struct NodeSettings {
     pub name: Setting<String>,
     /// The proxy listener.
     pub listen: Setting<SocketAddr>,
+    /// The proxy's HTTPS listener; none when `None`.
+    pub listen_tls: Option<Setting<SocketAddr>>,
     /// Status API, `/healthz`, `/readyz`, `/metrics`.
     pub admin: Setting<SocketAddr>,
     /// Threads that serve proxied traffic.
@@ -218,6 +238,8 @@ pub struct RouteConfig {
     pub body_timeout: Duration,
     /// `[global] underscores_in_headers`, for the data path.
     pub underscores_in_headers: bool,
+    /// Plain-HTTP requests are redirected to HTTPS (308).
+    pub https_only: bool,
 }
 
 impl RouteConfig {
@@ -394,6 +416,8 @@ impl fmt::Display for ExternalHost {
 pub struct Overrides {
     pub name: Option<String>,
     pub listen: Option<SocketAddr>,
+    /// `[node] listen_tls`.
+    pub listen_tls: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     pub workers: Option<usize>,
     /// `[cluster] advertise`.
@@ -416,12 +440,38 @@ impl Config {
         Config::parse(&file, &text)
     }
 
-    /// Validates the text of a configuration; `file` names it in errors.
+    /// Validates the text of a configuration; `file` names it in errors,
+    /// and relative paths in it are read from its directory. Certificate
+    /// files are read and checked now.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
-        validate::validate(file, text).map_err(|problems| ConfigError::Invalid {
-            file: file.to_string(),
-            problems,
+        validate::validate(file, text, crate::edge::now_unix()).map_err(|problems| {
+            ConfigError::Invalid {
+                file: file.to_string(),
+                problems,
+            }
         })
+    }
+
+    /// What the HTTPS settings lack once the overrides are in: a TLS
+    /// listener without a certificate, or an `https_only` route without a
+    /// TLS listener to send its clients to. (Within the file alone,
+    /// validation already refuses these, with their lines.)
+    pub fn edge_problem(&self) -> Option<String> {
+        if self.node.listen_tls.is_some() && self.certificates.is_empty() {
+            return Some(format!(
+                "{}: the HTTPS listener (listen_tls) needs at least one [[certificate]]",
+                self.source
+            ));
+        }
+        if self.node.listen_tls.is_none()
+            && let Some(route) = self.routes.iter().find(|r| r.https_only)
+        {
+            return Some(format!(
+                "{}: route {:?} is https_only, but the node has no HTTPS listener: set `[node] listen_tls` (or PICKET_LISTEN_TLS)",
+                self.source, route.name
+            ));
+        }
+        None
     }
 
     /// Applies flag and environment overrides.
@@ -431,6 +481,9 @@ impl Config {
         }
         if let Some(listen) = overrides.listen {
             self.node.listen = Setting::new(listen, Origin::Override);
+        }
+        if let Some(listen_tls) = overrides.listen_tls {
+            self.node.listen_tls = Some(Setting::new(listen_tls, Origin::Override));
         }
         if let Some(admin) = overrides.admin {
             self.node.admin = Setting::new(admin, Origin::Override);

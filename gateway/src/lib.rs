@@ -17,6 +17,7 @@ pub mod changes;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+pub mod edge;
 pub use picket_h1 as h1;
 pub mod metrics;
 pub mod node;

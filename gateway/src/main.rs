@@ -148,6 +148,10 @@ struct NodeFlags {
     /// Where the proxy listens (default: the file's `[node] listen`, else 0.0.0.0:8080).
     #[arg(long, env = "PICKET_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Where the proxy serves HTTPS (default: the file's `[node]
+    /// listen_tls`, else nowhere); needs a `[[certificate]]`.
+    #[arg(long, env = "PICKET_LISTEN_TLS")]
+    listen_tls: Option<SocketAddr>,
     /// Where `/healthz`, `/readyz` and `/metrics` listen (default: the file's
     /// `[node] admin`, else 127.0.0.1:9900).
     #[arg(long, env = "PICKET_ADMIN")]
@@ -196,6 +200,7 @@ impl NodeFlags {
         Overrides {
             name: self.name.clone(),
             listen: self.listen,
+            listen_tls: self.listen_tls,
             admin: self.admin,
             workers: self.workers.map(usize::from),
             advertise: self.advertise,
@@ -276,6 +281,10 @@ fn check(file: &std::path::Path, flags: &NodeFlags) -> ExitCode {
     match Config::load(file) {
         Ok(mut config) => {
             config.apply(&flags.overrides());
+            if let Some(problem) = config.edge_problem() {
+                eprintln!("{problem}");
+                return ExitCode::FAILURE;
+            }
             print!("{}", picket::config::render(&config));
             ExitCode::SUCCESS
         }
@@ -290,6 +299,9 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
     let mut config = Config::load(&path)?;
     let overrides = flags.overrides();
     config.apply(&overrides);
+    if let Some(problem) = config.edge_problem() {
+        anyhow::bail!(problem);
+    }
     let proxy_env = picket::upstream::ProxyEnv::from_env();
     if let Some(env) = &proxy_env {
         let at = |proxy: Option<&picket::upstream::ForwardProxy>| {
@@ -473,7 +485,10 @@ fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
 
 /// Runs a node until SIGINT or SIGTERM, then drains.
 async fn serve(config: Config, options: Options) -> anyhow::Result<()> {
-    let listeners = Listeners::bind(config.node.listen.value, config.node.admin.value)?;
+    let mut listeners = Listeners::bind(config.node.listen.value, config.node.admin.value)?;
+    if let Some(listen_tls) = &config.node.listen_tls {
+        listeners = listeners.with_tls(listen_tls.value)?;
+    }
     let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(async move {
         wait_for_stop_signal().await;

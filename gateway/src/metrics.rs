@@ -79,6 +79,11 @@ struct LivenessLabels {
     liveness: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NameLabels {
+    name: String,
+}
+
 /// The gossip transport's counters.
 #[derive(Debug, Clone, Default)]
 pub struct GossipMetrics {
@@ -212,7 +217,8 @@ pub struct Metrics {
     runtime_calls_refused: Family<EndpointLabels, Counter>,
     runtime_reachable: Family<EndpointLabels, Gauge>,
     runtime_reachability_changes: Family<EndpointStateLabels, Counter>,
-    /// Client connections of the proxy listener.
+    certificate_expiry: Family<NameLabels, Gauge>,
+    /// Client connections of the proxy listeners.
     pub connections: ConnectionMetrics,
 }
 
@@ -237,6 +243,9 @@ pub struct ConnectionMetrics {
     /// Requests refused before routing: malformed heads and targets,
     /// heads over the limits, unsupported framing.
     pub refused: Counter,
+    /// TLS handshakes that failed or did not finish within the header
+    /// timeout.
+    pub tls_handshake_failed: Counter,
 }
 
 /// The states of a circuit, as metric labels, in the order of
@@ -416,6 +425,17 @@ impl Metrics {
             "Requests refused before routing: malformed heads or targets, heads over the limits, unsupported framing",
             connections.refused.clone(),
         );
+        registry.register(
+            "tls_handshakes_failed",
+            "TLS handshakes on the HTTPS listener that failed or did not finish within the header timeout",
+            connections.tls_handshake_failed.clone(),
+        );
+        let certificate_expiry = Family::<NameLabels, Gauge>::default();
+        registry.register(
+            "certificate_expiry_seconds",
+            "When each certificate served to HTTPS clients expires, in Unix seconds, by its first name",
+            certificate_expiry.clone(),
+        );
         let local = &*crate::resources::LOCAL;
         registry.register(
             "local_resource_errors",
@@ -518,6 +538,7 @@ impl Metrics {
             members,
             values_refused,
             connections,
+            certificate_expiry,
         }
     }
 
@@ -697,6 +718,19 @@ impl Metrics {
 
     pub fn unrouted(&self) {
         self.unrouted.inc();
+    }
+
+    /// Sets when the certificate named `name` expires (Unix seconds).
+    pub fn certificate_expiry(&self, name: &str, not_after: i64) {
+        self.certificate_expiry
+            .get_or_create(&NameLabels { name: name.into() })
+            .set(not_after);
+    }
+
+    /// Drops the series of a certificate no longer served.
+    pub fn forget_certificate(&self, name: &str) {
+        self.certificate_expiry
+            .remove(&NameLabels { name: name.into() });
     }
 
     /// The text exposition.

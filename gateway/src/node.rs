@@ -4,9 +4,10 @@
 //! bind port 0 and run many nodes side by side in one process.
 //!
 //! ## Reloads
-//! A reload swaps the route table and re-paces the connect checks; every
-//! other part (listeners, client limits, feed, cluster, runtime) keeps the
-//! settings the node started with. The reload's plan is decided against
+//! A reload swaps the route table and the certificates served to HTTPS
+//! clients, and re-paces the connect checks; every other part (listeners,
+//! client limits, feed, cluster, runtime) keeps the settings the node
+//! started with. The reload's plan is decided against
 //! what runs ([`Node::in_force`]), so its one log line names every setting
 //! that differs from it and needs a restart, at every reload until the
 //! node restarts or the file goes back.
@@ -22,9 +23,10 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::{self, Membership};
 use crate::config::{
-    self, ClusterSettings, Config, ConfigError, NodeSettings, Overrides, ReloadPlan, RouteConfig,
-    RuntimeKind, RuntimeSettings,
+    self, CertificateConfig, ClusterSettings, Config, ConfigError, NodeSettings, Overrides,
+    ReloadPlan, RouteConfig, RuntimeKind, RuntimeSettings,
 };
+use crate::edge::{self, Certificates};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Trigger};
@@ -42,6 +44,9 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Listeners {
     pub proxy: std::net::TcpListener,
+    /// The proxy's HTTPS listener; bound at start from `[node] listen_tls`
+    /// when `None`, and unused without it.
+    pub proxy_tls: Option<std::net::TcpListener>,
     pub admin: std::net::TcpListener,
     /// Gossip (UDP); bound at start from `[cluster] gossip` when `None`.
     pub gossip: Option<std::net::UdpSocket>,
@@ -54,6 +59,7 @@ impl Listeners {
     pub fn bind(proxy: SocketAddr, admin: SocketAddr) -> io::Result<Listeners> {
         Ok(Listeners {
             proxy: bind(proxy)?,
+            proxy_tls: None,
             admin: bind(admin)?,
             gossip: None,
             feed: None,
@@ -65,6 +71,12 @@ impl Listeners {
         self.feed = Some(std::net::UdpSocket::bind(feed).map_err(|e| {
             io::Error::new(e.kind(), format!("binding the feed to {feed}/udp: {e}"))
         })?);
+        Ok(self)
+    }
+
+    /// Binds the HTTPS listener too.
+    pub fn with_tls(mut self, addr: SocketAddr) -> io::Result<Listeners> {
+        self.proxy_tls = Some(bind(addr)?);
         Ok(self)
     }
 
@@ -146,6 +158,8 @@ pub struct InForce {
     pub checks: checks::Settings,
     /// The route table, by name.
     pub routes: Vec<RouteConfig>,
+    /// The certificates handshakes get, as last reloaded or rotated.
+    pub certificates: Vec<CertificateConfig>,
 }
 
 /// One gateway node.
@@ -155,6 +169,7 @@ pub struct Node {
     board: Arc<Board>,
     checker: Arc<Checker>,
     admin: Arc<AdminState>,
+    certificates: Arc<Certificates>,
     /// The configuration the node started on: what the parts that need a
     /// restart to change run on.
     started: Config,
@@ -191,11 +206,16 @@ impl Node {
             .and_then(|p| std::fs::read_to_string(p).ok());
         let proxy = Arc::new(Proxy::new(table, Arc::clone(&metrics)));
         let board = Arc::new(Board::default());
+        let certificates = Arc::new(Certificates::new(
+            config.certificates.clone(),
+            Arc::clone(&metrics),
+        ));
         let admin = AdminState::new(
             &config.node.name.value,
             metrics,
             Arc::clone(&proxy),
             Arc::clone(&board),
+            Arc::clone(&certificates),
         );
         let key_file = config.cluster.as_ref().and_then(|c| c.key_file.clone());
         Arc::new(Node {
@@ -204,6 +224,7 @@ impl Node {
             board,
             checker,
             admin: Arc::new(admin),
+            certificates,
             started: config.clone(),
             current: Mutex::new(Current {
                 config,
@@ -234,6 +255,11 @@ impl Node {
     /// The connect checks of static replicas and external hosts.
     pub fn checker(&self) -> &Arc<Checker> {
         &self.checker
+    }
+
+    /// The certificates served to HTTPS clients.
+    pub fn certificates(&self) -> &Arc<Certificates> {
+        &self.certificates
     }
 
     /// Where service routes get their replicas from the runtime.
@@ -272,6 +298,7 @@ impl Node {
             }),
             checks: self.checker.settings(),
             routes,
+            certificates: self.certificates.load().entries.clone(),
         }
     }
 
@@ -286,6 +313,7 @@ impl Node {
                 key_file: current.key_file.clone(),
                 ..cluster
             }),
+            certificates: self.certificates.load().entries.clone(),
             ..current.config.clone()
         }
     }
@@ -320,6 +348,9 @@ impl Node {
         match Config::parse(&file, &text) {
             Ok(mut config) => {
                 config.apply(&self.options.overrides);
+                if let Some(problem) = config.edge_problem() {
+                    return self.refuse(Some(text), problem);
+                }
                 self.lock().text = Some(text);
                 Reload::Applied(self.apply(config))
             }
@@ -366,6 +397,7 @@ impl Node {
         // reload counted.
         self.ctx.metrics.reload(true);
         self.proxy.swap(table);
+        self.certificates.replace(config.certificates.clone());
         self.checker.set(check_settings(&config));
         let keys = self.reload_keys(&config);
         if let KeyReload::Read(_) = keys {
@@ -434,6 +466,8 @@ fn log_reload(plan: &ReloadPlan, keys: &KeyReload) {
 #[derive(Debug)]
 pub struct Running {
     pub proxy_addr: SocketAddr,
+    /// The HTTPS listener, when the node has one.
+    pub tls_addr: Option<SocketAddr>,
     pub admin_addr: SocketAddr,
     pub node: Arc<Node>,
     trigger: Trigger,
@@ -449,7 +483,14 @@ impl Running {
 }
 
 /// Starts a node in the current runtime.
-pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Result<Running> {
+pub fn start(mut listeners: Listeners, config: Config, options: Options) -> io::Result<Running> {
+    if let (None, Some(listen_tls)) = (&listeners.proxy_tls, &config.node.listen_tls) {
+        listeners.proxy_tls = Some(bind(listen_tls.value)?);
+    }
+    let tls_addr = match &listeners.proxy_tls {
+        Some(listener) => Some(listener.local_addr()?),
+        None => None,
+    };
     let proxy_addr = listeners.proxy.local_addr()?;
     let admin_addr = listeners.admin.local_addr()?;
     let node = Node::new(config, options);
@@ -457,6 +498,7 @@ pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Resu
     let task = tokio::spawn(run(listeners, Arc::clone(&node), shutdown));
     Ok(Running {
         proxy_addr,
+        tls_addr,
         admin_addr,
         node,
         trigger,
@@ -467,6 +509,20 @@ pub fn start(listeners: Listeners, config: Config, options: Options) -> io::Resu
 /// Runs a node until `shutdown`, then drains.
 pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> io::Result<()> {
     let proxy_listener = TcpListener::from_std(listeners.proxy)?;
+    let tls = match (listeners.proxy_tls, &node.started.node.listen_tls) {
+        (_, None) => None,
+        (listener, Some(listen_tls)) => {
+            let listener = match listener {
+                Some(listener) => listener,
+                None => bind(listen_tls.value)?,
+            };
+            let config = edge::server_config(Arc::clone(&node.certificates))
+                .map_err(|e| io::Error::other(format!("TLS setup: {e}")))?;
+            let listener = TcpListener::from_std(listener)?;
+            let _ = node.admin.listen_tls.set(listener.local_addr()?);
+            Some((listener, tokio_rustls::TlsAcceptor::from(config)))
+        }
+    };
     let admin_addr = listeners.admin.local_addr()?;
     let feed = match &node.started.node.feed {
         Some(settings) => {
@@ -500,6 +556,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
     if let Some(path) = node.options.config_path.clone() {
         reload::spawn(Arc::clone(&node), path, shutdown.clone());
     }
+    edge::rotation::spawn(Arc::clone(&node.certificates), shutdown.clone());
     spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone());
     checks::supervise(
         Arc::clone(&node.checker),
@@ -538,6 +595,8 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         tracing::info!(
             node = %config.node.name.value,
             listen = %proxy_listener.local_addr()?,
+            listen_tls = node.admin.listen_tls.get().map(|a| a.to_string()),
+            certificates = node.certificates.load().entries.len(),
             routes = node.config().routes.len(),
             max_connections,
             open_files_limit = nofile,
@@ -550,7 +609,10 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         }
     };
     server::serve(
-        proxy_listener,
+        server::ProxyListeners {
+            plain: proxy_listener,
+            tls,
+        },
         Arc::clone(&node.proxy),
         shutdown,
         node.options.drain,

@@ -9,7 +9,8 @@
 //!
 //! ## Answers the gateway writes itself
 //! No route → 404 (nothing is forwarded: never an open proxy). `CONNECT` →
-//! 405. A request without a usable host → 400. Upstream failures are mapped
+//! 405. A request without a usable host → 400. A plain-HTTP request to an
+//! `https_only` route → 308 to HTTPS ([`scheme`]). Upstream failures are mapped
 //! to 502/504 in [`error`].
 //!
 //! The client protocols live in [`crate::server`]: each parses its
@@ -22,6 +23,7 @@ pub mod forward;
 pub mod headers;
 pub mod plan;
 pub mod request;
+pub mod scheme;
 
 use std::sync::Arc;
 
@@ -37,6 +39,7 @@ pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
 pub use request::{BodyError, ClientRequest, Fields, RequestBody};
+pub use scheme::Scheme;
 
 /// A route as the data path sees it.
 #[derive(Debug)]
@@ -188,16 +191,36 @@ impl Proxy {
         self.table.store(Arc::new(table));
     }
 
-    /// The route of a request by its host and the path of its (normalised)
-    /// target, never its query; `NoRoute` (and a count) when none matches.
-    pub fn route(&self, host: Option<&[u8]>, target: &[u8]) -> Result<Arc<Route>, ProxyError> {
+    /// The route of a request from `client` by its host and the path of
+    /// its (normalised) target, never its query; `NoRoute` (and a count)
+    /// when none matches, `HttpsOnly` when the route is for HTTPS and the
+    /// request came over plain HTTP.
+    pub fn route(
+        &self,
+        host: Option<&[u8]>,
+        target: &[u8],
+        client: &Client,
+    ) -> Result<Arc<Route>, ProxyError> {
         let table = self.table.load();
         let (path, _query) = crate::h1::target::split_query(target);
+        let raw_host = host;
         let host = host.and_then(|h| std::str::from_utf8(h).ok());
         let path = std::str::from_utf8(path)
             .map_err(|_| ProxyError::BadRequest("request target is not UTF-8"))?;
         match table.find(host, path) {
-            Some(route) => Ok(Arc::clone(route)),
+            Some(route) => match client.scheme() {
+                Scheme::Http { https_port } if route.config.https_only => {
+                    let location = raw_host
+                        .and_then(|h| scheme::https_location(h, target, https_port.unwrap_or(443)));
+                    Err(match location {
+                        Some(location) => ProxyError::HttpsOnly(location),
+                        None => ProxyError::BadRequest(
+                            "this route is served over HTTPS only, and the request names no host",
+                        ),
+                    })
+                }
+                _ => Ok(Arc::clone(route)),
+            },
             None => {
                 self.metrics.unrouted();
                 Err(ProxyError::NoRoute)

@@ -65,7 +65,13 @@ pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
 }
 
 /// Reloads off the proxy's workers: file reads and table builds block.
+/// The certificate files are read again too, even when the configuration
+/// is what it was.
 async fn reload(node: &Arc<Node>) {
     let node = Arc::clone(node);
-    let _ = tokio::task::spawn_blocking(move || node.reload_from_file()).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        node.reload_from_file();
+        node.certificates().reread(crate::edge::now_unix());
+    })
+    .await;
 }

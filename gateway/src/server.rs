@@ -1,13 +1,21 @@
-//! The proxy listener: accepts client connections and serves each with
+//! The proxy listeners: accept client connections and serve each with
 //! HTTP/1.x ([`h1`], Picket's own) or, when the client opens with the
-//! HTTP/2 preface, HTTP/2 ([`h2`], hyper's).
+//! HTTP/2 preface, HTTP/2 ([`h2`], hyper's). The HTTPS listener first
+//! completes a TLS handshake ([`crate::edge`]), then serves the same two
+//! protocols over it, HTTP/2 when ALPN chose `h2`.
 //!
-//! On shutdown the listener closes at once, connections finish the request
+//! ## Bounds
+//! A TLS handshake must finish within the header timeout, as a request
+//! head must. Plain and TLS connections share one `max_connections`: a
+//! connection holds its slot from accept, handshake included.
+//!
+//! On shutdown the listeners close at once, connections finish the request
 //! they carry, and whatever is still open after the drain deadline is
 //! dropped.
 
 pub mod h1;
 pub mod h2;
+pub mod stream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,9 +24,12 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
-use crate::proxy::{Client, Proxy};
+use crate::metrics::ConnectionMetrics;
+use crate::proxy::{Client, Proxy, Scheme};
 use crate::shutdown::Shutdown;
+use stream::ClientIo;
 
 /// Time a client has to send a complete request head once it started
 /// (default of `[node] header_timeout`).
@@ -37,19 +48,43 @@ pub struct ClientLimits {
     pub max_connections: usize,
 }
 
-/// Serves the proxy on `listener` until `shutdown`, at most
-/// `max_connections` clients at once, then drains for at most `drain`.
+/// Where the proxy listens.
+pub struct ProxyListeners {
+    /// Plain HTTP.
+    pub plain: TcpListener,
+    /// HTTPS, with the TLS configuration of its handshakes.
+    pub tls: Option<(TcpListener, TlsAcceptor)>,
+}
+
+/// How the connections of one listener are served.
+#[derive(Clone)]
+enum Edge {
+    /// Plain; `https_port` is where `https_only` routes send clients.
+    Plain {
+        https_port: Option<u16>,
+    },
+    Tls(TlsAcceptor),
+}
+
+/// Serves the proxy on `listeners` until `shutdown`, at most
+/// `max_connections` clients at once over both, then drains for at most
+/// `drain`.
 ///
-/// At the limit the listener stops accepting: new clients wait in the
+/// At the limit the listeners stop accepting: new clients wait in the
 /// listen backlog until a connection closes. Reaching it is counted and
 /// logged once per episode, never per connection.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: ProxyListeners,
     proxy: Arc<Proxy>,
     mut shutdown: Shutdown,
     drain: Duration,
     limits: ClientLimits,
 ) {
+    let ProxyListeners { plain, tls } = listeners;
+    let https_port = tls
+        .as_ref()
+        .and_then(|(listener, _)| listener.local_addr().ok())
+        .map(|addr| addr.port());
     let max_connections = limits.max_connections;
     let mut connections = JoinSet::new();
     let slots = Arc::new(Semaphore::new(max_connections));
@@ -81,37 +116,46 @@ pub async fn serve(
             at_limit = false;
             tracing::info!(max_connections, "accepting client connections again");
         }
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => {
-                    crate::resources::LOCAL.ok();
-                    accepted
-                }
-                Err(error) => {
-                    // Out of file descriptors and the like: the node's own
-                    // problem, logged once per episode; give it a moment.
-                    if crate::resources::is_local(&error) {
-                        crate::resources::LOCAL.hit("accepting a client connection", &error);
-                    } else {
-                        tracing::debug!(%error, "accepting a connection failed");
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = plain.accept() => accepted.map(|a| (a, Edge::Plain { https_port })),
+            accepted = accept_tls(tls.as_ref()) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = shutdown.wait() => break,
         };
+        let ((stream, peer), edge) = match accepted {
+            Ok(accepted) => {
+                crate::resources::LOCAL.ok();
+                accepted
+            }
+            Err(error) => {
+                // Out of file descriptors and the like: the node's own
+                // problem, logged once per episode; give it a moment.
+                if crate::resources::is_local(&error) {
+                    crate::resources::LOCAL.hit("accepting a client connection", &error);
+                } else {
+                    tracing::debug!(%error, "accepting a connection failed");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
         let open = metrics.open.clone();
         open.inc();
-        let task = connection(stream, peer, Arc::clone(&proxy), shutdown.clone(), limits);
+        let task = connection(
+            stream,
+            peer,
+            edge,
+            Arc::clone(&proxy),
+            shutdown.clone(),
+            limits,
+        );
         connections.spawn(async move {
             task.await;
             open.dec();
             drop(permit);
         });
     }
-    drop(listener);
+    drop((plain, tls));
     let drained = tokio::time::timeout(drain, async {
         while connections.join_next().await.is_some() {}
     })
@@ -122,21 +166,77 @@ pub async fn serve(
     }
 }
 
+type Accepted = ((TcpStream, SocketAddr), Edge);
+
+/// The next connection of the HTTPS listener; never, without one.
+async fn accept_tls(tls: Option<&(TcpListener, TlsAcceptor)>) -> std::io::Result<Accepted> {
+    match tls {
+        Some((listener, acceptor)) => listener
+            .accept()
+            .await
+            .map(|accepted| (accepted, Edge::Tls(acceptor.clone()))),
+        None => std::future::pending().await,
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
+    edge: Edge,
     proxy: Arc<Proxy>,
-    shutdown: Shutdown,
+    mut shutdown: Shutdown,
     limits: ClientLimits,
 ) {
     let _ = stream.set_nodelay(true);
-    let client = Client::new(peer.ip());
-    let mut conn = h1::ClientConn::new(stream, limits);
+    let (io, scheme, h2) = match edge {
+        Edge::Plain { https_port } => (ClientIo::Plain(stream), Scheme::Http { https_port }, false),
+        Edge::Tls(acceptor) => {
+            let connections = &proxy.metrics().connections;
+            let handshake = tokio::select! {
+                done = tokio::time::timeout(limits.header, acceptor.accept(stream)) => done,
+                () = shutdown.wait() => return,
+            };
+            let Some(tls) = handshaken(handshake, peer, limits.header, connections) else {
+                return;
+            };
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
+            (ClientIo::Tls(Box::new(tls)), Scheme::Https, h2)
+        }
+    };
+    let client = Client::new(peer.ip(), scheme);
+    let mut conn = h1::ClientConn::new(io, limits);
+    if h2 {
+        return h2::serve(conn.into_rewind(), proxy, client, shutdown, limits.idle).await;
+    }
     match conn.sniff().await {
         Some(h1::Protocol::Http2) => {
             h2::serve(conn.into_rewind(), proxy, client, shutdown, limits.idle).await
         }
         Some(h1::Protocol::Http1) => h1::serve(conn, &proxy, &client, shutdown).await,
         None => {}
+    }
+}
+
+/// The TLS stream of a handshake that finished in time; a failed or slow
+/// one is counted, and said at debug level only: scanners and clients that
+/// give up are routine, and one line each would flood the log.
+fn handshaken<T>(
+    handshake: Result<std::io::Result<T>, tokio::time::error::Elapsed>,
+    peer: SocketAddr,
+    bound: Duration,
+    metrics: &ConnectionMetrics,
+) -> Option<T> {
+    match handshake {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(error)) => {
+            metrics.tls_handshake_failed.inc();
+            tracing::debug!(%peer, %error, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            metrics.tls_handshake_failed.inc();
+            tracing::debug!(%peer, bound = ?bound, "TLS handshake not finished within the header timeout; dropped");
+            None
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! cannot delay it. No endpoint changes anything.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -22,6 +23,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use crate::cluster::Membership;
+use crate::edge::Certificates;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::server::HEADER_READ_TIMEOUT;
@@ -45,6 +47,10 @@ pub struct AdminState {
     pub board: Arc<Board>,
     /// Read only: the cluster as this node knows it, once it has started.
     pub membership: OnceLock<Arc<Membership>>,
+    /// Read only: the certificates served to HTTPS clients.
+    pub certificates: Arc<Certificates>,
+    /// The HTTPS listener, once bound.
+    pub listen_tls: OnceLock<SocketAddr>,
 }
 
 impl AdminState {
@@ -53,8 +59,11 @@ impl AdminState {
         metrics: Arc<Metrics>,
         proxy: Arc<Proxy>,
         board: Arc<Board>,
+        certificates: Arc<Certificates>,
     ) -> AdminState {
         AdminState {
+            certificates,
+            listen_tls: OnceLock::new(),
             board,
             node: node.to_string(),
             proxy,
@@ -95,7 +104,12 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
             };
             let now = now_unix_ms();
             match path {
-                "/v1/node" => json(&cluster::node(membership)),
+                "/v1/node" => json(&cluster::node(
+                    membership,
+                    state.listen_tls.get().copied(),
+                    &state.certificates.load(),
+                    crate::edge::now_unix(),
+                )),
                 "/v1/nodes" => json(&cluster::cluster(membership, false, now)),
                 _ => json(&cluster::cluster(membership, true, now)),
             }
@@ -209,7 +223,14 @@ mod tests {
             crate::router::RouteTable::default(),
             Arc::clone(&metrics),
         ));
-        let state = AdminState::new("n1", metrics, proxy, Arc::new(Board::default()));
+        let certificates = Arc::new(Certificates::new(Vec::new(), Arc::clone(&metrics)));
+        let state = AdminState::new(
+            "n1",
+            metrics,
+            proxy,
+            Arc::new(Board::default()),
+            certificates,
+        );
         assert_eq!(
             answer(&state, &Method::GET, "/healthz").status(),
             StatusCode::OK

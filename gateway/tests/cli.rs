@@ -240,6 +240,33 @@ fn environment_overrides_show_in_check() {
 }
 
 #[test]
+fn an_https_listener_set_by_the_environment_needs_a_certificate() {
+    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid");
+    let out = check(
+        &valid.join("minimal.toml"),
+        &[("PICKET_LISTEN_TLS", "127.0.0.1:8443")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("listen_tls) needs at least one [[certificate]]"),
+        "{stderr}"
+    );
+    let out = check(
+        &valid.join("tls.toml"),
+        &[("PICKET_LISTEN_TLS", "127.0.0.1:9443")],
+    );
+    let output = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        output
+            .lines()
+            .any(|l| l.starts_with("listen_tls = \"127.0.0.1:9443\"")
+                && l.ends_with("# flag or environment")),
+        "{output}"
+    );
+}
+
+#[test]
 fn help_explains_every_flag() {
     let out = Command::new(PICKET)
         .args(["run", "--help"])
@@ -250,6 +277,7 @@ fn help_explains_every_flag() {
         "--config",
         "--name",
         "--listen",
+        "--listen-tls",
         "--admin",
         "--workers",
         "--extra-ca",
@@ -262,6 +290,7 @@ fn help_explains_every_flag() {
         "PICKET_CONFIG",
         "PICKET_NODE_NAME",
         "PICKET_LISTEN",
+        "PICKET_LISTEN_TLS",
         "PICKET_ADMIN",
         "PICKET_WORKERS",
     ] {

@@ -5,7 +5,8 @@
 //! Routes are compared by name and rebuilt when anything of theirs differs,
 //! inherited values included. `[global]` reaches the node through the
 //! routes that inherit it and through the connect checks, whose period and
-//! bound a reload changes; the cluster keys are read again.
+//! bound a reload changes; the cluster keys are read again. The
+//! certificates of `[[certificate]]` serve from the next handshake on.
 //!
 //! ## What needs a restart
 //! The settings of [`NEEDS_RESTART`]: the parts that use them (listeners,
@@ -20,6 +21,7 @@ use super::{ClusterSettings, Config, GlobalSettings, NodeSettings, RouteConfig, 
 pub const NEEDS_RESTART: &[&str] = &[
     "node.name",
     "node.listen",
+    "node.listen_tls",
     "node.admin",
     "node.workers",
     "node.max_connections",
@@ -57,7 +59,7 @@ pub struct ReloadPlan {
     pub changed: Vec<String>,
     pub unchanged: usize,
     /// Node-wide settings that changed and take effect now
-    /// (`global.check_every`, `cluster.key_file`).
+    /// (`global.check_every`, `certificate`, `cluster.key_file`).
     pub applied: Vec<&'static str>,
     /// Settings that changed and take effect on restart only, each one of
     /// [`NEEDS_RESTART`].
@@ -93,6 +95,9 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
         }
     }
     plan.applied = global(&old.global, &new.global);
+    if old.certificates != new.certificates {
+        plan.applied.push("certificate");
+    }
     plan.needs_restart = node(&old.node, &new.node);
     plan.needs_restart
         .extend(runtime(&old.runtime, &new.runtime));
@@ -170,6 +175,10 @@ fn node(a: &NodeSettings, b: &NodeSettings) -> Vec<&'static str> {
     differing(&[
         ("node.name", a.name.value != b.name.value),
         ("node.listen", a.listen.value != b.listen.value),
+        (
+            "node.listen_tls",
+            a.listen_tls.as_ref().map(|l| l.value) != b.listen_tls.as_ref().map(|l| l.value),
+        ),
         ("node.admin", a.admin.value != b.admin.value),
         ("node.workers", a.workers.value != b.workers.value),
         (
@@ -373,6 +382,49 @@ mod tests {
             assert_eq!(&diff(&old, &config(new)), expected, "{what}");
         }
         assert!(diff(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn certificates_apply_and_the_https_listener_waits() {
+        let certificate = |hosts: &str| {
+            format!(
+                "[[certificate]]\ncert = \"{dir}/edge.pem\"\nkey = \"{dir}/edge.key\"\n{hosts}\n",
+                dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/certs"),
+            )
+        };
+        let with = |node: &str, certificates: &str| {
+            config(&format!(
+                "{}\n{certificates}",
+                BASE.replace("[node]", &format!("[node]\n{node}"))
+            ))
+        };
+        let old = with("", "");
+        let cases: &[(&str, Config, &[&str], &[&str])] = &[
+            (
+                "a certificate",
+                with("", &certificate("")),
+                &["certificate"],
+                &[],
+            ),
+            (
+                "an HTTPS listener",
+                with("listen_tls = \"127.0.0.1:8443\"", &certificate("")),
+                &["certificate"],
+                &["node.listen_tls"],
+            ),
+        ];
+        for (what, new, applied, restart) in cases {
+            let plan = diff(&old, new);
+            assert_eq!(
+                (plan.applied.as_slice(), plan.needs_restart.as_slice()),
+                (*applied, *restart),
+                "{what}"
+            );
+        }
+        let served = with("", &certificate(""));
+        let narrowed = with("", &certificate("hosts = [\"a.example.test\"]"));
+        assert!(diff(&served, &with("", &certificate(""))).is_empty());
+        assert_eq!(diff(&served, &narrowed).applied, ["certificate"]);
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct RawConfig {
     pub cluster: Option<Spanned<RawCluster>>,
     #[serde(default, rename = "route")]
     pub routes: Vec<Spanned<RawRoute>>,
+    #[serde(default, rename = "certificate")]
+    pub certificates: Vec<Spanned<RawCertificate>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -24,6 +26,7 @@ pub struct RawConfig {
 pub struct RawNode {
     pub name: Option<Spanned<String>>,
     pub listen: Option<Spanned<String>>,
+    pub listen_tls: Option<Spanned<String>>,
     pub admin: Option<Spanned<String>>,
     pub workers: Option<Spanned<i64>>,
     pub max_connections: Option<Spanned<i64>>,
@@ -120,4 +123,14 @@ pub struct RawRoute {
     pub eject_for: Option<Spanned<String>>,
     pub consecutive_gateway_errors: Option<Spanned<i64>>,
     pub breaker: Option<RawBreaker>,
+    pub https_only: Option<Spanned<bool>>,
+}
+
+/// `[[certificate]]`: a PEM chain and its key, served to HTTPS clients.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificate {
+    pub cert: Spanned<String>,
+    pub key: Spanned<String>,
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
 }

@@ -4,7 +4,10 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{BreakerSettings, Config, Origin, RouteConfig, RuntimeKind, Setting, UpstreamConfig};
+use super::{
+    BreakerSettings, CertificateConfig, Config, Origin, RouteConfig, RuntimeKind, Setting,
+    UpstreamConfig,
+};
 
 /// Renders `config` as TOML with an origin comment on each inherited value.
 pub fn render(config: &Config) -> String {
@@ -19,6 +22,14 @@ pub fn render(config: &Config) -> String {
         &quoted(node.listen.value),
         node.listen.from,
     );
+    if let Some(listen_tls) = &node.listen_tls {
+        line(
+            &mut out,
+            "listen_tls",
+            &quoted(listen_tls.value),
+            listen_tls.from,
+        );
+    }
     line(
         &mut out,
         "admin",
@@ -171,11 +182,51 @@ pub fn render(config: &Config) -> String {
         },
     );
 
+    for (i, certificate) in config.certificates.iter().enumerate() {
+        out.push('\n');
+        render_certificate(&mut out, certificate, i == 0);
+    }
+
     for route in &config.routes {
         out.push('\n');
         render_route(&mut out, route);
     }
     out
+}
+
+/// A `[[certificate]]` with absolute paths, and what it serves in a
+/// comment.
+fn render_certificate(out: &mut String, certificate: &CertificateConfig, default: bool) {
+    let current = &certificate.current;
+    let names = if current.names.is_empty() {
+        "no name".to_string()
+    } else {
+        current.names.join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "# serves {names}{}; serial {}; expires {}",
+        if default { " (and is the default)" } else { "" },
+        current.serial,
+        crate::edge::certificate::rfc3339(current.not_after)
+    );
+    out.push_str("[[certificate]]\n");
+    line(
+        out,
+        "cert",
+        &quoted(certificate.cert.display()),
+        Origin::File,
+    );
+    line(out, "key", &quoted(certificate.key.display()), Origin::File);
+    if let Some(hosts) = &certificate.hosts {
+        let hosts: Vec<String> = hosts.iter().map(quoted).collect();
+        line(
+            out,
+            "hosts",
+            &format!("[{}]", hosts.join(", ")),
+            Origin::File,
+        );
+    }
 }
 
 fn in_global<T: Clone>(setting: &Setting<T>) -> Setting<T> {
@@ -229,6 +280,9 @@ fn render_route(out: &mut String, route: &RouteConfig) {
         &route.consecutive_gateway_errors.value.to_string(),
         route.consecutive_gateway_errors.from,
     );
+    if route.https_only {
+        line(out, "https_only", "true", Origin::File);
+    }
     // A sub-table of the route just written.
     out.push_str("[route.breaker]\n");
     breaker(out, &route.breaker);

@@ -4,24 +4,26 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::{Range, RangeInclusive};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
 
 use super::error::{Positions, Problem};
 use super::raw::{
-    RawBreaker, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute, RawRuntime,
-    RawRuntimeBreaker,
+    RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute,
+    RawRuntime, RawRuntimeBreaker,
 };
 use super::{
-    BreakerSettings, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
-    DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
-    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings,
-    GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig, RuntimeBreakerSettings,
-    RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
+    BreakerSettings, CertificateConfig, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT,
+    DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR,
+    DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES,
+    ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig,
+    RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
 };
+use crate::edge::Culprit;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -49,7 +51,9 @@ pub(super) const GOSSIP_INTERVAL_RANGE: (Duration, Duration) =
 pub(super) const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 pub(super) const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
 
-pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
+/// Validates the text of the file named `file`; certificate files are
+/// read (relative to its directory) and checked at `now` (Unix seconds).
+pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>> {
     let positions = Positions::new(text);
     let raw: RawConfig = toml::from_str(text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
@@ -69,6 +73,13 @@ pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
         .filter_map(|route| v.route(route, &global, &runtime))
         .collect();
     v.unique(&raw.routes);
+    let dir = Path::new(file).parent().unwrap_or(Path::new(""));
+    let certificates: Vec<CertificateConfig> = raw
+        .certificates
+        .iter()
+        .filter_map(|certificate| v.certificate(certificate, dir, now))
+        .collect();
+    v.edge(&raw);
     if v.problems.is_empty() {
         Ok(Config {
             source: file.to_string(),
@@ -77,6 +88,7 @@ pub fn validate(file: &str, text: &str) -> Result<Config, Vec<Problem>> {
             runtime,
             cluster,
             routes,
+            certificates,
         })
     } else {
         v.problems.sort_by_key(|p| (p.line, p.column));
@@ -112,6 +124,10 @@ impl Validator<'_> {
             None => Setting::new(default_node_name(), Origin::Default),
         };
         let listen = self.address(raw.listen.as_ref(), "listen", DEFAULT_LISTEN);
+        let listen_tls = raw
+            .listen_tls
+            .as_ref()
+            .map(|l| self.address(Some(l), "listen_tls", "0.0.0.0:8443"));
         let admin = self.address(raw.admin.as_ref(), "admin", DEFAULT_ADMIN);
         let workers = match &raw.workers {
             Some(w) => {
@@ -188,6 +204,7 @@ impl Validator<'_> {
         NodeSettings {
             name,
             listen,
+            listen_tls,
             admin,
             workers,
             max_connections,
@@ -726,7 +743,126 @@ impl Validator<'_> {
             breaker,
             body_timeout: global.body_timeout.value,
             underscores_in_headers: global.underscores_in_headers.value,
+            https_only: raw.https_only.as_ref().is_some_and(|h| *h.get_ref()),
         })
+    }
+
+    /// A `[[certificate]]`: its files read from `dir` (when relative) and
+    /// checked at `now`; each problem at the value it is about.
+    fn certificate(
+        &mut self,
+        raw: &Spanned<RawCertificate>,
+        dir: &Path,
+        now: i64,
+    ) -> Option<CertificateConfig> {
+        let raw = raw.get_ref();
+        let hosts = match &raw.hosts {
+            None => None,
+            Some(list) if list.get_ref().is_empty() => {
+                self.problem(
+                    list.span(),
+                    "hosts must name at least one host (leave it out to serve every name of the certificate)",
+                );
+                return None;
+            }
+            Some(list) => {
+                let mut hosts = Vec::new();
+                for host in list.get_ref() {
+                    let name = host.get_ref().to_ascii_lowercase();
+                    let bare = name.strip_prefix("*.").unwrap_or(&name);
+                    if !is_dns_name(bare) {
+                        self.problem(
+                            host.span(),
+                            format!(
+                                "host {:?} must be a DNS name such as \"api.example.com\" or \"*.example.com\"",
+                                host.get_ref()
+                            ),
+                        );
+                        return None;
+                    }
+                    hosts.push(name);
+                }
+                Some(hosts)
+            }
+        };
+        let path = |p: &Spanned<String>| std::path::absolute(dir.join(p.get_ref()));
+        let (cert, key) = match (path(&raw.cert), path(&raw.key)) {
+            (Ok(cert), Ok(key)) => (cert, key),
+            (Err(e), _) | (_, Err(e)) => {
+                self.problem(raw.cert.span(), format!("cannot resolve the path: {e}"));
+                return None;
+            }
+        };
+        let cert_pem = match std::fs::read(&cert) {
+            Ok(pem) => pem,
+            Err(e) => {
+                self.problem(
+                    raw.cert.span(),
+                    format!("cannot read certificate {}: {e}", cert.display()),
+                );
+                return None;
+            }
+        };
+        let key_pem = match std::fs::read(&key) {
+            Ok(pem) => pem,
+            Err(e) => {
+                self.problem(
+                    raw.key.span(),
+                    format!("cannot read key {}: {e}", key.display()),
+                );
+                return None;
+            }
+        };
+        match crate::edge::certificate::check(&cert_pem, &key_pem, hosts.as_deref(), now) {
+            Ok(current) => Some(CertificateConfig {
+                cert,
+                key,
+                hosts,
+                current: Arc::new(current),
+            }),
+            Err(error) => {
+                let (span, file) = match error.culprit(hosts.as_deref()) {
+                    Culprit::Cert => (raw.cert.span(), format!("certificate {}", cert.display())),
+                    Culprit::Key => (
+                        raw.key.span(),
+                        format!("key {} (for certificate {})", key.display(), cert.display()),
+                    ),
+                    Culprit::Host(i) => (
+                        raw.hosts
+                            .as_ref()
+                            .and_then(|h| h.get_ref().get(i))
+                            .map_or(raw.cert.span(), Spanned::span),
+                        format!("certificate {}", cert.display()),
+                    ),
+                };
+                self.problem(span, format!("{file}: {error}"));
+                None
+            }
+        }
+    }
+
+    /// The HTTPS settings hold together: a TLS listener has a certificate
+    /// to serve, and an `https_only` route a TLS listener to send its
+    /// clients to (which a flag may give, but not a certificate).
+    fn edge(&mut self, raw: &RawConfig) {
+        if raw.certificates.is_empty() {
+            if let Some(listen_tls) = &raw.node.listen_tls {
+                self.problem(
+                    listen_tls.span(),
+                    "listen_tls needs at least one [[certificate]] (cert and key) to serve",
+                );
+            }
+            for route in &raw.routes {
+                if let Some(https_only) = &route.get_ref().https_only
+                    && *https_only.get_ref()
+                {
+                    self.problem(
+                        https_only.span(),
+                        "https_only needs this node to serve HTTPS: set `[node] listen_tls` and add a [[certificate]]",
+                    );
+                }
+            }
+        }
     }
 
     fn host(&mut self, raw: &Spanned<String>) -> Option<HostMatch> {
@@ -735,16 +871,7 @@ impl Validator<'_> {
             Some(rest) => (true, rest),
             None => (false, host.as_str()),
         };
-        let valid = !name.is_empty()
-            && name.len() <= 253
-            && name.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            });
-        if !valid {
+        if !is_dns_name(name) {
             self.problem(
                 raw.span(),
                 format!(
@@ -994,6 +1121,19 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// A DNS name: dot-separated labels of letters, digits and `-`.
+fn is_dns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// A Kubernetes namespace name (an RFC 1123 label).

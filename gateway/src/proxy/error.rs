@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use crate::body::GatewayBody;
@@ -30,6 +30,8 @@ pub enum ProxyError {
     BadRequest(&'static str),
     #[error("method not allowed: Picket is not a forward proxy")]
     Connect,
+    #[error("this route is served over HTTPS only: {}", .0.to_str().unwrap_or("(not text)"))]
+    HttpsOnly(HeaderValue),
     #[error("{0}")]
     Unreachable(ConnectFailure),
     #[error("no response head within {}", humantime::format_duration(*.0))]
@@ -50,6 +52,8 @@ pub struct Page {
     pub body: Bytes,
     /// Seconds for `Retry-After`.
     pub retry_after: Option<u64>,
+    /// Where a redirect sends the client.
+    pub location: Option<HeaderValue>,
 }
 
 impl Page {
@@ -61,6 +65,9 @@ impl Page {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
         if let Some(seconds) = self.retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(location) = self.location {
+            headers.insert(LOCATION, location);
         }
         response
     }
@@ -80,6 +87,7 @@ impl ProxyError {
             ProxyError::NoRoute
             | ProxyError::BadRequest(_)
             | ProxyError::Connect
+            | ProxyError::HttpsOnly(_)
             | ProxyError::ClientBody(_) => Fault::Downstream,
             ProxyError::Unreachable(failure) if !failure.blames_replica() => Fault::Node,
             ProxyError::Unavailable { .. }
@@ -97,6 +105,7 @@ impl ProxyError {
             ProxyError::ClientBody(e) if e.is_timeout() => StatusCode::REQUEST_TIMEOUT,
             ProxyError::BadRequest(_) | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::Connect => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::HttpsOnly(_) => StatusCode::PERMANENT_REDIRECT,
             ProxyError::Unreachable(failure) if !failure.blames_replica() => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -126,6 +135,7 @@ impl ProxyError {
                     content_type: "application/json",
                     body: body.into(),
                     retry_after: Some(seconds),
+                    location: None,
                 }
             } else {
                 let body = format!(
@@ -138,6 +148,7 @@ impl ProxyError {
                     content_type: "text/html; charset=utf-8",
                     body: body.into(),
                     retry_after: Some(seconds),
+                    location: None,
                 }
             };
         }
@@ -147,11 +158,16 @@ impl ProxyError {
             status.canonical_reason().unwrap_or(""),
             self
         );
+        let location = match self {
+            ProxyError::HttpsOnly(location) => Some(location.clone()),
+            _ => None,
+        };
         Page {
             status,
             content_type: "text/plain; charset=utf-8",
             body: Bytes::from(text),
             retry_after: None,
+            location,
         }
     }
 
@@ -210,12 +226,25 @@ mod tests {
                 StatusCode::GATEWAY_TIMEOUT,
                 Fault::Upstream,
             ),
+            (
+                ProxyError::HttpsOnly(HeaderValue::from_static("https://a.test/")),
+                StatusCode::PERMANENT_REDIRECT,
+                Fault::Downstream,
+            ),
         ];
         for (error, status, fault) in cases {
             assert_eq!(error.status(), status, "{error}");
             assert_eq!(error.fault(), fault, "{error}");
             assert_eq!(error.page(None).status, status);
         }
+    }
+
+    #[test]
+    fn a_redirect_says_where() {
+        let to = HeaderValue::from_static("https://a.test:8443/x?y=1");
+        let response = ProxyError::HttpsOnly(to.clone()).response(None);
+        assert_eq!(response.status(), StatusCode::PERMANENT_REDIRECT);
+        assert_eq!(response.headers().get(LOCATION), Some(&to));
     }
 
     #[test]

@@ -27,30 +27,37 @@ use std::net::IpAddr;
 use http::header::HeaderValue;
 
 use super::request::ClientRequest;
+use super::scheme::Scheme;
 use crate::h1::{self, request};
 use crate::upstream::Target;
 
-/// The client of a connection, as `X-Forwarded-For` names it; made once per
-/// connection.
+/// The client of a connection, as `X-Forwarded-For` and
+/// `X-Forwarded-Proto` name it; made once per connection.
 #[derive(Debug, Clone)]
 pub struct Client {
     ip: IpAddr,
     value: HeaderValue,
+    scheme: Scheme,
 }
 
 impl Client {
-    pub fn new(ip: IpAddr) -> Client {
+    pub fn new(ip: IpAddr, scheme: Scheme) -> Client {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_canonical(),
             v4 => v4,
         };
         let value =
             HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"));
-        Client { ip, value }
+        Client { ip, value, scheme }
     }
 
     pub fn ip(&self) -> IpAddr {
         self.ip
+    }
+
+    /// Whether the connection came over TLS.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
     }
 }
 
@@ -131,7 +138,7 @@ pub fn write_upstream_head(
     }
     forwarded_for.extend_from_slice(forwarding.client.value.as_bytes());
     h1::write_header(out, b"x-forwarded-for", &forwarded_for);
-    h1::write_header(out, b"x-forwarded-proto", b"http");
+    h1::write_header(out, b"x-forwarded-proto", forwarding.client.scheme.proto());
     if let Some(host) = forwarding.host {
         h1::write_header(out, b"x-forwarded-host", host);
     }
@@ -167,7 +174,10 @@ mod tests {
     }
 
     fn client() -> Client {
-        Client::new("10.0.0.9".parse().unwrap())
+        Client::new(
+            "10.0.0.9".parse().unwrap(),
+            Scheme::Http { https_port: None },
+        )
     }
 
     fn forwarding<'a>(client: &'a Client, host: &'a [u8]) -> Forwarding<'a> {
@@ -235,7 +245,10 @@ mod tests {
 
     #[test]
     fn forwarded_headers_chain_and_replace() {
-        let client = Client::new("::ffff:10.0.0.1".parse().unwrap());
+        let client = Client::new(
+            "::ffff:10.0.0.1".parse().unwrap(),
+            Scheme::Http { https_port: None },
+        );
         let forwarding = Forwarding {
             client: &client,
             host: Some(b"api.example.com"),
@@ -267,6 +280,17 @@ mod tests {
             text.contains("x-forwarded-host: api.example.com\r\n") && !text.contains("spoofed"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn over_tls_the_upstream_is_told_https_whatever_the_client_says() {
+        let client = Client::new("10.0.0.9".parse().unwrap(), Scheme::Https);
+        let text = head(
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: http\r\n\r\n",
+            &forwarding(&client, b"h"),
+        );
+        assert!(text.contains("x-forwarded-proto: https\r\n"), "{text}");
+        assert!(!text.contains("proto: http\r\n"), "{text}");
     }
 
     #[test]

@@ -26,10 +26,10 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
 
 use super::ClientLimits;
+use super::stream::ClientIo;
 use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded};
 use crate::h1::request::{BodyKind, RequestParts, parse_request};
 use crate::h1::response::{BodyFraming, ClientFraming, end_response_head, write_status_line};
@@ -54,7 +54,7 @@ pub enum Protocol {
 
 /// A client connection and its buffers, kept across its requests.
 pub struct ClientConn {
-    io: TcpStream,
+    io: ClientIo,
     /// Bytes read and not yet used.
     buf: BytesMut,
     /// The response head being written.
@@ -65,7 +65,7 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
-    pub fn new(io: TcpStream, limits: ClientLimits) -> ClientConn {
+    pub fn new(io: ClientIo, limits: ClientLimits) -> ClientConn {
         ClientConn {
             io,
             buf: BytesMut::new(),
@@ -116,7 +116,7 @@ impl ClientConn {
 /// A stream whose first bytes were already read.
 pub struct Rewind {
     prefix: Bytes,
-    io: TcpStream,
+    io: ClientIo,
 }
 
 impl AsyncRead for Rewind {
@@ -209,6 +209,7 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
                     content_type: "text/plain; charset=utf-8",
                     body: body.into(),
                     retry_after: None,
+                    location: None,
                 };
                 if write_page(&mut conn, &page, Version::HTTP_11, false, false)
                     .await
@@ -290,7 +291,7 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
             "HTTP/1.1 request without Host header",
         ))
     } else {
-        proxy.route(parts.host.as_deref(), &parts.path)
+        proxy.route(parts.host.as_deref(), &parts.path, client)
     };
     let route = match route {
         Ok(route) => route,
@@ -362,6 +363,9 @@ async fn write_page(
             seconds.to_string().as_bytes(),
         );
     }
+    if let Some(location) = &page.location {
+        h1::write_header(&mut conn.out, b"location", location.as_bytes());
+    }
     end_response_head(
         &mut conn.out,
         ClientFraming::Length(page.body.len() as u64),
@@ -371,7 +375,8 @@ async fn write_page(
     if !head_request {
         conn.out.extend_from_slice(&page.body);
     }
-    conn.io.write_all(&conn.out).await
+    conn.io.write_all(&conn.out).await?;
+    conn.io.flush().await
 }
 
 /// Writes an upstream's answer: its head, then its body as it arrives.
@@ -395,7 +400,7 @@ async fn write_answer(
                 h1::write_header(&mut conn.out, b"upgrade", protocol);
             }
             conn.out.extend_from_slice(b"\r\n");
-            if conn.io.write_all(&conn.out).await.is_err() {
+            if conn.io.write_all(&conn.out).await.is_err() || conn.io.flush().await.is_err() {
                 return Next::Close;
             }
             return Next::Tunnel {
@@ -422,14 +427,16 @@ async fn write_answer(
 }
 
 /// Writes the head in `conn.out`, then the body framed by `encoder` (none:
-/// the head alone).
+/// the head alone). Each piece is flushed as it goes: a stream's events
+/// reach the client as they come.
 async fn write_body(
     conn: &mut ClientConn,
     body: &mut UpstreamBody,
     encoder: Option<BodyEncoder>,
 ) -> io::Result<()> {
     let Some(mut encoder) = encoder else {
-        return conn.io.write_all(&conn.out).await;
+        conn.io.write_all(&conn.out).await?;
+        return conn.io.flush().await;
     };
     // What already arrived goes out with the head, in one write.
     let first = body.next_buffered()?.unwrap_or_default();
@@ -438,6 +445,7 @@ async fn write_body(
     let end = if ended { encoder.finish()? } else { &[] };
     let mut all = Buf::chain(&conn.out[..], first).chain(end);
     conn.io.write_all_buf(&mut all).await?;
+    conn.io.flush().await?;
     while !ended {
         match body.frame().await {
             None => {
@@ -455,6 +463,7 @@ async fn write_body(
                 conn.io.write_all_buf(&mut all).await?;
             }
         }
+        conn.io.flush().await?;
     }
     Ok(())
 }
@@ -475,10 +484,15 @@ async fn tunnel(conn: ClientConn, mut upstream: Io, leftover: Bytes) {
     }
 }
 
+async fn send_continue(io: &mut ClientIo) -> io::Result<()> {
+    io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+    io.flush().await
+}
+
 /// A request body read from the client connection, each read bounded by
 /// the body inactivity bound.
 struct ClientBody<'a> {
-    io: &'a mut TcpStream,
+    io: &'a mut ClientIo,
     buf: &'a mut BytesMut,
     decoder: BodyDecoder,
     /// The client waits for `100 Continue` before sending its body.
@@ -489,7 +503,7 @@ struct ClientBody<'a> {
 
 impl<'a> ClientBody<'a> {
     fn new(
-        io: &'a mut TcpStream,
+        io: &'a mut ClientIo,
         buf: &'a mut BytesMut,
         kind: BodyKind,
         expect_continue: bool,
@@ -522,7 +536,7 @@ impl RequestBody for ClientBody<'_> {
         if self.continue_pending {
             self.continue_pending = false;
             if self.buf.is_empty()
-                && let Err(e) = self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await
+                && let Err(e) = send_continue(self.io).await
             {
                 return Self::error(e);
             }

@@ -1,4 +1,4 @@
-//! HTTP/2 clients (prior knowledge), served by hyper: each request becomes
+//! HTTP/2 clients (prior knowledge, or over TLS by ALPN), served by hyper: each request becomes
 //! a [`ClientRequest`] with a header map, and each answer a hyper response
 //! whose body streams from the upstream connection.
 //!
@@ -178,7 +178,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         }
     };
     let path = &path[..];
-    let route = match proxy.route(host, path) {
+    let route = match proxy.route(host, path, client) {
         Ok(route) => route,
         Err(error) => return error.response(accept),
     };

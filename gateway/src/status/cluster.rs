@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::cluster::Membership;
 use crate::cluster::view::{RouteAcross, route_across};
+use crate::edge::Served;
 
 #[derive(Debug, Serialize)]
 pub struct NodeAnswer {
@@ -24,6 +25,24 @@ pub struct NodeAnswer {
     pub runtime: String,
     pub started_unix_ms: u64,
     pub members: Counts,
+    /// The HTTPS listener; `null` without one.
+    pub listen_tls: Option<String>,
+    /// The certificates served to HTTPS clients, the default first.
+    pub certificates: Vec<CertificateAnswer>,
+}
+
+/// A certificate served to HTTPS clients.
+#[derive(Debug, Serialize)]
+pub struct CertificateAnswer {
+    /// The names it serves.
+    pub names: Vec<String>,
+    /// Its certificate file.
+    pub cert: String,
+    /// Lowercase hex.
+    pub serial: String,
+    pub not_after_unix_ms: i64,
+    /// Whole days left, counted at the answer; negative once expired.
+    pub days_to_expiry: i64,
 }
 
 #[derive(Debug, Serialize, Default)]
@@ -102,8 +121,28 @@ fn member(view: &ClusterView, m: &Member, now_ms: u64, with_verdicts: bool) -> M
     }
 }
 
-pub fn node(membership: &Membership) -> NodeAnswer {
+/// `/v1/node`, at `now` (Unix seconds).
+pub fn node(
+    membership: &Membership,
+    listen_tls: Option<std::net::SocketAddr>,
+    served: &Served,
+    now: i64,
+) -> NodeAnswer {
     let info = &membership.info;
+    let certificates = served
+        .entries
+        .iter()
+        .map(|entry| {
+            let current = &entry.current;
+            CertificateAnswer {
+                names: current.names.clone(),
+                cert: entry.cert.display().to_string(),
+                serial: current.serial.clone(),
+                not_after_unix_ms: current.not_after.saturating_mul(1000),
+                days_to_expiry: (current.not_after - now).div_euclid(86_400),
+            }
+        })
+        .collect();
     NodeAnswer {
         name: info.name.clone(),
         version: info.version.clone(),
@@ -115,6 +154,8 @@ pub fn node(membership: &Membership) -> NodeAnswer {
         runtime: info.runtime.clone(),
         started_unix_ms: info.started_unix_ms,
         members: counts(&membership.view()),
+        listen_tls: listen_tls.map(|a| a.to_string()),
+        certificates,
     }
 }
 

@@ -1,0 +1,53 @@
+//! TLS at the edge: the proxy's HTTPS listener, the certificates it
+//! serves to clients, and their rotation.
+//!
+//! ## What a client gets
+//! TLS 1.3 or 1.2 (rustls with ring, its default cipher suites, no 0-RTT),
+//! ALPN `h2` or `http/1.1`, and the certificate its server name picks
+//! ([`served`]). HTTP/2 over TLS is then served as HTTP/2 prior knowledge
+//! is, HTTP/1.1 as on the plain listener ([`crate::server`]).
+//!
+//! ## Invariants
+//! - A certificate serves only after every check of [`certificate`]:
+//!   validation refuses a configuration whose files fail them, and
+//!   rotation refuses a new version that does, the old one serving on.
+//! - Handshakes read a snapshot; nothing a reload or a rotation does
+//!   touches a connection already made.
+
+pub mod certificate;
+pub mod rotation;
+pub mod served;
+mod validity;
+
+use std::sync::Arc;
+
+pub use certificate::{CertError, Certificate, Culprit};
+pub use served::{Certificates, Served};
+
+/// ALPN protocol ids, in the server's order of preference.
+pub const ALPN_H2: &[u8] = b"h2";
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// The server configuration of the HTTPS listener: its certificates are
+/// whatever `certificates` holds at each handshake.
+pub fn server_config(
+    certificates: Arc<Certificates>,
+) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_cert_resolver(certificates);
+    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
+    // Stateless resumption: a returning client skips the key exchange,
+    // and no session cache grows with the clients.
+    config.ticketer = rustls::crypto::ring::Ticketer::new()?;
+    Ok(Arc::new(config))
+}
+
+/// Now, in Unix seconds: certificates live by the wall clock.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,273 @@
+//! The certificates a node serves now, and which one a handshake gets.
+//!
+//! ## Picking
+//! By the client's server name (SNI), without case: a certificate that
+//! names it exactly, else one whose wildcard covers it (`*.example.com`
+//! for `a.example.com`), else the first certificate, which is also what a
+//! client that sends no name gets. When two certificates serve a name,
+//! the first in the file wins.
+//!
+//! ## Swapping
+//! Handshakes read one snapshot ([`Served`]) from an `ArcSwap`; a reload
+//! or a rotation builds a new one and swaps it whole. A connection keeps
+//! the certificate its handshake got; only new handshakes see the new
+//! one. Writers (reloads, the rotation task) take a lock among
+//! themselves, so that a rotation never puts back what a reload replaced.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::sync::Notify;
+
+use super::certificate::Version;
+use crate::config::CertificateConfig;
+use crate::metrics::Metrics;
+
+/// A snapshot of the certificates served, with the index handshakes use.
+#[derive(Debug, Default)]
+pub struct Served {
+    /// In the file's order; the first is the default.
+    pub entries: Vec<CertificateConfig>,
+    exact: HashMap<String, usize>,
+    /// By the parent of the wildcard: `example.com` for `*.example.com`.
+    wildcard: HashMap<String, usize>,
+}
+
+impl Served {
+    pub fn new(entries: Vec<CertificateConfig>) -> Served {
+        let (mut exact, mut wildcard) = (HashMap::new(), HashMap::new());
+        for (i, entry) in entries.iter().enumerate() {
+            for name in &entry.current.names {
+                let (index, key) = match name.strip_prefix("*.") {
+                    Some(parent) => (&mut wildcard, parent),
+                    None => (&mut exact, name.as_str()),
+                };
+                index.entry(key.to_string()).or_insert(i);
+            }
+        }
+        Served {
+            entries,
+            exact,
+            wildcard,
+        }
+    }
+
+    /// The index of the certificate for a handshake that named
+    /// `server_name`; `None` when there is no certificate at all.
+    pub fn pick(&self, server_name: Option<&str>) -> Option<usize> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let named = server_name.and_then(|name| {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if let Some(i) = self.exact.get(&name) {
+                return Some(*i);
+            }
+            let (label, parent) = name.split_once('.')?;
+            (!label.is_empty())
+                .then(|| self.wildcard.get(parent).copied())
+                .flatten()
+        });
+        Some(named.unwrap_or(0))
+    }
+
+    /// The directories of every file served: what rotation watches.
+    pub fn directories(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = self
+            .entries
+            .iter()
+            .flat_map(|e| [&e.cert, &e.key])
+            .filter_map(|file| file.parent().map(PathBuf::from))
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+}
+
+/// The certificates in force, read by every handshake.
+pub struct Certificates {
+    served: ArcSwap<Served>,
+    /// Held by whoever builds the next snapshot.
+    writer: Mutex<Writer>,
+    metrics: Arc<Metrics>,
+    /// Woken when a reload replaced the list, so that rotation follows
+    /// the new files.
+    pub(super) replaced: Notify,
+}
+
+/// What the writers of [`Certificates`] remember between snapshots.
+#[derive(Debug, Default)]
+pub(super) struct Writer {
+    /// The names published as metric series.
+    pub(super) published: Vec<String>,
+    /// The last version of each certificate file refused, so that each
+    /// bad version is logged once.
+    pub(super) refusals: super::rotation::Refusals,
+    /// When each certificate (by version) was last warned about as
+    /// expiring.
+    pub(super) warned: HashMap<Version, i64>,
+}
+
+impl std::fmt::Debug for Certificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certificates")
+            .field("served", &self.served.load().entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Certificates {
+    pub fn new(entries: Vec<CertificateConfig>, metrics: Arc<Metrics>) -> Certificates {
+        let certificates = Certificates {
+            served: ArcSwap::from_pointee(Served::default()),
+            writer: Mutex::new(Writer::default()),
+            metrics,
+            replaced: Notify::new(),
+        };
+        certificates.replace(entries);
+        certificates
+    }
+
+    /// The snapshot handshakes read now.
+    pub fn load(&self) -> Arc<Served> {
+        self.served.load_full()
+    }
+
+    /// Serves `entries` from the next handshake on (a reload).
+    pub fn replace(&self, entries: Vec<CertificateConfig>) {
+        let mut writer = self.lock();
+        if self.served.load().entries == entries {
+            return;
+        }
+        self.store(&mut writer, entries);
+        self.replaced.notify_one();
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Swaps in a new snapshot and publishes its expiry metrics.
+    pub(super) fn store(&self, writer: &mut Writer, entries: Vec<CertificateConfig>) {
+        let names: Vec<String> = entries.iter().map(label).collect();
+        for (name, entry) in names.iter().zip(&entries) {
+            self.metrics
+                .certificate_expiry(name, entry.current.not_after);
+        }
+        for gone in writer.published.iter().filter(|n| !names.contains(n)) {
+            self.metrics.forget_certificate(gone);
+        }
+        writer.published = names;
+        self.served.store(Arc::new(Served::new(entries)));
+    }
+}
+
+/// A certificate as metrics and logs name it: its first name, else its
+/// file.
+pub fn label(entry: &CertificateConfig) -> String {
+    entry
+        .current
+        .names
+        .first()
+        .cloned()
+        .unwrap_or_else(|| entry.cert.display().to_string())
+}
+
+impl ResolvesServerCert for Certificates {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let served = self.served.load();
+        let i = served.pick(hello.server_name())?;
+        Some(Arc::clone(&served.entries[i].current.key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edge::certificate::check;
+
+    fn entry(names: &[&str]) -> CertificateConfig {
+        let owned: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(owned)
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let current = check(
+            cert.pem().as_bytes(),
+            key.serialize_pem().as_bytes(),
+            None,
+            1_796_083_200,
+        )
+        .unwrap();
+        CertificateConfig {
+            cert: PathBuf::from(format!("/certs/{}/tls.crt", names[0])),
+            key: PathBuf::from(format!("/keys/{}.key", names[0])),
+            hosts: None,
+            current: Arc::new(current),
+        }
+    }
+
+    #[test]
+    fn exact_then_wildcard_then_the_first() {
+        let served = Served::new(vec![
+            entry(&["default.example.org"]),
+            entry(&["api.example.com", "shop.example.com"]),
+            entry(&["*.example.com"]),
+            entry(&["shop.example.com", "*.example.com", "example.net"]),
+        ]);
+        let cases = [
+            (Some("api.example.com"), Some(1)),
+            (Some("API.Example.COM."), Some(1)),
+            (Some("shop.example.com"), Some(1)),
+            (Some("blog.example.com"), Some(2)),
+            (Some("a.b.example.com"), Some(0)),
+            (Some("example.com"), Some(0)),
+            (Some("example.net"), Some(3)),
+            (Some("unknown.test"), Some(0)),
+            (None, Some(0)),
+        ];
+        for (name, picked) in cases {
+            assert_eq!(served.pick(name), picked, "{name:?}");
+        }
+        assert_eq!(Served::default().pick(Some("api.example.com")), None);
+        assert_eq!(
+            served.directories(),
+            [
+                "/certs/*.example.com",
+                "/certs/api.example.com",
+                "/certs/default.example.org",
+                "/certs/shop.example.com",
+                "/keys",
+            ]
+            .map(PathBuf::from)
+        );
+    }
+
+    #[test]
+    fn a_replacement_moves_the_metrics() {
+        let metrics = Arc::new(Metrics::new());
+        let certificates = Certificates::new(vec![entry(&["a.example.com"])], Arc::clone(&metrics));
+        assert!(
+            metrics
+                .encode()
+                .contains("picket_certificate_expiry_seconds{name=\"a.example.com\"}")
+        );
+        certificates.replace(vec![entry(&["b.example.com"])]);
+        let text = metrics.encode();
+        assert!(!text.contains("a.example.com"), "{text}");
+        assert!(
+            text.contains("picket_certificate_expiry_seconds{name=\"b.example.com\"}"),
+            "{text}"
+        );
+        assert_eq!(
+            certificates.load().entries[0].current.names,
+            ["b.example.com"]
+        );
+    }
+}
