@@ -14,6 +14,9 @@ use picket_proto::ClusterView;
 #[derive(Debug)]
 pub struct TestNode {
     pub proxy: SocketAddr,
+    /// The HTTPS listener, when the configuration has `listen_tls` (give
+    /// it port 0).
+    pub tls: Option<SocketAddr>,
     pub admin: SocketAddr,
     running: Option<Running>,
 }
@@ -34,7 +37,8 @@ fn options(config_path: Option<&Path>, gossip_transport: Option<Wire>) -> Option
 }
 
 impl TestNode {
-    /// A node on the configuration `text` (its listen addresses ignored).
+    /// A node on the configuration `text` (its `listen` and `admin`
+    /// ignored: port 0 on loopback).
     pub fn start(text: &str) -> TestNode {
         let config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
         TestNode::run(config, None, None)
@@ -50,6 +54,7 @@ impl TestNode {
         let running = node::start(listeners, config, options).expect("start node");
         TestNode {
             proxy: running.proxy_addr,
+            tls: running.tls_addr,
             admin: running.admin_addr,
             running: Some(running),
         }
@@ -73,6 +78,7 @@ impl TestNode {
         let running = node::start(listeners, config, options(path, wire)).expect("start node");
         TestNode {
             proxy: running.proxy_addr,
+            tls: running.tls_addr,
             admin: running.admin_addr,
             running: Some(running),
         }

@@ -1,6 +1,7 @@
-//! TLS for tests: a certificate authority made at test time, and an
-//! upstream that serves HTTPS with a certificate it signed, counting the
-//! handshakes it was offered and completed.
+//! TLS for tests: a certificate authority made at test time, an upstream
+//! that serves HTTPS with a certificate it signed (counting the handshakes
+//! it was offered and completed), and clients of a node's HTTPS listener
+//! that say which certificate they were shown.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 /// A certificate authority of a test.
@@ -54,20 +55,42 @@ impl TestCa {
         }
     }
 
-    /// Writes the CA's certificate into `dir`: a file for `SSL_CERT_FILE`
-    /// (`--extra-ca`).
     /// A certificate for `names` (DNS names or IP addresses) that this CA
     /// signed, and its key.
     pub fn leaf(&self, names: &[&str]) -> (rcgen::Certificate, rcgen::KeyPair) {
+        self.leaf_expiring(names, None)
+    }
+
+    /// A certificate for `names` that expires at `not_after` (Unix
+    /// seconds; `None`: rcgen's far future), and its key. Every call makes
+    /// a new key, and so a new certificate and serial.
+    pub fn leaf_expiring(
+        &self,
+        names: &[&str],
+        not_after: Option<u64>,
+    ) -> (rcgen::Certificate, rcgen::KeyPair) {
         let key = rcgen::KeyPair::generate().expect("a key");
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = rcgen::CertificateParams::new(names)
-            .expect("certificate parameters")
-            .signed_by(&key, &self.issuer)
-            .expect("a certificate");
+        let mut params = rcgen::CertificateParams::new(names).expect("certificate parameters");
+        if let Some(not_after) = not_after {
+            params.not_after =
+                rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after);
+            params.not_before =
+                rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after / 2);
+        }
+        let cert = params.signed_by(&key, &self.issuer).expect("a certificate");
         (cert, key)
     }
 
+    /// Writes a certificate for `names` (its chain: the leaf, then this
+    /// CA) and its key into `dir` as `<stem>.crt` and `<stem>.key`.
+    pub fn write_leaf(&self, dir: &Path, stem: &str, names: &[&str]) -> Leaf {
+        let (cert, key) = self.leaf(names);
+        Leaf::write(dir, stem, &cert, &key, &self.pem)
+    }
+
+    /// Writes the CA's certificate into `dir`: a file for `SSL_CERT_FILE`
+    /// (`--extra-ca`) or `curl --cacert`.
     pub fn write_pem(&self, dir: &Path) -> PathBuf {
         let path = dir.join("ca.pem");
         std::fs::write(&path, &self.pem).expect("write the CA file");
@@ -90,6 +113,202 @@ impl TestCa {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(config)
     }
+}
+
+/// A certificate written to files.
+#[derive(Debug, Clone)]
+pub struct Leaf {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The leaf, as a client is shown it.
+    pub der: CertificateDer<'static>,
+}
+
+impl Leaf {
+    /// Writes `cert` (then `chain`, PEM) and `key` into `dir` as
+    /// `<stem>.crt` and `<stem>.key`.
+    pub fn write(
+        dir: &Path,
+        stem: &str,
+        cert: &rcgen::Certificate,
+        key: &rcgen::KeyPair,
+        chain: &str,
+    ) -> Leaf {
+        let (cert_path, key_path) = (
+            dir.join(format!("{stem}.crt")),
+            dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&cert_path, format!("{}{chain}", cert.pem())).expect("write a certificate");
+        std::fs::write(&key_path, key.serialize_pem()).expect("write a key");
+        Leaf {
+            cert: cert_path,
+            key: key_path,
+            der: cert.der().clone(),
+        }
+    }
+
+    /// Its `[[certificate]]` table.
+    pub fn table(&self) -> String {
+        format!(
+            "[[certificate]]\ncert = {:?}\nkey = {:?}\n",
+            self.cert.display().to_string(),
+            self.key.display().to_string()
+        )
+    }
+}
+
+/// A client of a node's HTTPS listener that trusts `ca`, offers `alpn`,
+/// and never resumes a session: each handshake shows the certificate the
+/// node serves now.
+pub fn client_config(ca: &TestCa, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der.clone()).expect("the CA as a root");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// A client that takes whatever certificate it is shown, for tests that
+/// then check which one it was; `sni`: whether it names the server.
+pub fn inspecting_client(sni: bool) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.enable_sni = sni;
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// Accepts any certificate (its signatures are still checked).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS connection to `addr` for the server `name`.
+pub async fn connect(
+    addr: SocketAddr,
+    name: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let name = rustls::pki_types::ServerName::try_from(name.to_string())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let stream = TcpStream::connect(addr).await?;
+    tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+}
+
+/// The leaf certificate the server showed on `stream`.
+pub fn shown(
+    stream: &tokio_rustls::client::TlsStream<TcpStream>,
+) -> Option<CertificateDer<'static>> {
+    stream
+        .get_ref()
+        .1
+        .peer_certificates()?
+        .first()
+        .map(|c| c.clone().into_owned())
+}
+
+/// `GET path` for `host` over HTTPS on a new connection: HTTP/2 when ALPN
+/// chose it, else HTTP/1.1. Returns the answer, the certificate shown and
+/// the protocol.
+pub async fn get(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+    path: &str,
+) -> anyhow::Result<(
+    crate::client::Answer,
+    CertificateDer<'static>,
+    http::Version,
+)> {
+    let start = tokio::time::Instant::now();
+    let stream = connect(addr, host, config).await?;
+    let leaf = shown(&stream).ok_or_else(|| anyhow::anyhow!("no certificate shown"))?;
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let mut req = http::Request::new(http_body_util::Empty::<Bytes>::new());
+    let response = if h2 {
+        *req.uri_mut() = format!("https://{host}{path}").parse()?;
+        let (mut sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await?;
+        tokio::spawn(connection);
+        sender.send_request(req).await?
+    } else {
+        *req.uri_mut() = path.parse()?;
+        req.headers_mut()
+            .insert(http::header::HOST, http::HeaderValue::from_str(host)?);
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        sender.send_request(req).await?
+    };
+    let (parts, body) = response.into_parts();
+    let body = http_body_util::BodyExt::collect(body).await?.to_bytes();
+    let answer = crate::client::Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        elapsed: start.elapsed(),
+    };
+    Ok((answer, leaf, parts.version))
 }
 
 /// An HTTPS upstream: answers 200 `name: METHOD TARGET` to every request.

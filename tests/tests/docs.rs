@@ -52,6 +52,7 @@ fn every_configuration_field_is_in_the_reference_under_its_section() {
             "runtime" => "## `[runtime]`",
             "runtime.breaker" => "### `[runtime.breaker]`",
             "route" => "## `[[route]]`",
+            "certificate" => "## `[[certificate]]`",
             other => panic!("a table the reference has no section for: {other}"),
         };
         if matches!(field, "breaker") && table == "global" {
@@ -123,11 +124,28 @@ fn examples() -> Vec<(String, String)> {
     found
 }
 
+/// The certificates the examples name (`tls/example.com.crt` and so on),
+/// made for the names the examples serve.
+fn example_certificates(dir: &Path) {
+    let tls = dir.join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for domain in ["example.com", "example.net"] {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![domain.to_string(), format!("*.{domain}")])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(tls.join(format!("{domain}.crt")), cert.pem()).unwrap();
+        std::fs::write(tls.join(format!("{domain}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
 #[test]
 fn every_example_configuration_passes_picket_check() {
     let examples = examples();
     assert!(examples.len() >= 3, "{examples:?}");
     let dir = tempfile::tempdir().unwrap();
+    example_certificates(dir.path());
     let picket = binaries::picket();
     for (i, (name, text)) in examples.iter().enumerate() {
         let file = dir.path().join(format!("example-{i}.toml"));

@@ -39,6 +39,9 @@ macro_rules! cluster {
     };
 }
 
+/// A certificate for `localhost` and `edge.test`.
+const CERTIFICATE: &str = "[[certificate]]\ncert = \"{dir}/feed.crt\"\nkey = \"{dir}/feed.key\"\n";
+
 /// A Docker runtime whose engine is nowhere: the node follows nothing.
 const DOCKER: &str = "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\n";
 
@@ -46,7 +49,9 @@ const DOCKER: &str = "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.
 /// section other than `[[route]]` gets [`ROUTE`] after it), and the value
 /// the node starts with and the one a reload brings. `{dir}` is a
 /// directory holding `a.key`, `b.key` (cluster keys), `feed.crt`,
-/// `feed.key` and copies `other.crt`, `other.key`.
+/// `feed.key` (a certificate for `localhost` and `edge.test`) and copies
+/// `other.crt`, `other.key`; `$CERTIFICATE` is a `[[certificate]]` of
+/// `feed.crt`.
 const SAMPLES: &[(&str, &str, &str, &str)] = &[
     ("node.name", "[node]\nname = $", "\"a\"", "\"b\""),
     (
@@ -54,6 +59,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[node]\nlisten = $",
         "\"127.0.0.1:8080\"",
         "\"127.0.0.1:8081\"",
+    ),
+    (
+        "node.listen_tls",
+        "[node]\nlisten_tls = $\n$CERTIFICATE",
+        "\"127.0.0.1:0\"",
+        "\"127.0.0.1:9\"",
     ),
     (
         "node.admin",
@@ -334,6 +345,30 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "6",
     ),
     (
+        "route.https_only",
+        "$CERTIFICATE[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nhttps_only = $",
+        "false",
+        "true",
+    ),
+    (
+        "certificate.cert",
+        "[[certificate]]\nkey = \"{dir}/feed.key\"\ncert = $",
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
+        "certificate.key",
+        "[[certificate]]\ncert = \"{dir}/feed.crt\"\nkey = $",
+        "\"{dir}/feed.key\"",
+        "\"{dir}/other.key\"",
+    ),
+    (
+        "certificate.hosts",
+        "$CERTIFICATE\nhosts = $",
+        "[\"localhost\"]",
+        "[\"edge.test\"]",
+    ),
+    (
         "route.breaker.enabled",
         route!("[route.breaker]\nenabled = $"),
         "false",
@@ -367,10 +402,11 @@ fn files() -> tempfile::TempDir {
         std::fs::write(dir.path().join(name), format!("{key}\n")).unwrap();
     }
     let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let cert =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "edge.test".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
     for stem in ["feed", "other"] {
         std::fs::write(dir.path().join(format!("{stem}.crt")), cert.pem()).unwrap();
         std::fs::write(dir.path().join(format!("{stem}.key")), key.serialize_pem()).unwrap();
@@ -380,7 +416,10 @@ fn files() -> tempfile::TempDir {
 
 /// The configuration of a sample with `value` in it.
 fn text(template: &str, value: &str, dir: &str) -> String {
-    let mut text = template.replace("$DOCKER", DOCKER).replace('$', value);
+    let mut text = template
+        .replace("$DOCKER", DOCKER)
+        .replace("$CERTIFICATE", CERTIFICATE)
+        .replace('$', value);
     if !text.contains("[[route]]") {
         text.push('\n');
         text.push_str(ROUTE);

@@ -9,6 +9,7 @@ use picket_proto::Liveness;
 use picket_tests::client;
 use picket_tests::cluster::{key_file, section, view_until};
 use picket_tests::node::TestNode;
+use picket_tests::tls::TestCa;
 use picket_tests::upstream::{Behaviour, Upstream};
 use serde_json::{Value, json};
 
@@ -61,9 +62,13 @@ async fn every_endpoint_answers_as_documented() {
         up.addr, up.addr
     );
     let interval = Duration::from_millis(100);
+    // The first node serves HTTPS too: its certificates are in `/v1/node`.
+    let ca = TestCa::new("status CA");
+    let certificate = ca.write_leaf(dir.path(), "edge", &["edge.test", "*.edge.test"]);
     let first = TestNode::start(&format!(
-        "[node]\nname = \"n1\"\nfeed = \"127.0.0.1:0\"\n{}{routes}",
-        section(&key, &[], interval)
+        "[node]\nname = \"n1\"\nfeed = \"127.0.0.1:0\"\nlisten_tls = \"127.0.0.1:0\"\n{}{routes}{}",
+        section(&key, &[], interval),
+        certificate.table()
     ));
     let seed = first.gossip_addr().await;
     let others: Vec<TestNode> = ["n2", "n3"]
@@ -137,6 +142,15 @@ async fn every_endpoint_answers_as_documented() {
             node["members"]["alive"].as_u64()
         ),
         (Some("n1"), Some("test"), Some(3))
+    );
+    assert_eq!(
+        node["listen_tls"].as_str(),
+        first.tls.map(|a| a.to_string()).as_deref()
+    );
+    assert_eq!(
+        node["certificates"][0]["names"],
+        json!(["edge.test", "*.edge.test"]),
+        "{node:#}"
     );
     let (_, nodes) = first.admin_json("/v1/nodes").await;
     assert!(
