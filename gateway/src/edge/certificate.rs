@@ -252,7 +252,9 @@ mod tests {
         let (expired, expired_key) = pem(&["a.example.com"], (2000, 2001));
         let (early, early_key) = pem(&["a.example.com"], (2030, 2040));
         let hosts = ["a.example.com".to_string(), "b.example.com".to_string()];
-        let cases: [(&str, &str, Option<&[String]>, CertError, Culprit); 7] = [
+        /// Certificate and key PEM, `hosts`, and the refusal.
+        type Case<'a> = (&'a str, &'a str, Option<&'a [String]>, CertError, Culprit);
+        let cases: [Case<'_>; 7] = [
             (&cert, &other_key, None, CertError::Mismatch, Culprit::Key),
             (
                 &expired,

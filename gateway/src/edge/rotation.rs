@@ -196,26 +196,12 @@ impl Certificates {
 /// Follows the certificates' files until `shutdown`.
 pub fn spawn(certificates: Arc<Certificates>, mut shutdown: Shutdown) {
     let (tx, mut events) = mpsc::channel::<()>(1);
-    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
-            let _ = tx.try_send(());
-        }
-    });
-    let mut watcher = match watcher {
-        Ok(watcher) => Some(watcher),
-        Err(error) => {
-            tracing::warn!(%error, "cannot watch certificate files; they are read again every minute and at each reload");
-            None
-        }
-    };
     tokio::spawn(async move {
-        let mut followed = Followed::default();
+        let mut followed = Followed::new(tx);
         let mut every = tokio::time::interval(RECHECK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            if let Some(watcher) = watcher.as_mut() {
-                followed.follow(watcher, certificates.load().directories());
-            }
+            followed.follow(certificates.load().directories());
             tokio::select! {
                 Some(()) = events.recv() => {
                     tokio::time::sleep(crate::reload::DEBOUNCE).await;
@@ -237,8 +223,12 @@ pub fn spawn(certificates: Arc<Certificates>, mut shutdown: Shutdown) {
 }
 
 /// The directories watched.
-#[derive(Debug, Default)]
 struct Followed {
+    /// Where events go.
+    events: mpsc::Sender<()>,
+    /// Made with the first directory to watch: a node without
+    /// certificates holds no inotify instance.
+    watcher: Option<RecommendedWatcher>,
     /// The directories last asked for.
     wanted: Vec<PathBuf>,
     /// Those of them watched.
@@ -246,12 +236,40 @@ struct Followed {
 }
 
 impl Followed {
+    fn new(events: mpsc::Sender<()>) -> Followed {
+        Followed {
+            events,
+            watcher: None,
+            wanted: Vec::new(),
+            watched: Vec::new(),
+        }
+    }
+
     /// Watches `wanted` and nothing else; a directory that cannot be
     /// watched is said once, and tried again when the list changes.
-    fn follow(&mut self, watcher: &mut RecommendedWatcher, wanted: Vec<PathBuf>) {
+    fn follow(&mut self, wanted: Vec<PathBuf>) {
         if wanted == self.wanted {
             return;
         }
+        if self.watcher.is_none() && !wanted.is_empty() {
+            let events = self.events.clone();
+            let made = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if event.is_ok() {
+                    let _ = events.try_send(());
+                }
+            });
+            match made {
+                Ok(watcher) => self.watcher = Some(watcher),
+                Err(error) => tracing::warn!(
+                    %error,
+                    "cannot watch certificate files; they are read again every minute and at each reload"
+                ),
+            }
+        }
+        let Some(watcher) = self.watcher.as_mut() else {
+            self.wanted = wanted;
+            return;
+        };
         for dir in self.watched.iter().filter(|d| !wanted.contains(d)) {
             let _ = watcher.unwatch(dir);
         }
