@@ -123,7 +123,12 @@ async fn event_to_rotation_under_50ms_p99_even_during_a_reload_storm() {
             } else {
                 &storm_config.0
             };
-            std::fs::write(&storm_path, text).unwrap();
+            // Whole, by a rename, as an operator's tools replace a file: a
+            // reload that read a half-written file would see a route
+            // missing and measure that, not the runtime's path.
+            let partial = storm_path.with_extension("toml.new");
+            std::fs::write(&partial, text).unwrap();
+            std::fs::rename(&partial, &storm_path).unwrap();
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
