@@ -240,6 +240,9 @@ pub struct RouteConfig {
     pub underscores_in_headers: bool,
     /// Plain-HTTP requests are redirected to HTTPS (308).
     pub https_only: bool,
+    /// TLS to its replicas (`https://` external hosts speak TLS without
+    /// it).
+    pub tls: Option<UpstreamTls>,
 }
 
 impl RouteConfig {
@@ -249,6 +252,29 @@ impl RouteConfig {
             first_answer: self.first_answer_timeout.value,
         }
     }
+}
+
+/// A route's `tls`: how it speaks TLS to its replicas. The PEM files are
+/// read, and checked, with the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UpstreamTls {
+    /// Roots that verify the replicas' certificates, instead of the
+    /// node's: the file, and its PEM.
+    pub ca: Option<(PathBuf, Vec<u8>)>,
+    /// The name the replicas' certificates must carry (and the SNI sent).
+    pub server_name: Option<String>,
+    /// For mutual TLS: the client certificate chain and its key, files
+    /// and PEM.
+    pub client: Option<ClientIdentity>,
+}
+
+/// A client certificate chain and its key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientIdentity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
 }
 
 /// How a route matches the request's host.

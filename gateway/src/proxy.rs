@@ -75,6 +75,38 @@ pub struct RouteContext {
     pub catalog: Arc<crate::targets::Catalog>,
 }
 
+/// The TLS of a route with its own `tls`: its roots and client identity,
+/// and its `server_name` (an `https://` host's name when it sets none). A
+/// configuration rustls cannot use leaves the route without a name to
+/// verify: every connect fails, none goes out in clear.
+fn upstream_tls(
+    config: &RouteConfig,
+    own: &crate::config::UpstreamTls,
+    external: Option<TlsTarget>,
+    ctx: &RouteContext,
+) -> TlsTarget {
+    let server_name = match &own.server_name {
+        Some(name) => rustls::pki_types::ServerName::try_from(name.clone()).ok(),
+        None => external.and_then(|t| t.server_name),
+    };
+    let profile = crate::tls::profile(Some(own));
+    match crate::tls::upstream_config(own) {
+        Ok(client) => TlsTarget {
+            connector: tokio_rustls::TlsConnector::from(client),
+            server_name,
+            profile,
+        },
+        Err(error) => {
+            tracing::error!(route = config.name, %error, "the route's TLS settings are unusable; every connect to it fails");
+            TlsTarget {
+                connector: tokio_rustls::TlsConnector::from(Arc::clone(&ctx.tls)),
+                server_name: None,
+                profile,
+            }
+        }
+    }
+}
+
 impl Route {
     pub fn new(config: RouteConfig, ctx: &RouteContext) -> Route {
         let (mut tls, mut via, mut upstream_host, mut proxy_origin) = (None, None, None, None);
@@ -95,6 +127,7 @@ impl Route {
                 // Validated with the configuration; a name rustls refuses
                 // makes every connect fail rather than go out in clear.
                 server_name: rustls::pki_types::ServerName::try_from(ext.host.clone()).ok(),
+                profile: crate::tls::profile(None),
             });
             via = ctx
                 .proxy_env
@@ -106,6 +139,9 @@ impl Route {
             }
             proxy_origin = (via.is_some() && !ext.tls).then(|| format!("http://{authority}"));
             upstream_host = HeaderValue::from_str(&authority).ok();
+        }
+        if let Some(own) = &config.tls {
+            tls = Some(upstream_tls(&config, own, tls.take(), ctx));
         }
         let pool = ctx.pools.get(config.bounds());
         let upstream = Upstream::new(

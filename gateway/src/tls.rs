@@ -21,6 +21,66 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
+/// The client configuration of a route with its own `tls`: its CA (else
+/// the Mozilla roots) and, for mutual TLS, its client certificate. The
+/// files were read and checked with the configuration.
+pub fn upstream_config(
+    tls: &crate::config::UpstreamTls,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    match &tls.ca {
+        Some((path, pem)) => {
+            let mut added = 0;
+            for cert in rustls_pemfile::certs(&mut pem.as_slice()).flatten() {
+                if roots.add(cert).is_ok() {
+                    added += 1;
+                }
+            }
+            if added == 0 {
+                return Err(TlsError::Empty {
+                    file: path.display().to_string(),
+                });
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match &tls.client {
+        None => builder.with_no_client_auth(),
+        Some(client) => {
+            let file = client.cert.display().to_string();
+            let chain: Vec<_> = rustls_pemfile::certs(&mut client.cert_pem.as_slice())
+                .flatten()
+                .collect();
+            let key = rustls_pemfile::private_key(&mut client.key_pem.as_slice())
+                .ok()
+                .flatten()
+                .ok_or(TlsError::Empty { file })?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// What tells a route's TLS settings apart, so that pooled connections
+/// made with one identity never serve another: 0 is plain TCP, 1 the
+/// node's own settings (`https://` external hosts).
+pub fn profile(tls: Option<&crate::config::UpstreamTls>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    match tls {
+        None => 1,
+        Some(tls) => {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            tls.hash(&mut hasher);
+            hasher.finish().max(2)
+        }
+    }
+}
+
 /// The client configuration for `https://` upstreams.
 pub fn client_config(extra_roots: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let mut roots = RootCertStore::empty();

@@ -90,7 +90,10 @@ impl Target {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReplicaKey {
     pub target: Target,
-    pub tls: bool,
+    /// 0: plain TCP; else the TLS settings' profile
+    /// ([`crate::tls::profile`]): connections made with one client
+    /// identity or one set of roots never serve another.
+    pub tls: u64,
     /// Its connections go through a forward proxy: never pooled with
     /// direct ones to the same target.
     pub proxied: bool,
@@ -286,6 +289,7 @@ impl Upstream {
         changes: Arc<Changes>,
     ) -> Arc<Upstream> {
         let name = route.name.as_str();
+        let profile = tls.as_ref().map_or(0, |t| t.profile);
         let (source, replicas): (Source, Vec<Arc<Replica>>) = match &route.upstream {
             UpstreamConfig::Replicas(list) => (
                 Source::Static,
@@ -293,7 +297,7 @@ impl Upstream {
                     .map(|addr| {
                         let key = ReplicaKey {
                             target: Target::Addr(*addr),
-                            tls: false,
+                            tls: profile,
                             proxied: false,
                         };
                         Replica::new(key, addr.to_string(), true, true, &[], name, metrics)
@@ -309,7 +313,7 @@ impl Upstream {
                 {
                     let key = ReplicaKey {
                         target,
-                        tls: ext.tls,
+                        tls: profile,
                         proxied: via.is_some(),
                     };
                     (
@@ -552,7 +556,7 @@ impl Upstream {
                         changed = true;
                         let key = ReplicaKey {
                             target,
-                            tls: false,
+                            tls: self.tls.as_ref().map_or(0, |t| t.profile),
                             proxied: false,
                         };
                         Replica::new(

@@ -99,6 +99,31 @@ impl TestCa {
 
     /// A server configuration whose certificate, for `names` (DNS names or
     /// IP addresses), this CA signed.
+    /// A server for `names` that requires a client certificate this CA
+    /// issued (mutual TLS).
+    pub fn server_config_requiring_clients(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let (cert, key) = self.leaf(names);
+        let chain = vec![CertificateDer::from(cert.der().to_vec())];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.der.clone()).expect("the CA as a root");
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::clone(&provider),
+        )
+        .build()
+        .expect("a client verifier");
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .expect("a server configuration");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
         let (cert, key) = self.leaf(names);
         let chain = vec![CertificateDer::from(cert.der().to_vec())];

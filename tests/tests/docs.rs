@@ -51,6 +51,7 @@ fn every_configuration_field_is_in_the_reference_under_its_section() {
             "cluster" => "## `[cluster]`",
             "runtime" => "## `[runtime]`",
             "runtime.breaker" => "### `[runtime.breaker]`",
+            "route.tls" => "### A route's `tls`",
             "route" => "## `[[route]]`",
             "certificate" => "## `[[certificate]]`",
             other => panic!("a table the reference has no section for: {other}"),

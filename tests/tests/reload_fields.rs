@@ -369,6 +369,34 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[\"edge.test\"]",
     ),
     (
+        "route.tls.ca",
+        route!("tls = { server_name = \"localhost\", ca = $ }"),
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
+        "route.tls.server_name",
+        route!("tls = { server_name = $ }"),
+        "\"localhost\"",
+        "\"edge.test\"",
+    ),
+    (
+        "route.tls.client_cert",
+        route!(
+            "tls = { server_name = \"localhost\", client_key = \"{dir}/feed.key\", client_cert = $ }"
+        ),
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
+        "route.tls.client_key",
+        route!(
+            "tls = { server_name = \"localhost\", client_cert = \"{dir}/feed.crt\", client_key = $ }"
+        ),
+        "\"{dir}/feed.key\"",
+        "\"{dir}/other.key\"",
+    ),
+    (
         "route.breaker.enabled",
         route!("[route.breaker]\nenabled = $"),
         "false",

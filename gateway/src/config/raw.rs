@@ -124,6 +124,18 @@ pub struct RawRoute {
     pub consecutive_gateway_errors: Option<Spanned<i64>>,
     pub breaker: Option<RawBreaker>,
     pub https_only: Option<Spanned<bool>>,
+    pub tls: Option<Spanned<RawUpstreamTls>>,
+}
+
+/// A route's `tls = { ca, server_name, client_cert, client_key }`: TLS to
+/// its replicas.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    pub ca: Option<Spanned<String>>,
+    pub server_name: Option<Spanned<String>>,
+    pub client_cert: Option<Spanned<String>>,
+    pub client_key: Option<Spanned<String>>,
 }
 
 /// `[[certificate]]`: a PEM chain and its key, served to HTTPS clients.

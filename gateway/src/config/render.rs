@@ -283,6 +283,25 @@ fn render_route(out: &mut String, route: &RouteConfig) {
     if route.https_only {
         line(out, "https_only", "true", Origin::File);
     }
+    if let Some(tls) = &route.tls {
+        let mut fields = Vec::new();
+        if let Some((ca, _)) = &tls.ca {
+            fields.push(format!("ca = {}", quoted(ca.display())));
+        }
+        if let Some(name) = &tls.server_name {
+            fields.push(format!("server_name = {}", quoted(name)));
+        }
+        if let Some(client) = &tls.client {
+            fields.push(format!("client_cert = {}", quoted(client.cert.display())));
+            fields.push(format!("client_key = {}", quoted(client.key.display())));
+        }
+        line(
+            out,
+            "tls",
+            &format!("{{ {} }}", fields.join(", ")),
+            Origin::File,
+        );
+    }
     // A sub-table of the route just written.
     out.push_str("[route.breaker]\n");
     breaker(out, &route.breaker);

@@ -13,15 +13,16 @@ use toml::Spanned;
 use super::error::{Positions, Problem};
 use super::raw::{
     RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute,
-    RawRuntime, RawRuntimeBreaker,
+    RawRuntime, RawRuntimeBreaker, RawUpstreamTls,
 };
 use super::{
-    BreakerSettings, CertificateConfig, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT,
-    DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR,
-    DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES,
-    ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin, RouteConfig,
-    RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting, UpstreamConfig,
+    BreakerSettings, CertificateConfig, ClientIdentity, ClusterSettings, Config,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY,
+    DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS,
+    DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
+    DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin,
+    RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting,
+    UpstreamConfig, UpstreamTls,
 };
 use crate::edge::Culprit;
 
@@ -67,13 +68,13 @@ pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>
     let global = v.global(&raw.global);
     let runtime = v.runtime(&raw.runtime);
     let cluster = raw.cluster.as_ref().map(|c| v.cluster(c));
+    let dir = Path::new(file).parent().unwrap_or(Path::new(""));
     let routes: Vec<RouteConfig> = raw
         .routes
         .iter()
-        .filter_map(|route| v.route(route, &global, &runtime))
+        .filter_map(|route| v.route(route, &global, &runtime, dir, now))
         .collect();
     v.unique(&raw.routes);
-    let dir = Path::new(file).parent().unwrap_or(Path::new(""));
     let certificates: Vec<CertificateConfig> = raw
         .certificates
         .iter()
@@ -679,6 +680,8 @@ impl Validator<'_> {
         raw: &Spanned<RawRoute>,
         global: &GlobalSettings,
         runtime: &RuntimeSettings,
+        dir: &Path,
+        now: i64,
     ) -> Option<RouteConfig> {
         let raw = raw.get_ref();
         let before = self.problems.len();
@@ -727,6 +730,10 @@ impl Validator<'_> {
             }
             None => Setting::new(default_tries(upstream.as_ref()), Origin::Default),
         };
+        let tls = raw
+            .tls
+            .as_ref()
+            .and_then(|tls| self.upstream_tls(tls, upstream.as_ref(), dir, now));
         if self.problems.len() > before {
             return None;
         }
@@ -744,6 +751,123 @@ impl Validator<'_> {
             body_timeout: global.body_timeout.value,
             underscores_in_headers: global.underscores_in_headers.value,
             https_only: raw.https_only.as_ref().is_some_and(|h| *h.get_ref()),
+            tls,
+        })
+    }
+
+    /// A route's `tls`: its files read from `dir` (when relative) and
+    /// checked at `now`.
+    fn upstream_tls(
+        &mut self,
+        raw: &Spanned<RawUpstreamTls>,
+        upstream: Option<&UpstreamConfig>,
+        dir: &Path,
+        now: i64,
+    ) -> Option<UpstreamTls> {
+        let span = raw.span();
+        let raw = raw.get_ref();
+        let external = match upstream {
+            Some(UpstreamConfig::External(ext)) if !ext.tls => {
+                self.problem(
+                    span,
+                    format!(
+                        "`tls` with the plain-HTTP upstream {ext}: write it https:// to speak TLS"
+                    ),
+                );
+                return None;
+            }
+            Some(UpstreamConfig::External(_)) => true,
+            _ => false,
+        };
+        let server_name = match &raw.server_name {
+            Some(name) => {
+                if rustls::pki_types::ServerName::try_from(name.get_ref().as_str()).is_err() {
+                    self.problem(
+                        name.span(),
+                        format!(
+                            "server_name {:?} is neither a DNS name nor an IP address",
+                            name.get_ref()
+                        ),
+                    );
+                    return None;
+                }
+                Some(name.get_ref().clone())
+            }
+            None if external => None,
+            None => {
+                self.problem(
+                    span,
+                    "`tls` needs `server_name`: the name the replicas' certificates carry",
+                );
+                return None;
+            }
+        };
+        let mut read = |field: &Spanned<String>, what: &str| -> Option<(PathBuf, Vec<u8>)> {
+            let path = dir.join(field.get_ref());
+            match std::fs::read(&path) {
+                Ok(pem) => Some((path, pem)),
+                Err(e) => {
+                    self.problem(
+                        field.span(),
+                        format!("cannot read {what} {}: {e}", path.display()),
+                    );
+                    None
+                }
+            }
+        };
+        let ca = match &raw.ca {
+            Some(field) => {
+                let (path, pem) = read(field, "CA certificates")?;
+                let found = rustls_pemfile::certs(&mut pem.as_slice())
+                    .filter(Result::is_ok)
+                    .count();
+                if found == 0 {
+                    self.problem(
+                        field.span(),
+                        format!("{}: no PEM certificate in it", path.display()),
+                    );
+                    return None;
+                }
+                Some((path, pem))
+            }
+            None => None,
+        };
+        let client = match (&raw.client_cert, &raw.client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let (cert_path, cert_pem) = read(cert, "client certificate")?;
+                let (key_path, key_pem) = read(key, "client key")?;
+                if let Err(error) = crate::edge::certificate::check(&cert_pem, &key_pem, None, now)
+                {
+                    let field = match error.culprit(None) {
+                        Culprit::Key => key,
+                        _ => cert,
+                    };
+                    self.problem(
+                        field.span(),
+                        format!("client certificate {}: {error}", cert_path.display()),
+                    );
+                    return None;
+                }
+                Some(ClientIdentity {
+                    cert: cert_path,
+                    key: key_path,
+                    cert_pem,
+                    key_pem,
+                })
+            }
+            (Some(one), None) | (None, Some(one)) => {
+                self.problem(
+                    one.span(),
+                    "`client_cert` and `client_key` go together: a certificate chain and its key",
+                );
+                return None;
+            }
+        };
+        Some(UpstreamTls {
+            ca,
+            server_name,
+            client,
         })
     }
 

@@ -42,6 +42,9 @@ pub struct TlsTarget {
     pub connector: tokio_rustls::TlsConnector,
     /// `None` for a name TLS cannot verify: every connect then fails.
     pub server_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// Tells these settings apart in the connection pool
+    /// ([`crate::tls::profile`]).
+    pub profile: u64,
 }
 
 impl std::fmt::Debug for TlsTarget {

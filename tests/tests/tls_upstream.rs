@@ -1,0 +1,120 @@
+//! TLS towards a route's replicas: `tls = { ca, server_name, client_cert,
+//! client_key }`. The route's own CA verifies the replicas, the client
+//! pair answers a replica that requires one, and a replica whose
+//! certificate the CA did not issue is a failed connect (502) and a failed
+//! check, never plain text.
+
+use std::time::Duration;
+
+use picket_proto::Heart;
+use picket_tests::client;
+use picket_tests::node::{TestNode, eventually};
+use picket_tests::tls::{TestCa, TlsUpstream};
+
+const SOON: Duration = Duration::from_secs(5);
+
+fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Route `name` on `path` to `replica`, with `tls`.
+fn route(name: &str, path: &str, replica: &TlsUpstream, tls: &str) -> String {
+    format!(
+        "[[route]]\nname = \"{name}\"\npath_prefix = \"{path}\"\nreplicas = [\"{}\"]\ntls = {{ {tls} }}\n",
+        replica.addr
+    )
+}
+
+const CHECKS: &str = "[global]\ncheck_every = \"1s\"\ncheck_timeout = \"500ms\"\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_are_verified_with_the_routes_own_ca() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("internal CA");
+    let ca_file = ca.write_pem(dir.path());
+    let replica = TlsUpstream::start("api", ca.server_config(&["api.internal"])).await;
+    let other = TestCa::new("someone else");
+    let stranger = TlsUpstream::start("stranger", other.server_config(&["api.internal"])).await;
+    let tls = format!(
+        "ca = {:?}, server_name = \"api.internal\"",
+        ca_file.display().to_string()
+    );
+    let node = TestNode::start(&format!(
+        "{CHECKS}{}{}{}",
+        route("api", "/", &replica, &tls),
+        route("stranger", "/stranger", &stranger, &tls),
+        route("unvisited", "/unvisited", &stranger, &tls)
+    ));
+    let answer = client::get(node.proxy, "a", "/x").await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        answer.text().starts_with("api: GET /x"),
+        "{}",
+        answer.text()
+    );
+    assert!(replica.handshakes() >= 1, "over TLS");
+    assert_eq!(replica.hits(), 1);
+
+    // Not issued by the route's CA: a failed connect, never plain text.
+    let refused = client::get(node.proxy, "a", "/stranger").await.unwrap();
+    assert_eq!(refused.status, 502, "{}", refused.text());
+    assert_eq!(stranger.hits(), 0);
+    eventually("the check fails too", SOON, || {
+        node.verdict("stranger")
+            .is_some_and(|v| v.heart == Heart::Red && v.reason.contains("TLS"))
+    })
+    .await;
+    // A route no request has tried: its connect check alone says so.
+    eventually("the check of a route never asked fails", SOON, || {
+        node.verdict("unvisited")
+            .is_some_and(|v| v.heart == Heart::Red && v.reason.contains("TLS"))
+    })
+    .await;
+    eventually("the trusted one green", SOON, || {
+        node.verdict("api").is_some_and(|v| v.heart == Heart::Green)
+    })
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_requires_a_client_certificate_gets_the_routes() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("mesh CA");
+    let ca_file = ca.write_pem(dir.path()).display().to_string();
+    let client_leaf = ca.write_leaf(dir.path(), "gateway", &["gateway.mesh"]);
+    let replica = TlsUpstream::start(
+        "billing",
+        ca.server_config_requiring_clients(&["billing.mesh"]),
+    )
+    .await;
+    let with_pair = format!(
+        "ca = {ca_file:?}, server_name = \"billing.mesh\", client_cert = {:?}, client_key = {:?}",
+        client_leaf.cert.display().to_string(),
+        client_leaf.key.display().to_string()
+    );
+    let without = format!("ca = {ca_file:?}, server_name = \"billing.mesh\"");
+    let node = TestNode::start(&format!(
+        "{CHECKS}{}{}",
+        route("mutual", "/", &replica, &with_pair),
+        route("anonymous", "/anonymous", &replica, &without)
+    ));
+    let answer = client::get(node.proxy, "a", "/pay").await.unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(answer.text().starts_with("billing: GET /pay"));
+    // The same replica, without the pair: refused by the replica. Its
+    // connections never come from the other route's pool, which holds
+    // connections that did present the pair.
+    let hits = replica.hits();
+    let refused = client::get(node.proxy, "a", "/anonymous").await.unwrap();
+    assert_eq!(refused.status, 502, "{}", refused.text());
+    assert_eq!(replica.hits(), hits, "nothing reached the replica");
+    eventually("the mutual one green", SOON, || {
+        node.verdict("mutual")
+            .is_some_and(|v| v.heart == Heart::Green)
+    })
+    .await;
+    node.stop().await;
+}
