@@ -302,16 +302,39 @@ impl Drop for Permit {
     }
 }
 
+/// Told of every successful (2xx) answer: proof that the endpoint serves,
+/// not only that it is up.
+pub type OnSuccess = Arc<dyn Fn() + Send + Sync>;
+
 /// The gate as a tower layer: a kube client built with it calls the API
 /// server only through the gate.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GateLayer {
     gate: Arc<Gate>,
+    on_success: Option<OnSuccess>,
+}
+
+impl std::fmt::Debug for GateLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateLayer")
+            .field("gate", &self.gate)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GateLayer {
     pub fn new(gate: Arc<Gate>) -> GateLayer {
-        GateLayer { gate }
+        GateLayer {
+            gate,
+            on_success: None,
+        }
+    }
+
+    /// Calls `hook` at every 2xx answer (a watch that starts again after
+    /// an outage proves the data current, though no event follows).
+    pub fn on_success(mut self, hook: OnSuccess) -> GateLayer {
+        self.on_success = Some(hook);
+        self
     }
 }
 
@@ -322,15 +345,26 @@ impl<S> tower_layer::Layer<S> for GateLayer {
         Gated {
             inner,
             gate: Arc::clone(&self.gate),
+            on_success: self.on_success.clone(),
         }
     }
 }
 
 /// A service whose every call passes the gate.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Gated<S> {
     inner: S,
     gate: Arc<Gate>,
+    on_success: Option<OnSuccess>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Gated<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gated")
+            .field("inner", &self.inner)
+            .field("gate", &self.gate)
+            .finish_non_exhaustive()
+    }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -357,10 +391,14 @@ where
         };
         let call = self.inner.call(request);
         let gate = Arc::clone(&self.gate);
+        let on_success = self.on_success.clone();
         Box::pin(async move {
             match call.await {
                 Ok(response) => {
                     permit.answered();
+                    if let Some(hook) = on_success.filter(|_| response.status().is_success()) {
+                        hook();
+                    }
                     Ok(response.map(|body| Alive { body, gate }))
                 }
                 Err(error) => {

@@ -1,7 +1,7 @@
 //! Kubernetes: the Services and Pods of the node's namespace (and of every
 //! namespace in `[runtime] namespaces`), listed once then watched (kube's
 //! runtime watcher: re-watch from the last resource version when a stream
-//! drops, full re-list on `410 Gone`, capped back-off on errors).
+//! drops, full re-list on `410 Gone`, back-off on errors capped at 2 s).
 //!
 //! A Service's replicas are the pods its selector picks, on the target port
 //! its port names (a number, or a container port's name), ready when their
@@ -63,7 +63,7 @@ pub fn namespace(settings: &RuntimeSettings) -> String {
 pub async fn client(
     settings: &RuntimeSettings,
     namespace: &str,
-    link: &Link,
+    link: &Arc<Link>,
 ) -> Result<(kube::Client, Arc<Gate>), kube::Error> {
     let mut config = match &settings.api {
         Some(api) => {
@@ -82,9 +82,16 @@ pub async fn client(
     // watcher at once (which backs off by itself) and marks the data
     // stale, instead of seconds later.
     config.default_retry = false;
-    let gate = link.gates.get(&config.cluster_url.to_string());
+    let endpoint = config.cluster_url.to_string();
+    let gate = link.gates.get(&endpoint);
+    // A watch that starts again after an outage proves the data current:
+    // its events since the last version arrive in it, and there may be
+    // none.
+    let answered = Arc::clone(link);
+    let layer = GateLayer::new(Arc::clone(&gate))
+        .on_success(Arc::new(move || answered.answered(&endpoint)));
     let client = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&GateLayer::new(Arc::clone(&gate)))
+        .with_layer(&layer)
         .build();
     Ok((client, gate))
 }
@@ -544,11 +551,11 @@ async fn watch(
     let (service_store, service_writer) = reflector::store::<Service>();
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     let service_events = watcher(services, watcher::Config::default())
-        .default_backoff()
+        .backoff(Retry::default())
         .reflect(service_writer)
         .map(|e| e.map(Changed::of));
     let pod_events = watcher(pods, watcher::Config::default())
-        .default_backoff()
+        .backoff(Retry::default())
         .reflect(pod_writer)
         .map(|e| e.map(Changed::of));
     let events = futures_util::stream::select(
@@ -589,6 +596,43 @@ async fn watch(
         }
     }
     None
+}
+
+/// How a failing watch is retried: 250 ms doubling to 2 s. The gate
+/// refuses retries before any I/O while the API server's breaker is open,
+/// so a short cap costs nothing while it is down, and the watch is back
+/// within 2 s of the breaker's trial, where kube's default (up to 30 s)
+/// would keep the data stale long after the API server returned.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    next: Duration,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_millis(250);
+    const CAP: Duration = Duration::from_secs(2);
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry { next: Retry::FIRST }
+    }
+}
+
+impl Iterator for Retry {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let wait = self.next;
+        self.next = (self.next * 2).min(Retry::CAP);
+        Some(wait)
+    }
+}
+
+impl kube::runtime::utils::Backoff for Retry {
+    fn reset(&mut self) {
+        self.next = Retry::FIRST;
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
