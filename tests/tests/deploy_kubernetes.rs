@@ -224,6 +224,9 @@ fn the_namespace_components_grant_list_and_watch_to_the_nodes_account() {
     subject_is_the_node(binding.subjects);
 }
 
+/// Where the DaemonSet mounts Secret `picket-tls`.
+const TLS_MOUNT: &str = "/run/secrets/picket-tls";
+
 fn port(container: &Container, name: &str) -> (i32, String) {
     let port = container
         .ports
@@ -242,7 +245,23 @@ fn port(container: &Container, name: &str) -> (i32, String) {
 fn the_daemonset_agrees_with_the_configuration_the_binary_reads() {
     let configmap: ConfigMap = one("ConfigMap");
     let text = &configmap.data.as_ref().unwrap()["picket.toml"];
-    let config = Config::parse("configmap picket.toml", text).unwrap_or_else(|e| panic!("{e}"));
+    // The certificate where the Secret is mounted, made here: the
+    // configuration is read as the node reads it, files checked.
+    let secrets = tempfile::tempdir().unwrap();
+    let mounted_tls = Path::new(TLS_MOUNT);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["example.com".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(secrets.path().join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(secrets.path().join("tls.key"), key.serialize_pem()).unwrap();
+    let here = format!("{}/", secrets.path().display());
+    let config = Config::parse(
+        "configmap picket.toml",
+        &text.replace(&format!("{TLS_MOUNT}/"), &here),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let daemonset: DaemonSet = one("DaemonSet");
     let pod = daemonset.spec.template.spec.unwrap();
     let container = &pod.containers[0];
@@ -250,14 +269,32 @@ fn the_daemonset_agrees_with_the_configuration_the_binary_reads() {
     // Ports: the configuration's, with their protocols.
     let feed = config.node.feed.as_ref().unwrap().addr.port();
     let gossip = config.cluster.as_ref().unwrap().gossip.port();
+    let https = config.node.listen_tls.as_ref().expect("an HTTPS listener");
     for (name, expected) in [
         ("http", (i32::from(config.node.listen.value.port()), "TCP")),
+        ("https", (i32::from(https.value.port()), "TCP")),
         ("admin", (i32::from(config.node.admin.value.port()), "TCP")),
         ("feed", (i32::from(feed), "UDP")),
         ("gossip", (i32::from(gossip), "UDP")),
     ] {
         let (number, protocol) = port(container, name);
         assert_eq!((number, protocol.as_str()), expected, "port {name}");
+    }
+
+    // The proxy's ports on the machine's own addresses.
+    for name in ["http", "https"] {
+        let published = container
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .and_then(|p| p.host_port);
+        assert_eq!(
+            published,
+            Some(port(container, name).0),
+            "hostPort of {name}"
+        );
     }
 
     // Probes: /readyz and /healthz on the admin port.
@@ -308,6 +345,30 @@ fn the_daemonset_agrees_with_the_configuration_the_binary_reads() {
         "picket-gossip-key"
     );
     assert_eq!(file, "key");
+    // The certificate and key: Secret `picket-tls` (kubernetes.io/tls:
+    // tls.crt and tls.key), where the configuration reads them.
+    assert_eq!(config.certificates.len(), 1);
+    for (path, expected) in [
+        (&config.certificates[0].cert, "tls.crt"),
+        (&config.certificates[0].key, "tls.key"),
+    ] {
+        let in_pod = mounted_tls.join(path.strip_prefix(secrets.path()).unwrap());
+        let (volume, file) = mounted(&in_pod);
+        assert_eq!(volume.secret.unwrap().secret_name.unwrap(), "picket-tls");
+        assert_eq!(file, expected);
+    }
+    // Secret files belong to root: the pod's group owns them (fsGroup) so
+    // that the node's user, not root, reads them.
+    let security = pod.security_context.clone().unwrap();
+    assert!(security.run_as_user.is_some_and(|u| u != 0));
+    assert_eq!(security.fs_group, security.run_as_group, "fsGroup");
+    for volume in pod.volumes.as_ref().unwrap() {
+        if let Some(secret) = &volume.secret {
+            let mode = secret.default_mode.unwrap_or(0o644);
+            assert_eq!(mode & 0o400, 0o400, "{}: the owner reads it", volume.name);
+            assert_eq!(mode & 0o007, 0, "{}: nobody else reads it", volume.name);
+        }
+    }
 
     // The environment the binary reads.
     let env: BTreeSet<String> = container
@@ -366,6 +427,12 @@ fn the_network_policy_admits_gossip_and_the_feed_from_picket_pods_only() {
         2,
         "Picket pods and the operators' namespace"
     );
+    // The proxy, plain and HTTPS, and the status API: from anywhere.
+    for port in [8080, 8443, 9900] {
+        let rules = admitting(port, "TCP");
+        assert_eq!(rules.len(), 1, "port {port}");
+        assert!(rules[0].from.is_none(), "port {port} from anywhere");
+    }
 }
 
 #[test]

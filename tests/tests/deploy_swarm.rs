@@ -1,7 +1,9 @@
 //! `deploy/swarm/stack.yml` on the machine's engine, made a one-node swarm:
 //! the image of `deploy/Dockerfile`, the stack as operators deploy it (its
 //! ports moved to free ones, plus a service of the test upstream to route
-//! to), traffic through the published port, the verdict in the status API
+//! to), traffic through the published port, HTTPS through the published
+//! TLS port with the certificate of the stack's secrets, that certificate
+//! rotated as docs/install.md says, the verdict in the status API
 //! and in `picket-tui --once --json`, the socket proxy refusing a create,
 //! rolling updates of a two-replica service under load (stop-first and
 //! start-first: nothing fails, nothing waits a second), the service scaled
@@ -18,6 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use picket_tests::docker::{self, docker};
+use picket_tests::tls::{self, TestCa};
 use picket_tests::{binaries, require};
 
 const STACK: &str = "picket";
@@ -74,8 +77,10 @@ fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// The stack removed, its secret deleted, when the test ends.
-struct Deployed;
+/// The stack removed, its secrets deleted, when the test ends.
+struct Deployed {
+    secrets: Vec<String>,
+}
 
 impl Drop for Deployed {
     fn drop(&mut self) {
@@ -91,7 +96,9 @@ impl Drop for Deployed {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        let _ = docker(&["secret", "rm", "picket-gossip-key"]);
+        for secret in &self.secrets {
+            let _ = docker(&["secret", "rm", secret]);
+        }
     }
 }
 
@@ -118,11 +125,23 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     // The stack as shipped, with this test's image and free ports, and a
     // service to route to.
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/swarm");
-    let (proxy, admin, feed) = (free_port(), free_port(), free_port());
+    let (proxy, https, admin, feed) = (free_port(), free_port(), free_port(), free_port());
+    // The stack's secrets under names of this test's own.
+    let secret = |name: &str| format!("{name}-t{}", std::process::id());
+    let named = |stack: String, name: &str| {
+        stack.replace(
+            &format!("\n  {name}:\n    external: true\n"),
+            &format!(
+                "\n  {name}:\n    external: true\n    name: {}\n",
+                secret(name)
+            ),
+        )
+    };
     let stack = std::fs::read_to_string(deploy.join("stack.yml"))
         .unwrap()
         .replace("image: picket:latest", &format!("image: {image}"))
         .replace("published: 8080,", &format!("published: {proxy},"))
+        .replace("published: 8443,", &format!("published: {https},"))
         .replace("published: 9900,", &format!("published: {admin},"))
         .replace("published: 9901,", &format!("published: {feed},"))
         .replace(
@@ -140,26 +159,39 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         // network: what the stack lets through and what it refuses.
         + "\n[[route]]\nname = \"engine\"\npath_prefix = \"/containers\"\nupstream = \"http://socket-proxy:2375\"\n";
     let dir = tempfile::tempdir().unwrap();
+    let stack = ["picket-gossip-key", "picket-tls-cert", "picket-tls-key"]
+        .iter()
+        .fold(stack, |stack, name| named(stack, name));
+    for name in ["picket-gossip-key", "picket-tls-cert", "picket-tls-key"] {
+        assert!(stack.contains(&secret(name)), "secret {name} in\n{stack}");
+    }
     std::fs::write(dir.path().join("stack.yml"), &stack).unwrap();
     std::fs::write(dir.path().join("picket.toml"), &config).unwrap();
     let key = picket::cluster::generate_key().unwrap();
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, key).unwrap();
 
-    let _deployed = Deployed;
-    docker(&[
-        "secret",
-        "create",
-        "picket-gossip-key",
-        key_file.to_str().unwrap(),
-    ])
-    .unwrap();
+    // The certificate the stack serves, from a CA of this test.
+    let ca = TestCa::new("deploy-swarm CA");
+    let first = ca.write_leaf(dir.path(), "first", &["shop.example"]);
+    let mut deployed = Deployed {
+        secrets: Vec::new(),
+    };
+    for (name, file) in [
+        ("picket-gossip-key", &key_file),
+        ("picket-tls-cert", &first.cert),
+        ("picket-tls-key", &first.key),
+    ] {
+        docker(&["secret", "create", &secret(name), file.to_str().unwrap()]).unwrap();
+        deployed.secrets.push(secret(name));
+    }
     let stack_file = dir.path().join("stack.yml");
     docker(&["stack", "deploy", "-c", stack_file.to_str().unwrap(), STACK])
         .unwrap_or_else(|e| panic!("{e}\n{stack}"));
 
-    let (proxy, admin) = (
+    let (proxy, https, admin) = (
         SocketAddr::from(([127, 0, 0, 1], proxy)),
+        SocketAddr::from(([127, 0, 0, 1], https)),
         SocketAddr::from(([127, 0, 0, 1], admin)),
     );
     // Traffic through the published port reaches the service's replicas.
@@ -172,6 +204,62 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         })
     });
     eprintln!("{green:#}");
+
+    // HTTPS through the published TLS port, with the certificate of the
+    // stack's secrets, checked against this test's CA.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = tls::client_config(&ca, &[b"h2", b"http/1.1"]);
+    let over_tls = || {
+        runtime
+            .block_on(tls::get(https, client.clone(), "shop.example", "/hello"))
+            .ok()
+    };
+    let (answer, shown, _) = until("an answer from web over HTTPS", || {
+        over_tls().filter(|(answer, _, _)| answer.status == 200)
+    });
+    assert_eq!(shown, first.der, "the certificate of the stack's secrets");
+    assert!(answer.text().contains("web"), "{answer:?}");
+
+    // A new certificate, as docs/install.md rotates it: new secrets, swapped
+    // into the service by an update that replaces its task.
+    let second = ca.write_leaf(dir.path(), "second", &["shop.example"]);
+    let rotated = |name: &str| format!("{}-2", secret(name));
+    for (name, file) in [
+        ("picket-tls-cert", &second.cert),
+        ("picket-tls-key", &second.key),
+    ] {
+        docker(&["secret", "create", &rotated(name), file.to_str().unwrap()]).unwrap();
+        deployed.secrets.push(rotated(name));
+    }
+    docker(&[
+        "service",
+        "update",
+        "--detach=false",
+        "--secret-rm",
+        &secret("picket-tls-cert"),
+        "--secret-add",
+        &format!(
+            "source={},target=picket-tls.crt",
+            rotated("picket-tls-cert")
+        ),
+        "--secret-rm",
+        &secret("picket-tls-key"),
+        "--secret-add",
+        &format!(
+            "source={},target=picket-tls.key,uid=65534,gid=65534,mode=0400",
+            rotated("picket-tls-key")
+        ),
+        &format!("{STACK}_picket"),
+    ])
+    .unwrap();
+    until("the new certificate over HTTPS", || {
+        over_tls().filter(|(answer, shown, _)| answer.status == 200 && *shown == second.der)
+    });
+    until("web green with 3 of 3 ready after the update", || {
+        verdict(admin, "web").filter(|v| {
+            v["nodes"][0]["verdict"]["heart"] == "green" && v["nodes"][0]["verdict"]["ready"] == 3
+        })
+    });
 
     // The same verdict through the feed, pinned to the fingerprint the
     // node publishes.

@@ -118,10 +118,23 @@ fn examples() -> Vec<(String, String)> {
             rest = &block[end..];
         }
     }
+    // The shipped configurations, their certificates where the examples'
+    // are: the files the stack's secrets and the Kubernetes Secret mount.
+    let shipped = |text: &str| {
+        text.replace("/run/secrets/picket-tls.crt", "tls/example.com.crt")
+            .replace("/run/secrets/picket-tls.key", "tls/example.com.key")
+            .replace("/run/secrets/picket-tls/tls.crt", "tls/example.com.crt")
+            .replace("/run/secrets/picket-tls/tls.key", "tls/example.com.key")
+    };
     found.push((
         "deploy/swarm/picket.toml".into(),
-        std::fs::read_to_string(root().join("deploy/swarm/picket.toml")).unwrap(),
+        shipped(&std::fs::read_to_string(root().join("deploy/swarm/picket.toml")).unwrap()),
     ));
+    let configmap =
+        std::fs::read_to_string(root().join("deploy/kubernetes/configmap.yaml")).unwrap();
+    let configmap: serde_json::Value = serde_norway::from_str(&configmap).unwrap();
+    let text = configmap["data"]["picket.toml"].as_str().unwrap();
+    found.push(("deploy/kubernetes/configmap.yaml".into(), shipped(text)));
     found
 }
 
