@@ -25,8 +25,9 @@ struct Cli {
     log_format: LogFormat,
 
     /// Which logs to write, in tracing's filter syntax: `info`, `debug`,
-    /// `picket=debug,hyper=info`.
-    #[arg(long, global = true, env = "PICKET_LOG", default_value = "info")]
+    /// `picket=debug,hyper=info`. rustls is held to errors unless named:
+    /// its warnings are per connection, and a client causes them at will.
+    #[arg(long, global = true, env = "PICKET_LOG", default_value = "info", value_parser = log_filter)]
     log: String,
 
     #[command(subcommand)]
@@ -263,9 +264,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// Libraries that warn once per connection about what a client sent
+/// (rustls: an IP address as SNI, an unknown extension): a client could
+/// write the log at will, so they are held to errors unless the filter
+/// names them.
+const CLIENT_DRIVEN: &[&str] = &["rustls"];
+
+/// The filter `text` asks for, with [`CLIENT_DRIVEN`] libraries held to
+/// errors where it does not name them; an error when it is not a filter.
+fn log_filter(text: &str) -> Result<String, String> {
+    let mut directives = text.trim().to_string();
+    for library in CLIENT_DRIVEN {
+        let named = text
+            .split(',')
+            .any(|d| d.trim().split(['=', ':', '[']).next() == Some(*library));
+        if !named {
+            if !directives.is_empty() {
+                directives.push(',');
+            }
+            directives.push_str(library);
+            directives.push_str("=error");
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(&directives)
+        .map(|_| directives)
+        .map_err(|e| format!("{text:?} is not a log filter: {e}"))
+}
+
 fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::new(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -513,5 +540,39 @@ async fn wait_for_stop_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn rustls_is_held_to_errors_unless_named() {
+        assert_eq!(log_filter("info").as_deref(), Ok("info,rustls=error"));
+        assert_eq!(
+            log_filter("picket=debug,hyper=info").as_deref(),
+            Ok("picket=debug,hyper=info,rustls=error")
+        );
+        assert_eq!(log_filter("").as_deref(), Ok("rustls=error"));
+        assert_eq!(log_filter("rustls=debug").as_deref(), Ok("rustls=debug"));
+        assert_eq!(
+            log_filter("info,rustls::server=warn").as_deref(),
+            Ok("info,rustls::server=warn")
+        );
+        // A library whose name starts with rustls' is not rustls.
+        assert_eq!(
+            log_filter("rustls_pemfile=debug").as_deref(),
+            Ok("rustls_pemfile=debug,rustls=error")
+        );
+    }
+
+    #[test]
+    fn a_filter_that_is_none_is_refused() {
+        let error = log_filter("info,picket=loud").unwrap_err();
+        assert!(
+            error.contains("\"info,picket=loud\" is not a log filter"),
+            "{error}"
+        );
     }
 }

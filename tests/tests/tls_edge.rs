@@ -723,3 +723,58 @@ async fn expiry_shows_in_the_status_api_in_metrics_and_in_the_log() {
     );
     node.stop().await;
 }
+
+/// A ClientHello naming `name` as its server (SNI), byte for byte as
+/// rustls writes one.
+fn client_hello(name: &str) -> Vec<u8> {
+    let server = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut connection = rustls::ClientConnection::new(inspecting_client(true), server).unwrap();
+    let mut hello = Vec::new();
+    connection.write_tls(&mut hello).unwrap();
+    hello
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_write_the_log_through_the_tls_library() {
+    let ca = TestCa::new("quiet CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "app", &["app.test"]);
+    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+    let tls = SocketAddr::from(([127, 0, 0, 1], picket_tests::process::free_port()));
+    let node = picket_tests::process::NodeProcess::start_alone(
+        &picket_tests::binaries::picket(),
+        dir.path(),
+        "quiet",
+        &format!(
+            "{}\n{}",
+            leaf.table(),
+            route("app", "/", &[upstream.addr], "")
+        ),
+        &[("PICKET_LISTEN_TLS", &tls.to_string())],
+    );
+    node.ready(Duration::from_secs(30)).await;
+    // An IP address as SNI, which TLS forbids: rustls warns of it, once per
+    // handshake, and ignores it.
+    let hello = client_hello("app.test");
+    let at = hello.windows(8).position(|w| w == b"app.test").unwrap();
+    let mut bad = hello.clone();
+    bad[at..at + 8].copy_from_slice(b"10.0.0.1");
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(tls).await.unwrap();
+        stream.write_all(&bad).await.unwrap();
+        // The server hello: the handshake went on, with the default.
+        let mut head = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut head))
+            .await
+            .expect("a server hello within 5 s")
+            .unwrap();
+        assert_eq!(head[0], 0x16, "a handshake record");
+    }
+    let (answer, shown, _) = tls::get(tls, client_config(&ca, &[]), "app.test", "/")
+        .await
+        .unwrap();
+    assert_eq!((answer.status, shown), (http::StatusCode::OK, leaf.der));
+    let log = node.log_text();
+    assert!(!log.contains("rustls"), "{log}");
+    assert!(log.contains("node serving"), "the log is written: {log}");
+}

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# HTTPS at the edge, Picket beside nginx (OpenSSL): the same certificate,
+# the same plain upstream, the same load generators and pinning,
+# interleaved rounds. Run by hand; prints a Markdown table of every round
+# and the ratios of the medians.
+#
+#   bash tests/bench/tls.sh [rounds] [seconds]
+#   KEY=rsa bash tests/bench/tls.sh        # RSA 2048 instead of ECDSA P-256
+#
+# Three loads, each against both proxies in turn:
+# - keep-alive: wrk -t1 -c64 over HTTPS, one TLS connection per client,
+#   many requests on each (requests/s, p99, proxy CPU per request);
+# - full: handshakes with no resumption, PROCS `openssl s_time -new`
+#   clients in parallel, one request per connection (handshakes/s, proxy
+#   CPU per handshake);
+# - resumed: the same with `-reuse`: every connection after a client's
+#   first resumes its session (a ticket on both proxies).
+#
+# Pinning: the proxy under test on CPU 0 (one worker each); the upstream
+# (nginx, one worker, a 100-byte body) and the load generators on CPU 1.
+# Needs: nginx, wrk, openssl, taskset; builds picket in release.
+set -euo pipefail
+
+rounds=${1:-3}
+seconds=${2:-10}
+connections=${CONNECTIONS:-64}
+procs=${PROCS:-4}
+key_kind=${KEY:-ec}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+
+for tool in nginx wrk openssl taskset; do
+  command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
+done
+(cd "$root" && cargo build --release --locked -p picket >&2)
+picket="$target/release/picket"
+
+upstream_port=18111; nginx_port=18112; picket_port=18113; picket_admin=18114; picket_plain=18115
+
+case $key_kind in
+  ec) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
+  rsa) newkey=(-newkey rsa:2048) ;;
+  *) echo "bench: KEY is ec or rsa" >&2; exit 1 ;;
+esac
+openssl req -x509 "${newkey[@]}" -nodes -days 30 -subj /CN=bench.test \
+  -addext subjectAltName=DNS:bench.test -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
+
+body=$(printf 'x%.0s' $(seq 1 100))
+cat > "$work/upstream.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $work/upstream.pid;
+error_log $work/upstream.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$upstream_port reuseport;
+    location / { return 200 "$body"; }
+  }
+}
+NGINX
+
+# nginx as operators run it at the edge: TLS 1.2 and 1.3, its default
+# ciphers, session tickets (its default), no session cache.
+cat > "$work/proxy.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $work/proxy.pid;
+error_log $work/proxy.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  upstream backend {
+    server 127.0.0.1:$upstream_port;
+    keepalive 128;
+  }
+  server {
+    listen 127.0.0.1:$nginx_port ssl reuseport;
+    ssl_certificate $work/tls.crt;
+    ssl_certificate_key $work/tls.key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+    }
+  }
+}
+NGINX
+
+cat > "$work/picket.toml" <<TOML
+[node]
+name = "bench"
+listen = "127.0.0.1:$picket_plain"
+listen_tls = "127.0.0.1:$picket_port"
+admin = "127.0.0.1:$picket_admin"
+workers = 1
+
+[[certificate]]
+cert = "tls.crt"
+key = "tls.key"
+
+[[route]]
+name = "bench"
+replicas = ["127.0.0.1:$upstream_port"]
+TOML
+
+taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
+taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
+PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
+sleep 1
+nginx_pid=$(cat "$work/proxy.pid")
+nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
+picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
+
+for port in $nginx_port $picket_port; do
+  curl -sf -o /dev/null --cacert "$work/tls.crt" --resolve "bench.test:$port:127.0.0.1" \
+    "https://bench.test:$port/" || { echo "bench: nothing answers HTTPS on $port" >&2; exit 1; }
+  echo "$port: $(echo | openssl s_client -connect "127.0.0.1:$port" -servername bench.test 2>/dev/null \
+    | awk '/^New,/ { print $2, $NF }')" >&2
+done
+
+ticks=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# Keep-alive HTTPS: prints "rate p99_us count".
+keepalive() {
+  taskset -c 1 wrk -t1 -c"$connections" -d"${seconds}s" --latency "https://127.0.0.1:$1/" | awk '
+    function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return v*1000; if (v ~ /s$/) return v*1000000; return v }
+    /Requests\/sec/ { rps = $2 }
+    / 99%/ { p99 = us($2) }
+    /requests in/ { n = $1 }
+    /Non-2xx/ { bad = $NF }
+    END { if (bad) { print "bench: non-2xx answers" > "/dev/stderr" } printf "%s %s %s\n", rps, p99, n }'
+}
+
+# New connections, each one handshake and one request, from $procs
+# clients in parallel: prints "rate - count resumed".
+handshakes() {
+  local mode=$2 i clients=()
+  for i in $(seq 1 "$procs"); do
+    taskset -c 1 openssl s_time -connect "127.0.0.1:$1" -www / "$mode" -time "$seconds" \
+      > "$work/s_time.$i" 2>&1 &
+    clients+=($!)
+  done
+  wait "${clients[@]}" || true
+  cat "$work"/s_time.* | awk -v s="$seconds" '
+    /connections in .* real seconds/ { n += $1 }
+    /^[*r]+$/ { r += gsub(/r/, "") }
+    END { printf "%.1f - %d %d\n", n / s, n, r }'
+  rm -f "$work"/s_time.*
+}
+
+echo "key: $key_kind; $connections keep-alive connections; $procs handshaking clients; ${seconds} s a load"
+echo
+echo "| round | load | proxy | rate /s | p99 µs | proxy CPU µs each |"
+echo "|---|---|---|---|---|---|"
+declare -A all
+for round in $(seq 1 "$rounds"); do
+  # The order alternates, so that neither proxy always runs right after the
+  # other on this shared, noisy machine.
+  order="nginx picket"
+  [ $((round % 2)) = 0 ] && order="picket nginx"
+  for load in keepalive full resumed; do
+    for proxy in $order; do
+      case $proxy in
+        nginx) port=$nginx_port; pid=$nginx_worker ;;
+        picket) port=$picket_port; pid=$picket_pid ;;
+      esac
+      before=$(cpu_ticks "$pid")
+      case $load in
+        keepalive) read -r rate p99 n < <(keepalive "$port") ;;
+        full) read -r rate p99 n resumed < <(handshakes "$port" -new) ;;
+        resumed) read -r rate p99 n resumed < <(handshakes "$port" -reuse) ;;
+      esac
+      after=$(cpu_ticks "$pid")
+      cpu=$(awk -v d=$((after - before)) -v t="$ticks" -v n="$n" 'BEGIN { printf "%.1f", d / t * 1e6 / n }')
+      note=""
+      [ "$load" != keepalive ] && note=" ($resumed of $n resumed)"
+      echo "| $round | $load | $proxy | $rate$note | $p99 | $cpu |"
+      all[$load.$proxy]+="$rate $p99 $cpu;"
+    done
+  done
+done
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
+echo
+echo "| load | nginx rate /s | picket rate /s | picket/nginx rate | nginx CPU µs | picket CPU µs | picket/nginx CPU |"
+echo "|---|---|---|---|---|---|---|"
+for load in keepalive full resumed; do
+  nr=$(echo "${all[$load.nginx]}" | column 1); pr=$(echo "${all[$load.picket]}" | column 1)
+  nc=$(echo "${all[$load.nginx]}" | column 3); pc=$(echo "${all[$load.picket]}" | column 3)
+  awk -v l="$load" -v nr="$nr" -v pr="$pr" -v nc="$nc" -v pc="$pc" 'BEGIN {
+    printf "| %s | %s | %s | %.2f× | %s | %s | %.2f× |\n", l, nr, pr, pr / nr, nc, pc, pc / nc }'
+done
+np=$(echo "${all[keepalive.nginx]}" | column 2); pp=$(echo "${all[keepalive.picket]}" | column 2)
+awk -v a="$pp" -v b="$np" 'BEGIN { printf "\nkeep-alive p99: picket %s µs, nginx %s µs (%.2f×)\n", a, b, a / b }'
