@@ -25,8 +25,9 @@ struct Cli {
     log_format: LogFormat,
 
     /// Which logs to write, in tracing's filter syntax: `info`, `debug`,
-    /// `picket=debug,hyper=info`. rustls is held to errors unless named:
-    /// its warnings are per connection, and a client causes them at will.
+    /// `picket=debug,hyper=info`. rustls and quinn_proto are held to errors
+    /// unless named: their warnings are per connection or packet, and a
+    /// client causes them at will.
     #[arg(long, global = true, env = "PICKET_LOG", default_value = "info", value_parser = log_filter)]
     log: String,
 
@@ -264,11 +265,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Libraries that warn once per connection about what a client sent
-/// (rustls: an IP address as SNI, an unknown extension): a client could
-/// write the log at will, so they are held to errors unless the filter
-/// names them.
-const CLIENT_DRIVEN: &[&str] = &["rustls"];
+/// Libraries that warn once per connection or packet about what a client
+/// sent (rustls: an IP address as SNI; quinn-proto, under the feed: a
+/// packet that fails to decrypt): a client could write the log at will,
+/// so they are held to errors unless the filter names them.
+const CLIENT_DRIVEN: &[&str] = &["rustls", "quinn_proto"];
 
 /// The filter `text` asks for, with [`CLIENT_DRIVEN`] libraries held to
 /// errors where it does not name them; an error when it is not a filter.
@@ -548,22 +549,26 @@ mod tests {
     use super::log_filter;
 
     #[test]
-    fn rustls_is_held_to_errors_unless_named() {
-        assert_eq!(log_filter("info").as_deref(), Ok("info,rustls=error"));
+    fn client_driven_libraries_are_held_to_errors_unless_named() {
+        const HELD: &str = "rustls=error,quinn_proto=error";
+        assert_eq!(log_filter("info"), Ok(format!("info,{HELD}")));
         assert_eq!(
-            log_filter("picket=debug,hyper=info").as_deref(),
-            Ok("picket=debug,hyper=info,rustls=error")
+            log_filter("picket=debug,hyper=info"),
+            Ok(format!("picket=debug,hyper=info,{HELD}"))
         );
-        assert_eq!(log_filter("").as_deref(), Ok("rustls=error"));
-        assert_eq!(log_filter("rustls=debug").as_deref(), Ok("rustls=debug"));
+        assert_eq!(log_filter(""), Ok(HELD.to_string()));
         assert_eq!(
-            log_filter("info,rustls::server=warn").as_deref(),
-            Ok("info,rustls::server=warn")
+            log_filter("rustls=debug").as_deref(),
+            Ok("rustls=debug,quinn_proto=error")
+        );
+        assert_eq!(
+            log_filter("info,rustls::server=warn,quinn_proto[x]=warn").as_deref(),
+            Ok("info,rustls::server=warn,quinn_proto[x]=warn")
         );
         // A library whose name starts with rustls' is not rustls.
         assert_eq!(
-            log_filter("rustls_pemfile=debug").as_deref(),
-            Ok("rustls_pemfile=debug,rustls=error")
+            log_filter("rustls_pemfile=debug"),
+            Ok(format!("rustls_pemfile=debug,{HELD}"))
         );
     }
 

@@ -1,6 +1,8 @@
 //! TLS towards a route's replicas: `tls = { ca, server_name, client_cert,
 //! client_key }`. The route's own CA verifies the replicas, the client
-//! pair answers a replica that requires one, and a replica whose
+//! pair answers a replica that requires one (a route without it is red by
+//! its checks, though TLS 1.3 refuses it after the handshake), and a
+//! replica whose
 //! certificate the CA did not issue is a failed connect (502) and a failed
 //! check, never plain text.
 
@@ -97,9 +99,10 @@ async fn a_replica_that_requires_a_client_certificate_gets_the_routes() {
     );
     let without = format!("ca = {ca_file:?}, server_name = \"billing.mesh\"");
     let node = TestNode::start(&format!(
-        "{CHECKS}{}{}",
+        "{CHECKS}{}{}{}",
         route("mutual", "/", &replica, &with_pair),
-        route("anonymous", "/anonymous", &replica, &without)
+        route("anonymous", "/anonymous", &replica, &without),
+        route("unasked", "/unasked", &replica, &without)
     ));
     let answer = client::get(node.proxy, "a", "/pay").await.unwrap();
     assert_eq!(answer.status, 200, "{}", answer.text());
@@ -116,5 +119,14 @@ async fn a_replica_that_requires_a_client_certificate_gets_the_routes() {
             .is_some_and(|v| v.heart == Heart::Green)
     })
     .await;
+    // Over TLS 1.3 the replica accepts the handshake and refuses it a round
+    // trip later: a route no request has tried is red by its check alone.
+    eventually("the route without the pair red by its check", SOON, || {
+        node.verdict("unasked").is_some_and(|v| {
+            v.heart == Heart::Red && v.reason.contains("TLS") && v.reason.contains("ertificate")
+        })
+    })
+    .await;
+    assert_eq!(replica.hits(), hits, "no check reached the replica's HTTP");
     node.stop().await;
 }

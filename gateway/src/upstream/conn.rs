@@ -162,6 +162,37 @@ impl Connection {
         }
     }
 
+    /// After a TLS 1.3 handshake, waits up to `within` for the replica to
+    /// refuse it. In TLS 1.3 a server judges the client's certificate (or
+    /// its absence) after the client has finished the handshake, so a
+    /// replica that requires one this node does not present accepts the
+    /// handshake and answers with an alert a round trip later: the first
+    /// request would fail, and a check that stops at the handshake would
+    /// pass. Returns the refusal; `None` when nothing came, or when the
+    /// connection is plain or TLS 1.2 (whose handshake carries the verdict).
+    /// What is read is dropped: the connection is for a check only.
+    pub async fn refused_after_handshake(
+        &mut self,
+        within: std::time::Duration,
+    ) -> Option<io::Error> {
+        use tokio::io::AsyncReadExt;
+        let Io::Tls(tls) = &mut self.io else {
+            return None;
+        };
+        if tls.get_ref().1.protocol_version() != Some(rustls::ProtocolVersion::TLSv1_3) {
+            return None;
+        }
+        let mut scratch = [0u8; 64];
+        match tokio::time::timeout(within, tls.read(&mut scratch)).await {
+            Err(_) | Ok(Ok(1..)) => None,
+            Ok(Ok(0)) => Some(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "closed right after the TLS handshake",
+            )),
+            Ok(Err(e)) => Some(e),
+        }
+    }
+
     /// The buffer a request head is encoded into.
     pub fn head_buffer(&mut self) -> &mut Vec<u8> {
         self.head.clear();

@@ -36,6 +36,11 @@ use super::handshake::TlsFailure;
 use super::health::{EjectReason, Observation};
 use super::{RACE_DELAY, Replica, ReplicaKey, Target, Tried, Upstream};
 
+/// How long a check waits, after a TLS 1.3 handshake, for the replica to
+/// refuse it: a round trip on any network a route's replicas share with
+/// the node.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
 /// TLS settings of an `https://` upstream.
 #[derive(Clone)]
 pub struct TlsTarget {
@@ -190,17 +195,29 @@ impl Upstream {
     }
 
     /// One connect to `replica` made exactly as requests make it, within
-    /// `bound`, and dropped: what a connect check or a probe learns.
+    /// `bound`, and dropped: what a connect check or a probe learns. Over
+    /// TLS 1.3 it then waits up to [`SETTLE`] (within `bound`) for the
+    /// replica to refuse the handshake it has just accepted (a client
+    /// certificate it requires and did not get), which requests would meet
+    /// on their first read.
     pub async fn try_connect(
         &self,
         replica: &Replica,
         bound: Duration,
     ) -> Result<(), ConnectFailure> {
+        let deadline = Instant::now() + bound;
         let open = open(&replica.key, self.tls.as_ref(), self.via.as_ref());
         match timeout(bound, open).await {
-            Ok(Ok(_conn)) => {
+            Ok(Ok(mut conn)) => {
                 crate::resources::LOCAL.ok();
-                Ok(())
+                let settle = SETTLE.min(deadline.saturating_duration_since(Instant::now()));
+                match conn.refused_after_handshake(settle).await {
+                    None => Ok(()),
+                    Some(e) => Err(ConnectFailure::Tls {
+                        failure: TlsFailure::of(&e),
+                        detail: format!("refused after the handshake: {e}"),
+                    }),
+                }
             }
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(ConnectFailure::TimedOut),
