@@ -11,6 +11,7 @@ set -euo pipefail
 
 seconds=${1:-10}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/common.sh"
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
@@ -23,19 +24,7 @@ done
 picket="$target/bench-profile/picket"
 
 upstream_port=18201; picket_port=18203; picket_admin=18204
-body=$(printf 'x%.0s' $(seq 1 100))
-cat > "$work/upstream.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $work/upstream.pid;
-error_log $work/upstream.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$upstream_port; location / { return 200 "$body"; } }
-}
-NGINX
+upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 cat > "$work/picket.toml" <<TOML
 [node]
 listen = "127.0.0.1:$picket_port"

@@ -15,6 +15,7 @@ rounds=${1:-5}
 seconds=${2:-10}
 connections=${CONNECTIONS:-64}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/common.sh"
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
@@ -28,22 +29,7 @@ picket="$target/release/picket"
 
 upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104
 
-body=$(printf 'x%.0s' $(seq 1 100))
-cat > "$work/upstream.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $work/upstream.pid;
-error_log $work/upstream.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$upstream_port reuseport;
-    location / { return 200 "$body"; }
-  }
-}
-NGINX
+upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 
 cat > "$work/proxy.conf" <<NGINX
 worker_processes 1;
@@ -96,7 +82,6 @@ for port in $upstream_port $nginx_port $picket_port; do
 done
 
 ticks=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # One wrk run: prints "rps p50_us p99_us requests".
 load() {
@@ -138,8 +123,6 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
 echo
 echo "| target | median requests/s | median p50 µs | median p99 µs | median CPU µs/request |"
 echo "|---|---|---|---|---|"

@@ -27,6 +27,7 @@ connections=${CONNECTIONS:-64}
 procs=${PROCS:-4}
 key_kind=${KEY:-ec}
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/common.sh"
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
@@ -48,22 +49,7 @@ esac
 openssl req -x509 "${newkey[@]}" -nodes -days 30 -subj /CN=bench.test \
   -addext subjectAltName=DNS:bench.test -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
 
-body=$(printf 'x%.0s' $(seq 1 100))
-cat > "$work/upstream.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $work/upstream.pid;
-error_log $work/upstream.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server {
-    listen 127.0.0.1:$upstream_port reuseport;
-    location / { return 200 "$body"; }
-  }
-}
-NGINX
+upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 
 # nginx as operators run it at the edge: TLS 1.2 and 1.3, its default
 # ciphers, session tickets (its default), no session cache.
@@ -130,7 +116,6 @@ for port in $nginx_port $picket_port; do
 done
 
 ticks=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # Keep-alive HTTPS: prints "rate p99_us count".
 keepalive() {
@@ -192,8 +177,6 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
 echo
 echo "| load | nginx rate /s | picket rate /s | picket/nginx rate | nginx CPU µs | picket CPU µs | picket/nginx CPU |"
 echo "|---|---|---|---|---|---|---|"

@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ContainerPort, Namespace, Service, ServiceAccount,
+};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -227,14 +229,20 @@ fn the_namespace_components_grant_list_and_watch_to_the_nodes_account() {
 /// Where the DaemonSet mounts Secret `picket-tls`.
 const TLS_MOUNT: &str = "/run/secrets/picket-tls";
 
-fn port(container: &Container, name: &str) -> (i32, String) {
-    let port = container
+/// The container's port named `name`.
+fn declared<'a>(container: &'a Container, name: &str) -> &'a ContainerPort {
+    container
         .ports
         .as_ref()
         .unwrap()
         .iter()
         .find(|p| p.name.as_deref() == Some(name))
-        .unwrap_or_else(|| panic!("no port {name}"));
+        .unwrap_or_else(|| panic!("no port {name}"))
+}
+
+/// The number and protocol of the container's port named `name`.
+fn port(container: &Container, name: &str) -> (i32, String) {
+    let port = declared(container, name);
     (
         port.container_port,
         port.protocol.clone().unwrap_or_else(|| "TCP".into()),
@@ -283,16 +291,10 @@ fn the_daemonset_agrees_with_the_configuration_the_binary_reads() {
 
     // The proxy's ports on the machine's own addresses.
     for name in ["http", "https"] {
-        let published = container
-            .ports
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|p| p.name.as_deref() == Some(name))
-            .and_then(|p| p.host_port);
+        let port = declared(container, name);
         assert_eq!(
-            published,
-            Some(port(container, name).0),
+            port.host_port,
+            Some(port.container_port),
             "hostPort of {name}"
         );
     }

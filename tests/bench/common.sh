@@ -1,0 +1,33 @@
+# Pieces every benchmark script shares; sourced, never run.
+
+# Writes to $1 the configuration of the upstream every benchmark proxies
+# to: nginx, one worker, answering 200 with a 100-byte body on port $2;
+# its pid file and error log under $3.
+upstream_conf() {
+  local body
+  body=$(printf 'x%.0s' $(seq 1 100))
+  cat > "$1" <<NGINX
+worker_processes 1;
+daemon off;
+pid $3/upstream.pid;
+error_log $3/upstream.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server {
+    listen 127.0.0.1:$2 reuseport;
+    location / { return 200 "$body"; }
+  }
+}
+NGINX
+}
+
+# CPU time (user and system) of process $1, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# The median of the numbers on stdin.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# The median of column $1 of ';'-separated rows on stdin.
+column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
