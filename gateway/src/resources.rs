@@ -7,6 +7,12 @@
 //! logged once per episode (when the node runs out, and once when it has
 //! room again), never once per connection.
 //!
+//! An episode ends only when an operation succeeds after [`QUIET`] without
+//! a local resource error: at the limit every closed connection frees a
+//! descriptor the next accept takes, so successes and failures alternate
+//! for as long as the shortage lasts, and ending the episode at the first
+//! success would log it once per freed descriptor.
+//!
 //! ## Client connections
 //! At start the soft `RLIMIT_NOFILE` is raised to the hard limit, and the
 //! proxy serves at most [`default_max_connections`] client connections
@@ -17,7 +23,8 @@
 
 use std::io;
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -56,11 +63,17 @@ pub fn is_local(error: &io::Error) -> bool {
     ) || error.kind() == io::ErrorKind::OutOfMemory
 }
 
+/// How long a shortage must stay away before its episode ends.
+pub const QUIET: Duration = Duration::from_secs(1);
+
 /// Episodes of local resource exhaustion in this process (file
 /// descriptors are the process's, whichever node in it hit the limit).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Local {
     exhausted: AtomicBool,
+    /// The last local resource error, in milliseconds since `origin`.
+    last_error_ms: AtomicU64,
+    origin: Instant,
     /// Every local resource error, wherever it happened.
     pub errors: Counter,
     /// Times the process ran out.
@@ -68,12 +81,28 @@ pub struct Local {
 }
 
 /// The process's local resource state.
-pub static LOCAL: LazyLock<Local> = LazyLock::new(Local::default);
+pub static LOCAL: LazyLock<Local> = LazyLock::new(|| Local::new(Instant::now()));
 
 impl Local {
+    fn new(origin: Instant) -> Self {
+        Local {
+            exhausted: AtomicBool::new(false),
+            last_error_ms: AtomicU64::new(0),
+            origin,
+            errors: Counter::default(),
+            episodes: Counter::default(),
+        }
+    }
+
     /// Records a local resource error met while doing `during`.
     pub fn hit(&self, during: &'static str, error: &io::Error) {
+        self.hit_at(Instant::now(), during, error);
+    }
+
+    fn hit_at(&self, now: Instant, during: &'static str, error: &io::Error) {
         self.errors.inc();
+        self.last_error_ms
+            .fetch_max(self.millis(now), Ordering::AcqRel);
         if !self.exhausted.swap(true, Ordering::AcqRel) {
             self.episodes.inc();
             tracing::warn!(
@@ -84,12 +113,26 @@ impl Local {
         }
     }
 
-    /// An operation that needs local resources succeeded: ends an episode.
-    /// One atomic load when there is none.
+    /// An operation that needs local resources succeeded: ends an episode
+    /// if no local resource error came within [`QUIET`]. One atomic load
+    /// when there is no episode.
     pub fn ok(&self) {
-        if self.exhausted.load(Ordering::Relaxed) && self.exhausted.swap(false, Ordering::AcqRel) {
+        if self.exhausted.load(Ordering::Relaxed) {
+            self.ok_at(Instant::now());
+        }
+    }
+
+    fn ok_at(&self, now: Instant) {
+        let since = self
+            .millis(now)
+            .saturating_sub(self.last_error_ms.load(Ordering::Acquire));
+        if Duration::from_millis(since) >= QUIET && self.exhausted.swap(false, Ordering::AcqRel) {
             tracing::info!("local resources available again");
         }
+    }
+
+    fn millis(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX)
     }
 
     #[cfg(test)]
@@ -125,16 +168,39 @@ mod tests {
 
     #[test]
     fn one_episode_until_it_ends() {
-        let local = Local::default();
+        let origin = Instant::now();
+        let local = Local::new(origin);
         let emfile = io::Error::from_raw_os_error(24);
         for _ in 0..100 {
-            local.hit("connect", &emfile);
+            local.hit_at(origin, "connect", &emfile);
         }
         assert_eq!(local.errors.get(), 100);
         assert_eq!(local.episodes.get(), 1);
-        local.ok();
+        local.ok_at(origin + QUIET);
         assert!(!local.is_exhausted());
-        local.hit("accept", &emfile);
+        local.hit_at(origin + QUIET * 2, "accept", &emfile);
         assert_eq!(local.episodes.get(), 2);
+    }
+
+    #[test]
+    fn successes_between_failures_do_not_end_an_episode() {
+        // At the limit a freed descriptor lets one accept through before
+        // the next fails: one episode, however often that happens.
+        let origin = Instant::now();
+        let local = Local::new(origin);
+        let emfile = io::Error::from_raw_os_error(24);
+        for step in 0..50u32 {
+            let now = origin + Duration::from_millis(20) * step;
+            local.hit_at(now, "accept", &emfile);
+            local.ok_at(now + Duration::from_millis(10));
+            assert!(local.is_exhausted(), "ended at step {step}");
+        }
+        assert_eq!(local.episodes.get(), 1);
+        let last = origin + Duration::from_millis(20) * 49;
+        local.ok_at(last + QUIET - Duration::from_millis(1));
+        assert!(local.is_exhausted());
+        local.ok_at(last + QUIET);
+        assert!(!local.is_exhausted());
+        assert_eq!(local.episodes.get(), 1);
     }
 }
