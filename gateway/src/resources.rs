@@ -24,7 +24,9 @@
 use std::io;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
 
