@@ -243,6 +243,57 @@ pub struct RouteConfig {
     /// TLS to its replicas (`https://` external hosts speak TLS without
     /// it).
     pub tls: Option<UpstreamTls>,
+    /// The protocol spoken to its replicas.
+    pub protocol: Protocol,
+    /// How this node checks replicas that no runtime reports on.
+    pub check: CheckKind,
+}
+
+/// The protocol a route speaks to its replicas (`protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Protocol {
+    /// HTTP/1.1, over TLS when the route has TLS.
+    #[default]
+    Http1,
+    /// HTTP/2 in clear, with prior knowledge.
+    H2c,
+    /// HTTP/2 over TLS, asked for by ALPN.
+    H2,
+    /// Over TLS: HTTP/2 when the replica's ALPN picks it, else HTTP/1.1.
+    Auto,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::H2c => "h2c",
+            Protocol::H2 => "h2",
+            Protocol::Auto => "auto",
+        }
+    }
+
+    /// The ALPN protocols offered in the TLS handshake.
+    pub fn alpn(self) -> Vec<Vec<u8>> {
+        match self {
+            Protocol::Http1 | Protocol::H2c => vec![b"http/1.1".to_vec()],
+            Protocol::H2 => vec![b"h2".to_vec()],
+            Protocol::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        }
+    }
+}
+
+/// How a route's replicas are checked when no runtime reports on them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum CheckKind {
+    /// A connect, made as requests make it (TLS and HTTP/2 handshakes
+    /// included).
+    #[default]
+    Connect,
+    /// The gRPC health protocol: `grpc.health.v1.Health/Check` for this
+    /// service name (empty: the server as a whole); anything but SERVING
+    /// fails.
+    Grpc { service: String },
 }
 
 impl RouteConfig {

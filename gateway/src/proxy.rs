@@ -20,6 +20,7 @@
 pub mod circuit;
 pub mod error;
 pub mod forward;
+pub mod grpc;
 pub mod headers;
 pub mod plan;
 pub mod request;
@@ -142,6 +143,14 @@ impl Route {
         }
         if let Some(own) = &config.tls {
             tls = Some(upstream_tls(&config, own, tls.take(), ctx));
+        }
+        // HTTP/2 over TLS is asked for in the handshake.
+        if config.protocol != crate::config::Protocol::Http1
+            && let Some(target) = &mut tls
+        {
+            let mut client = (*target.connector.config()).as_ref().clone();
+            client.alpn_protocols = config.protocol.alpn();
+            target.connector = tokio_rustls::TlsConnector::from(Arc::new(client));
         }
         let pool = ctx.pools.get(config.bounds());
         let upstream = Upstream::new(

@@ -33,6 +33,7 @@
 mod conn;
 mod connect;
 pub mod forward_proxy;
+pub mod h2;
 pub mod handshake;
 pub mod health;
 mod pool;
@@ -48,7 +49,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
-pub use conn::{ConnError, Connection, Io, Release, UpstreamBody};
+pub use conn::{Conn, ConnError, Connection, Io, Release, UpstreamBody};
 pub use connect::{Attempt, ConnectFailure, TlsTarget, tcp_connect};
 pub use forward_proxy::{ForwardProxy, ProxyEnv};
 pub use pool::{Pool, Pools};
@@ -97,6 +98,8 @@ pub struct ReplicaKey {
     /// Its connections go through a forward proxy: never pooled with
     /// direct ones to the same target.
     pub proxied: bool,
+    /// The protocol its connections speak.
+    pub protocol: crate::config::Protocol,
 }
 
 const IN_ROTATION: u8 = 0;
@@ -269,6 +272,12 @@ pub struct Upstream {
     /// Attempts per request as configured; never more than the replicas.
     tries: usize,
     pub eject_for: Duration,
+    /// The protocol spoken to its replicas.
+    pub protocol: crate::config::Protocol,
+    /// How replicas that no runtime reports on are checked.
+    pub check: crate::config::CheckKind,
+    /// Header names holding `_` pass (trailers of HTTP/2 replicas).
+    pub underscores: bool,
     /// Gateway errors in a row that eject a replica.
     eject_after: u32,
     next: AtomicUsize,
@@ -299,6 +308,7 @@ impl Upstream {
                             target: Target::Addr(*addr),
                             tls: profile,
                             proxied: false,
+                            protocol: route.protocol,
                         };
                         Replica::new(key, addr.to_string(), true, true, &[], name, metrics)
                     })
@@ -315,6 +325,7 @@ impl Upstream {
                         target,
                         tls: profile,
                         proxied: via.is_some(),
+                        protocol: route.protocol,
                     };
                     (
                         Source::External,
@@ -336,6 +347,9 @@ impl Upstream {
             tls,
             via,
             eject_for: route.eject_for.value,
+            protocol: route.protocol,
+            check: route.check.clone(),
+            underscores: route.underscores_in_headers,
             eject_after: route.consecutive_gateway_errors.value,
             next: AtomicUsize::new(0),
             in_rotation,
@@ -558,6 +572,7 @@ impl Upstream {
                             target,
                             tls: self.tls.as_ref().map_or(0, |t| t.profile),
                             proxied: false,
+                            protocol: self.protocol,
                         };
                         Replica::new(
                             key,

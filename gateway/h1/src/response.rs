@@ -50,6 +50,49 @@ pub struct ResponseHead {
 }
 
 impl ResponseHead {
+    /// The head of a response that came another way (HTTP/2): `fields`
+    /// laid out as header lines, hop-by-hop and framing headers left out,
+    /// the framing given.
+    pub fn from_fields<'a>(
+        status: StatusCode,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+        framing: BodyFraming,
+        declared_length: Option<u64>,
+    ) -> ResponseHead {
+        let mut head = Vec::new();
+        let mut at = Vec::new();
+        for (name, value) in fields {
+            if is_hop_by_hop(name) || name.eq_ignore_ascii_case(b"content-length") {
+                continue;
+            }
+            let name_start = head.len();
+            head.extend_from_slice(name);
+            head.extend_from_slice(b": ");
+            let value_start = head.len();
+            head.extend_from_slice(value);
+            head.extend_from_slice(b"\r\n");
+            let span = |start: usize, len: usize| {
+                (
+                    u32::try_from(start).unwrap_or(u32::MAX),
+                    u32::try_from(len).unwrap_or(0),
+                )
+            };
+            at.push(FieldAt {
+                name: span(name_start, name.len()),
+                value: span(value_start, value.len()),
+            });
+        }
+        ResponseHead {
+            status,
+            head: Bytes::from(head),
+            fields: at,
+            framing,
+            declared_length,
+            keep_alive: true,
+            upgrade: None,
+        }
+    }
+
     /// Each end-to-end header as (name, value).
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.fields

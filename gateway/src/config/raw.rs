@@ -125,6 +125,9 @@ pub struct RawRoute {
     pub breaker: Option<RawBreaker>,
     pub https_only: Option<Spanned<bool>>,
     pub tls: Option<Spanned<RawUpstreamTls>>,
+    pub protocol: Option<Spanned<String>>,
+    pub check: Option<Spanned<String>>,
+    pub grpc_service: Option<Spanned<String>>,
 }
 
 /// A route's `tls = { ca, server_name, client_cert, client_key }`: TLS to

@@ -283,6 +283,20 @@ fn render_route(out: &mut String, route: &RouteConfig) {
     if route.https_only {
         line(out, "https_only", "true", Origin::File);
     }
+    if route.protocol != crate::config::Protocol::Http1 {
+        line(
+            out,
+            "protocol",
+            &quoted(route.protocol.name()),
+            Origin::File,
+        );
+    }
+    if let crate::config::CheckKind::Grpc { service } = &route.check {
+        line(out, "check", &quoted("grpc"), Origin::File);
+        if !service.is_empty() {
+            line(out, "grpc_service", &quoted(service), Origin::File);
+        }
+    }
     if let Some(tls) = &route.tls {
         let mut fields = Vec::new();
         if let Some((ca, _)) = &tls.ca {

@@ -16,13 +16,13 @@ use super::raw::{
     RawRuntime, RawRuntimeBreaker, RawUpstreamTls,
 };
 use super::{
-    BreakerSettings, CertificateConfig, ClientIdentity, ClusterSettings, Config,
+    BreakerSettings, CertificateConfig, CheckKind, ClientIdentity, ClusterSettings, Config,
     DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY,
     DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS,
     DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
     DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin,
-    RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting,
-    UpstreamConfig, UpstreamTls,
+    Protocol, RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort,
+    Setting, UpstreamConfig, UpstreamTls,
 };
 use crate::edge::Culprit;
 
@@ -734,6 +734,10 @@ impl Validator<'_> {
             .tls
             .as_ref()
             .and_then(|tls| self.upstream_tls(tls, upstream.as_ref(), dir, now));
+        let speaks_tls = raw.tls.is_some()
+            || matches!(&upstream, Some(UpstreamConfig::External(ext)) if ext.tls);
+        let protocol = self.protocol(raw.protocol.as_ref(), speaks_tls);
+        let check = self.check(raw);
         if self.problems.len() > before {
             return None;
         }
@@ -752,7 +756,79 @@ impl Validator<'_> {
             underscores_in_headers: global.underscores_in_headers.value,
             https_only: raw.https_only.as_ref().is_some_and(|h| *h.get_ref()),
             tls,
+            protocol,
+            check,
         })
+    }
+
+    /// A route's `protocol`; `h2` and `auto` need TLS (ALPN), `h2c` is
+    /// HTTP/2 in clear and cannot have it.
+    fn protocol(&mut self, raw: Option<&Spanned<String>>, speaks_tls: bool) -> Protocol {
+        let Some(raw) = raw else {
+            return Protocol::Http1;
+        };
+        let protocol = match raw.get_ref().as_str() {
+            "http1" => Protocol::Http1,
+            "h2c" => Protocol::H2c,
+            "h2" => Protocol::H2,
+            "auto" => Protocol::Auto,
+            other => {
+                self.problem(
+                    raw.span(),
+                    format!(
+                        "protocol {other:?} is not one of \"http1\", \"h2c\", \"h2\", \"auto\""
+                    ),
+                );
+                return Protocol::Http1;
+            }
+        };
+        match protocol {
+            Protocol::H2 | Protocol::Auto if !speaks_tls => self.problem(
+                raw.span(),
+                format!(
+                    "protocol = {:?} is HTTP/2 over TLS: give the route `tls = {{ ... }}` or an https:// upstream, or use \"h2c\" for HTTP/2 in clear",
+                    protocol.name()
+                ),
+            ),
+            Protocol::H2c if speaks_tls => self.problem(
+                raw.span(),
+                "protocol = \"h2c\" is HTTP/2 in clear, but this route speaks TLS: use \"h2\" (or \"auto\")",
+            ),
+            _ => {}
+        }
+        protocol
+    }
+
+    /// A route's `check` (and `grpc_service`).
+    fn check(&mut self, raw: &RawRoute) -> CheckKind {
+        let service = raw.grpc_service.as_ref();
+        let kind = match raw.check.as_ref() {
+            None => None,
+            Some(check) => match check.get_ref().as_str() {
+                "connect" => None,
+                "grpc" => Some(check),
+                other => {
+                    self.problem(
+                        check.span(),
+                        format!("check {other:?} is not one of \"connect\", \"grpc\""),
+                    );
+                    return CheckKind::Connect;
+                }
+            },
+        };
+        match (kind, service) {
+            (Some(_), service) => CheckKind::Grpc {
+                service: service.map(|s| s.get_ref().clone()).unwrap_or_default(),
+            },
+            (None, Some(service)) => {
+                self.problem(
+                    service.span(),
+                    "grpc_service is the service a gRPC health check asks for: set `check = \"grpc\"` too",
+                );
+                CheckKind::Connect
+            }
+            (None, None) => CheckKind::Connect,
+        }
     }
 
     /// A route's `tls`: its files read from `dir` (when relative) and

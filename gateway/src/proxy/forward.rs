@@ -21,6 +21,16 @@
 //! it, 504 when the request cannot move on (a body, a method that is not
 //! idempotent, no other replica, or no try left). A client therefore waits
 //! at most `tries` bounds for a head. Nothing bounds the response body.
+//! A gRPC call's `grpc-timeout` caps its first-answer bound.
+//!
+//! ## HTTP/2 replicas
+//! A request opens a stream on a shared connection ([`crate::upstream::h2`]).
+//! Its body and trailers go up as they come; a replica may answer before
+//! the body has ended (a bidirectional gRPC stream): the rest of the body
+//! then goes on in a task of its own, unbounded, while the answer streams
+//! back. The body of a gRPC call is kept (up to
+//! [`super::request::REPLAY_LIMIT`]) so that a call a replica refuses
+//! unprocessed can go to the next.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,12 +42,16 @@ use tokio::time::{Instant, timeout};
 
 use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
-use super::request::{BodyError, ClientRequest, RequestBody};
-use super::{ProxyError, Route, plan};
+use super::request::{BodyError, ClientRequest, Replay, RequestBody};
+use super::{ProxyError, Route, grpc, plan};
 use crate::breaker::Outcome;
+use crate::config::Protocol;
 use crate::h1::request::BodyKind;
-use crate::h1::response::ResponseHead;
-use crate::upstream::{Attempt, ConnError, Connection, Io, Release, Target, Tried, UpstreamBody};
+use crate::h1::response::{BodyFraming, ResponseHead};
+use crate::upstream::h2::{H2Body, H2Conn, io_error};
+use crate::upstream::{
+    Attempt, Conn, ConnError, Connection, Io, Release, Target, Tried, UpstreamBody,
+};
 
 /// An upstream's answer: its head, and its body still on the wire.
 #[derive(Debug)]
@@ -76,9 +90,13 @@ enum Exchange {
 }
 
 impl Exchange {
-    /// The exchange as the retry planner sees it.
-    fn attempted(&self) -> plan::Attempted {
+    /// The exchange as the retry planner sees it; a gRPC call's answer by
+    /// its [`grpc::effective_status`].
+    fn attempted(&self, grpc: bool) -> plan::Attempted {
         match self {
+            Exchange::Answered(head) if grpc => {
+                plan::Attempted::Answered(grpc::effective_status(head))
+            }
             Exchange::Answered(head) => plan::Attempted::Answered(head.status),
             Exchange::TimedOut => plan::Attempted::TimedOut,
             Exchange::Stalled => plan::Attempted::Stalled,
@@ -119,17 +137,26 @@ pub async fn forward<B: RequestBody>(
         },
         None => None,
     };
-    let result = attempts(route, req, body, client).await;
+    let grpc = grpc::is_call(&req.fields);
+    let result = if grpc && !matches!(req.body, BodyKind::None | BodyKind::Length(0)) {
+        attempts(route, req, &mut Replay::new(body), client, grpc).await
+    } else {
+        attempts(route, req, body, client, grpc).await
+    };
     if let Some(ticket) = ticket {
-        ticket.record(outcome(&result));
+        ticket.record(outcome(&result, grpc));
     }
     result
 }
 
 /// What a request's result says of its upstream.
-fn outcome(result: &Result<Answer, ProxyError>) -> Outcome {
+fn outcome(result: &Result<Answer, ProxyError>, grpc: bool) -> Outcome {
+    let status = |answer: &Answer| match grpc {
+        true => grpc::effective_status(&answer.head),
+        false => answer.head.status,
+    };
     match result {
-        Ok(answer) if plan::retryable_status(answer.head.status) => Outcome::Failure,
+        Ok(answer) if plan::retryable_status(status(answer)) => Outcome::Failure,
         Ok(_) => Outcome::Success,
         Err(error) => match error.fault() {
             Fault::Upstream => Outcome::Failure,
@@ -144,7 +171,13 @@ async fn attempts<B: RequestBody>(
     req: &ClientRequest<'_>,
     body: &mut B,
     client: &Client,
+    grpc: bool,
 ) -> Result<Answer, ProxyError> {
+    if req.upgrade.is_some() && matches!(route.upstream.protocol, Protocol::H2 | Protocol::H2c) {
+        return Err(ProxyError::BadRequest(
+            "this route's replicas speak HTTP/2, which carries no protocol upgrade",
+        ));
+    }
     let forwarding = Forwarding {
         client,
         host: req.host,
@@ -160,10 +193,15 @@ async fn attempts<B: RequestBody>(
             .and_then(|proxy| proxy.authorization())
             .map(HeaderValue::as_bytes),
     };
+    let first_answer = route.upstream.pool.bounds.first_answer;
     let bounds = Waits {
-        first_answer: route.upstream.pool.bounds.first_answer,
+        first_answer: match grpc {
+            true => grpc::timeout(&req.fields, first_answer),
+            false => first_answer,
+        },
         body: route.config.body_timeout,
     };
+    let underscores = route.config.underscores_in_headers;
     let bodiless = matches!(req.body, BodyKind::None | BodyKind::Length(0));
     let replayable = bodiless && req.upgrade.is_none() && is_idempotent(req.method);
     let mut body_started = false;
@@ -173,8 +211,9 @@ async fn attempts<B: RequestBody>(
     // What the client gets if no other replica can be had: the last
     // replica's 502/503/504, or its failure.
     let mut last: Option<Result<Answer, ProxyError>> = None;
-    let state = |tried: &Tried, body_started: bool, reused: bool| plan::Request {
+    let state = |tried: &Tried, body_started: bool, reused: bool, kept: bool| plan::Request {
         replayable,
+        refusal_resendable: grpc && (bodiless || kept),
         body_started,
         reused,
         tried: tried.len(),
@@ -185,7 +224,13 @@ async fn attempts<B: RequestBody>(
         plan::Retry::Timeout => route.metrics.retry_timeout.inc(),
         plan::Retry::Answer => route.metrics.retry_answer.inc(),
     };
+    // The response body of an answer from an HTTP/2 replica.
+    let mut h2_body: Option<H2Body> = None;
     'replicas: loop {
+        // A body kept for a replay is given again from its start.
+        if body_started && body.rewind() {
+            body_started = false;
+        }
         let before = tried.len();
         let mut attempt = match upstream.connection(&mut tried).await {
             Ok(attempt) => attempt,
@@ -197,16 +242,37 @@ async fn attempts<B: RequestBody>(
         let mut reused = attempt.reused;
         loop {
             let sent_at = Instant::now();
-            let exchange = exchange(
-                &mut attempt.conn,
-                &attempt.replica.key.target,
-                req,
-                &forwarding,
-                body,
-                &mut body_started,
-                bounds,
-            )
-            .await;
+            let target = &attempt.replica.key.target;
+            let exchange = match &mut attempt.conn {
+                Conn::H1(conn) => {
+                    exchange(
+                        conn,
+                        target,
+                        req,
+                        &forwarding,
+                        body,
+                        &mut body_started,
+                        bounds,
+                    )
+                    .await
+                }
+                Conn::H2(conn) => {
+                    let scheme = if attempt.replica.key.tls == 0 {
+                        "http"
+                    } else {
+                        "https"
+                    };
+                    let sent = H2Send {
+                        req,
+                        forwarding: &forwarding,
+                        target,
+                        scheme,
+                        underscores,
+                        waits: bounds,
+                    };
+                    exchange_h2(conn, sent, body, &mut body_started, &mut h2_body).await
+                }
+            };
             match &exchange {
                 Exchange::TimedOut | Exchange::Stalled => upstream.silent(&attempt.replica),
                 Exchange::Answered(head) => {
@@ -214,22 +280,32 @@ async fn attempts<B: RequestBody>(
                         .metrics
                         .first_answer
                         .observe(sent_at.elapsed().as_secs_f64());
-                    upstream.answered(&attempt.replica, head.status);
+                    let status = match grpc {
+                        true => grpc::effective_status(head),
+                        false => head.status,
+                    };
+                    upstream.answered(&attempt.replica, status);
                 }
                 Exchange::Failed(_) | Exchange::ClientBody(_) => {}
             }
-            match plan::next(exchange.attempted(), state(&tried, body_started, reused)) {
+            match plan::next(
+                exchange.attempted(grpc),
+                state(&tried, body_started, reused, body.kept()),
+            ) {
                 plan::Step::Again => {
                     // A pooled connection the upstream closed meanwhile:
                     // once more on a new one, without spending a try.
                     reused = false;
+                    if body_started && body.rewind() {
+                        body_started = false;
+                    }
                     let replica = Arc::clone(&attempt.replica);
                     attempt = match upstream.fresh_connection(replica).await {
                         Ok(fresh) => fresh,
                         Err(failure) => {
                             let step = plan::next(
                                 plan::Attempted::NotConnected,
-                                state(&tried, body_started, false),
+                                state(&tried, body_started, false, body.kept()),
                             );
                             let failed = Err(ProxyError::Unreachable(failure));
                             match step {
@@ -247,10 +323,14 @@ async fn attempts<B: RequestBody>(
                 }
                 plan::Step::Next(retry) => {
                     retried(retry);
-                    last = Some(conclude(route, req, attempt, exchange, bounds));
+                    let body = h2_body.take();
+                    last = Some(conclude(route, req, attempt, exchange, bounds, body));
                     continue 'replicas;
                 }
-                plan::Step::Answer => return conclude(route, req, attempt, exchange, bounds),
+                plan::Step::Answer => {
+                    let body = h2_body.take();
+                    return conclude(route, req, attempt, exchange, bounds, body);
+                }
             }
         }
     }
@@ -264,6 +344,7 @@ fn conclude(
     attempt: Attempt,
     exchange: Exchange,
     waits: Waits,
+    h2_body: Option<H2Body>,
 ) -> Result<Answer, ProxyError> {
     let head = match exchange {
         Exchange::Answered(head) => head,
@@ -272,6 +353,20 @@ fn conclude(
         Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
         Exchange::Failed(e) => return Err(ProxyError::Upstream(e)),
     };
+    let conn = match attempt.conn {
+        Conn::H1(conn) => conn,
+        Conn::H2(_) => {
+            let body = h2_body.ok_or_else(|| {
+                ProxyError::Upstream(ConnError::Io(std::io::Error::other(
+                    "an HTTP/2 answer without its stream",
+                )))
+            })?;
+            return Ok(Answer {
+                head,
+                body: AnswerBody::Stream(UpstreamBody::H2(body)),
+            });
+        }
+    };
     let switched = head.status == StatusCode::SWITCHING_PROTOCOLS;
     if switched && req.upgrade.is_none() {
         return Err(ProxyError::Upstream(ConnError::Io(std::io::Error::other(
@@ -279,7 +374,7 @@ fn conclude(
         ))));
     }
     let body = if switched {
-        let (io, leftover) = attempt.conn.into_parts();
+        let (io, leftover) = conn.into_parts();
         AnswerBody::Switched { io, leftover }
     } else {
         let release = Release {
@@ -287,7 +382,7 @@ fn conclude(
             replica: attempt.replica,
         };
         AnswerBody::Stream(UpstreamBody::new(
-            attempt.conn,
+            conn,
             head.framing,
             head.keep_alive,
             Some(release),
@@ -383,4 +478,256 @@ async fn write_request<B: RequestBody>(
     }
     let end = encoder.finish().map_err(framing)?;
     bounded(bound, conn.end_body(end)).await
+}
+
+/// What an HTTP/2 exchange sends, besides the body.
+struct H2Send<'a, 'r> {
+    req: &'a ClientRequest<'r>,
+    forwarding: &'a Forwarding<'a>,
+    target: &'a Target,
+    /// `http` (h2c) or `https`.
+    scheme: &'static str,
+    underscores: bool,
+    waits: Waits,
+}
+
+/// An HTTP/2 error of a stream, as the retry planner sees it: a stream
+/// the replica refused, or one past its GOAWAY, was not processed.
+fn h2_failure(e: h2::Error) -> ConnError {
+    if e.reason() == Some(h2::Reason::REFUSED_STREAM) || e.is_go_away() {
+        return ConnError::Closed;
+    }
+    ConnError::Io(io_error(e))
+}
+
+/// Sends the request on a new stream of `conn` and waits for the response
+/// head within the first-answer bound, counted from the end of the body;
+/// an answer that comes before the end of the body is taken at once.
+async fn exchange_h2<B: RequestBody>(
+    conn: &mut H2Conn,
+    sent: H2Send<'_, '_>,
+    body: &mut B,
+    body_started: &mut bool,
+    answer: &mut Option<H2Body>,
+) -> Exchange {
+    let H2Send {
+        req,
+        forwarding,
+        target,
+        scheme,
+        underscores,
+        waits,
+    } = sent;
+    let request = match headers::upstream_h2_request(req, forwarding, target, scheme) {
+        Ok(request) => request,
+        Err(e) => {
+            return Exchange::ClientBody(BodyError(Box::new(e)));
+        }
+    };
+    let bodiless = matches!(req.body, BodyKind::None | BodyKind::Length(0));
+    let (response, mut stream, slot) = match conn.send(request, bodiless).await {
+        Ok(opened) => opened,
+        Err(e) => return Exchange::Failed(h2_failure(e)),
+    };
+    let mut response = std::pin::pin!(response);
+    let head = |response: http::Response<h2::RecvStream>, answer: &mut Option<H2Body>| {
+        let (head, body) = h2_head(response, req.method, slot, underscores);
+        *answer = Some(body);
+        Exchange::Answered(head)
+    };
+    if !bodiless {
+        *body_started = true;
+        loop {
+            tokio::select! {
+                biased;
+                early = &mut response => {
+                    let early = match early {
+                        Ok(early) => early,
+                        Err(e) => return Exchange::Failed(h2_failure(e)),
+                    };
+                    match body.detach() {
+                        Some(rest) => {
+                            tokio::spawn(pump(rest, stream, underscores));
+                        }
+                        // The body cannot leave this task: it goes up to
+                        // its end before the answer goes back.
+                        None => {
+                            while let Some(piece) = body.next().await {
+                                let Ok(piece) = piece else { break };
+                                if send_h2_data(&mut stream, piece, Some(waits.body)).await.is_err() {
+                                    break;
+                                }
+                            }
+                            end_h2_body(&mut stream, body.trailers(), underscores);
+                        }
+                    }
+                    return head(early, answer);
+                }
+                piece = body.next() => match piece {
+                    Some(Ok(data)) => {
+                        if let Err(failed) = send_h2_data(&mut stream, data, Some(waits.body)).await {
+                            return failed.into();
+                        }
+                    }
+                    Some(Err(e)) => {
+                        stream.send_reset(h2::Reason::CANCEL);
+                        return Exchange::ClientBody(e);
+                    }
+                    None => {
+                        end_h2_body(&mut stream, body.trailers(), underscores);
+                        break;
+                    }
+                },
+            }
+        }
+    }
+    match timeout(waits.first_answer, response).await {
+        Ok(Ok(response)) => head(response, answer),
+        Ok(Err(e)) => Exchange::Failed(h2_failure(e)),
+        Err(_) => {
+            stream.send_reset(h2::Reason::CANCEL);
+            Exchange::TimedOut
+        }
+    }
+}
+
+impl From<WriteError> for Exchange {
+    fn from(failed: WriteError) -> Exchange {
+        match failed {
+            WriteError::Io(e) => Exchange::Failed(ConnError::Io(e)),
+            WriteError::Stalled => Exchange::Stalled,
+            WriteError::ClientBody(e) => Exchange::ClientBody(e),
+        }
+    }
+}
+
+/// The head of an HTTP/2 replica's answer, and its body.
+fn h2_head(
+    response: http::Response<h2::RecvStream>,
+    method: &Method,
+    slot: crate::upstream::h2::StreamSlot,
+    underscores: bool,
+) -> (ResponseHead, H2Body) {
+    let (parts, recv) = response.into_parts();
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let status = parts.status;
+    let bodiless = *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let grpc = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| grpc::is_grpc_type(v.as_bytes()));
+    let (framing, declared_length) = if bodiless {
+        (
+            BodyFraming::Empty,
+            declared.filter(|_| *method == Method::HEAD),
+        )
+    } else if recv.is_end_stream() {
+        // A gRPC answer of trailers only has no length to tell.
+        match grpc {
+            true => (BodyFraming::Empty, None),
+            false => (BodyFraming::Length(0), None),
+        }
+    } else {
+        match declared {
+            Some(n) => (BodyFraming::Length(n), None),
+            None => (BodyFraming::Chunked, None),
+        }
+    };
+    let head = ResponseHead::from_fields(
+        status,
+        parts
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+        framing,
+        declared_length,
+    );
+    (head, H2Body::new(recv, slot, underscores))
+}
+
+/// Sends one piece of a body on an HTTP/2 stream once the replica has
+/// window for it, waiting at most `bound` (none: unbounded) for it.
+async fn send_h2_data(
+    stream: &mut h2::SendStream<Bytes>,
+    data: Bytes,
+    bound: Option<Duration>,
+) -> Result<(), WriteError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    stream.reserve_capacity(data.len());
+    while stream.capacity() == 0 {
+        let wait = std::future::poll_fn(|cx| stream.poll_capacity(cx));
+        let granted = match bound {
+            Some(bound) => timeout(bound, wait)
+                .await
+                .map_err(|_| WriteError::Stalled)?,
+            None => wait.await,
+        };
+        match granted {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(WriteError::Io(io_error(e))),
+            None => {
+                return Err(WriteError::Io(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the replica closed the stream",
+                )));
+            }
+        }
+    }
+    stream
+        .send_data(data, false)
+        .map_err(|e| WriteError::Io(io_error(e)))
+}
+
+/// Ends the body of a stream, with the client's trailers if it sent any
+/// (those that may cross: [`headers::clean_trailers`]).
+fn end_h2_body(
+    stream: &mut h2::SendStream<Bytes>,
+    trailers: Option<http::HeaderMap>,
+    underscores: bool,
+) {
+    let trailers = trailers.map(|t| headers::clean_trailers(t, underscores));
+    let ended = match trailers {
+        Some(trailers) if !trailers.is_empty() => stream.send_trailers(trailers),
+        _ => stream.send_data(Bytes::new(), true),
+    };
+    if let Err(error) = ended {
+        tracing::debug!(%error, "ending a request body to an HTTP/2 replica");
+    }
+}
+
+/// Sends the rest of a client's body on its stream, in a task of its own,
+/// after the replica has answered: a stream that has started is never cut
+/// by a bound.
+async fn pump(
+    mut rest: crate::server::h2::IncomingBody,
+    mut stream: h2::SendStream<Bytes>,
+    underscores: bool,
+) {
+    rest.unbound();
+    loop {
+        match rest.next().await {
+            Some(Ok(data)) => {
+                if send_h2_data(&mut stream, data, None).await.is_err() {
+                    stream.send_reset(h2::Reason::CANCEL);
+                    return;
+                }
+            }
+            Some(Err(error)) => {
+                tracing::debug!(%error, "a client's body to an HTTP/2 replica broke");
+                stream.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+            None => {
+                end_h2_body(&mut stream, rest.trailers(), underscores);
+                return;
+            }
+        }
+    }
 }

@@ -112,6 +112,118 @@ pub fn write_upstream_head(
     if let Some(credentials) = forwarding.proxy_authorization {
         h1::write_header(out, b"proxy-authorization", credentials);
     }
+    forwarded_fields(req, forwarding, |name, value| {
+        h1::write_header(out, name, value)
+    });
+    if let Some(protocol) = forwarding.upgrade {
+        h1::write_header(out, b"connection", b"upgrade");
+        h1::write_header(out, b"upgrade", protocol);
+    }
+    request::end_head(out, req.body);
+}
+
+/// The request that goes upstream to `replica` over HTTP/2: the same
+/// headers as over HTTP/1.1 but for those HTTP/2 forbids, `Host` as the
+/// `:authority`, and `te: trailers` when the client sent it (gRPC needs
+/// it). `scheme` is `http` for h2c, `https` over TLS.
+pub fn upstream_h2_request(
+    req: &ClientRequest<'_>,
+    forwarding: &Forwarding<'_>,
+    replica: &Target,
+    scheme: &str,
+) -> Result<http::Request<()>, http::Error> {
+    let authority = match forwarding.upstream_host.or(forwarding.host) {
+        Some(host) => String::from_utf8_lossy(host).into_owned(),
+        None => replica.authority(),
+    };
+    let path = if req.path.is_empty() {
+        &b"/"[..]
+    } else {
+        req.path
+    };
+    let uri = http::Uri::builder()
+        .scheme(scheme)
+        .authority(authority)
+        .path_and_query(path)
+        .build()?;
+    let mut request = http::Request::builder()
+        .method(req.method.clone())
+        .uri(uri)
+        .version(http::Version::HTTP_2)
+        .body(())?;
+    let headers = request.headers_mut();
+    let mut trailers = false;
+    for te in req.fields.all("te") {
+        trailers |= h1::tokens(te).any(|t| t.eq_ignore_ascii_case(b"trailers"));
+    }
+    if trailers {
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    if let crate::h1::request::BodyKind::Length(n) = req.body {
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    let mut failed = None;
+    forwarded_fields(req, forwarding, |name, value| {
+        match (
+            http::header::HeaderName::from_bytes(name),
+            HeaderValue::from_bytes(value),
+        ) {
+            (Ok(name), Ok(value)) => {
+                headers.append(name, value);
+            }
+            (Err(e), _) => failed = Some(http::Error::from(e)),
+            (_, Err(e)) => failed = Some(http::Error::from(e)),
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(request),
+    }
+}
+
+/// The trailers that cross: those of the upstream's (or the client's)
+/// trailers that are neither hop-by-hop nor about framing, routing or
+/// the connection, which only a head may carry (RFC 9110 §6.5.1). Names
+/// holding `_` only when `underscores`.
+pub fn clean_trailers(mut trailers: http::HeaderMap, underscores: bool) -> http::HeaderMap {
+    const HEAD_ONLY: [&str; 8] = [
+        "content-length",
+        "content-encoding",
+        "content-type",
+        "content-range",
+        "host",
+        "authorization",
+        "set-cookie",
+        "expect",
+    ];
+    let connection: Vec<Vec<u8>> = trailers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .map(|v| v.as_bytes().to_vec())
+        .collect();
+    let names: Vec<http::header::HeaderName> = trailers.keys().cloned().collect();
+    for name in names {
+        let bytes = name.as_str().as_bytes();
+        let named = h1::names(connection.iter().map(Vec::as_slice), bytes);
+        if h1::is_hop_by_hop(bytes)
+            || HEAD_ONLY.contains(&name.as_str())
+            || named
+            || (!underscores && bytes.contains(&b'_'))
+        {
+            trailers.remove(&name);
+        }
+    }
+    trailers
+}
+
+/// Calls `emit` with each header the upstream gets besides `Host`, the
+/// framing and an upgrade: the client's end-to-end headers, then
+/// `X-Forwarded-For`, `-Proto` and `-Host`.
+fn forwarded_fields(
+    req: &ClientRequest<'_>,
+    forwarding: &Forwarding<'_>,
+    mut emit: impl FnMut(&[u8], &[u8]),
+) {
     let connection = req.fields.all("connection");
     let mut forwarded_for = Vec::new();
     req.fields.each(|name, value| {
@@ -131,22 +243,17 @@ pub fn write_upstream_head(
         if ours(name) || framing || expect || h1::is_hop_by_hop(name) || named || underscore {
             return;
         }
-        h1::write_header(out, name, value);
+        emit(name, value);
     });
     if !forwarded_for.is_empty() {
         forwarded_for.extend_from_slice(b", ");
     }
     forwarded_for.extend_from_slice(forwarding.client.value.as_bytes());
-    h1::write_header(out, b"x-forwarded-for", &forwarded_for);
-    h1::write_header(out, b"x-forwarded-proto", forwarding.client.scheme.proto());
+    emit(b"x-forwarded-for", &forwarded_for);
+    emit(b"x-forwarded-proto", forwarding.client.scheme.proto());
     if let Some(host) = forwarding.host {
-        h1::write_header(out, b"x-forwarded-host", host);
+        emit(b"x-forwarded-host", host);
     }
-    if let Some(protocol) = forwarding.upgrade {
-        h1::write_header(out, b"connection", b"upgrade");
-        h1::write_header(out, b"upgrade", protocol);
-    }
-    request::end_head(out, req.body);
 }
 
 #[cfg(test)]

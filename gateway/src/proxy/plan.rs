@@ -15,6 +15,10 @@
 //!   after the request was written, or an answer of 502, 503 or 504: the
 //!   next replica only when the request can be replayed (an idempotent
 //!   method, no body, no upgrade) and tries are left.
+//! - A 503 to a gRPC call (or its `grpc-status` 14 UNAVAILABLE with no
+//!   message): the replica says it did not process the call, so the next
+//!   replica gets it, whatever its method, when its body was kept whole
+//!   for a replay and tries are left.
 //! - A replica that stopped reading the body, or a client body that broke:
 //!   the answer, at once (part of the body has gone).
 //! - Anything else: the answer.
@@ -73,6 +77,9 @@ pub enum Step {
 pub struct Request {
     /// Idempotent, without a body, not an upgrade: safe to send again.
     pub replayable: bool,
+    /// A gRPC call whose body is kept for a replay: sent again when a
+    /// replica refuses it unprocessed (503).
+    pub refusal_resendable: bool,
     /// Part of the body has been read from the client.
     pub body_started: bool,
     /// This attempt ran on a pooled connection, not yet retried fresh.
@@ -107,6 +114,11 @@ pub fn next(attempted: Attempted, request: Request) -> Step {
         Attempted::Answered(status) if resend && retryable_status(status) => {
             Step::Next(Retry::Answer)
         }
+        Attempted::Answered(StatusCode::SERVICE_UNAVAILABLE)
+            if request.refusal_resendable && tries_left =>
+        {
+            Step::Next(Retry::Answer)
+        }
         _ => Step::Answer,
     }
 }
@@ -121,6 +133,7 @@ mod tests {
         use Step::*;
         let get = Request {
             replayable: true,
+            refusal_resendable: false,
             body_started: false,
             reused: false,
             tried: 1,
@@ -135,6 +148,10 @@ mod tests {
         let pooled = |r: Request| Request { reused: true, ..r };
         let unread_post = Request {
             body_started: false,
+            ..post
+        };
+        let grpc = Request {
+            refusal_resendable: true,
             ..post
         };
         let ok = Answered(StatusCode::OK);
@@ -170,6 +187,13 @@ mod tests {
             ),
             (unavailable, post, Answer),
             (unavailable, last_try, Answer),
+            // A gRPC call refused unprocessed, its body kept: moves on;
+            // anything else of it is answered like any POST.
+            (unavailable, grpc, Next(Retry::Answer)),
+            (unavailable, Request { tried: 3, ..grpc }, Answer),
+            (Answered(StatusCode::BAD_GATEWAY), grpc, Answer),
+            (TimedOut, grpc, Answer),
+            (Failed, grpc, Answer),
             // A 500 is the service's answer, not its absence.
             (bug, get, Answer),
             (ok, get, Answer),

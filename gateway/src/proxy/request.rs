@@ -91,4 +91,120 @@ impl BodyError {
 pub trait RequestBody: Send {
     /// The next piece of the body; `None` at its end.
     fn next(&mut self) -> impl Future<Output = Option<Result<Bytes, BodyError>>> + Send;
+
+    /// The trailers that ended the body, once [`RequestBody::next`] has
+    /// returned `None`.
+    fn trailers(&mut self) -> Option<HeaderMap> {
+        None
+    }
+
+    /// The rest of the body, owned, for a task of its own: an HTTP/2
+    /// replica that answers before the body has ended (a bidirectional
+    /// gRPC stream) goes on reading it while the answer streams back.
+    /// `None` when the body cannot leave the connection's task (HTTP/1).
+    fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
+        None
+    }
+
+    /// Starts the body again from its first byte, for another replica;
+    /// `false` when what was read is gone.
+    fn rewind(&mut self) -> bool {
+        false
+    }
+
+    /// Whether everything read so far could be given again.
+    fn kept(&self) -> bool {
+        false
+    }
+}
+
+/// Bytes of a gRPC call's body kept for a replay on another replica.
+pub const REPLAY_LIMIT: usize = 64 * 1024;
+
+/// A request body kept as it is read, up to [`REPLAY_LIMIT`], so that a
+/// call a replica refused unprocessed can be sent whole to the next one.
+pub struct Replay<'a, B> {
+    body: &'a mut B,
+    kept: Vec<Bytes>,
+    kept_len: usize,
+    /// More than the limit was read: no replay.
+    overflowed: bool,
+    /// The body's end was read.
+    ended: bool,
+    /// Replaying: the next kept piece to give.
+    replay_at: Option<usize>,
+}
+
+impl<'a, B: RequestBody> Replay<'a, B> {
+    pub fn new(body: &'a mut B) -> Replay<'a, B> {
+        Replay {
+            body,
+            kept: Vec::new(),
+            kept_len: 0,
+            overflowed: false,
+            ended: false,
+            replay_at: None,
+        }
+    }
+}
+
+impl<B: RequestBody> RequestBody for Replay<'_, B> {
+    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        if let Some(at) = self.replay_at {
+            if let Some(piece) = self.kept.get(at) {
+                self.replay_at = Some(at + 1);
+                return Some(Ok(piece.clone()));
+            }
+            self.replay_at = None;
+        }
+        if self.ended {
+            return None;
+        }
+        match self.body.next().await {
+            Some(Ok(piece)) => {
+                if !self.overflowed {
+                    if self.kept_len + piece.len() <= REPLAY_LIMIT {
+                        self.kept_len += piece.len();
+                        self.kept.push(piece.clone());
+                    } else {
+                        self.overflowed = true;
+                        self.kept = Vec::new();
+                    }
+                }
+                Some(Ok(piece))
+            }
+            None => {
+                self.ended = true;
+                None
+            }
+            Some(Err(e)) => {
+                self.overflowed = true;
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn trailers(&mut self) -> Option<HeaderMap> {
+        self.body.trailers()
+    }
+
+    fn rewind(&mut self) -> bool {
+        if self.overflowed {
+            return false;
+        }
+        self.replay_at = Some(0);
+        true
+    }
+
+    fn kept(&self) -> bool {
+        !self.overflowed
+    }
+
+    fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
+        if self.replay_at.is_some() || self.ended {
+            return None;
+        }
+        self.overflowed = true;
+        self.body.detach()
+    }
 }

@@ -203,9 +203,11 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         body: kind,
     };
     let mut body = IncomingBody {
-        body,
-        bound: route.config.body_timeout,
+        body: Some(body),
+        bound: Some(route.config.body_timeout),
+        trailers: None,
     };
+    let grpc = crate::proxy::grpc::is_call(&req.fields);
     let response = match forward(&route, &req, &mut body, client).await {
         Ok(answer) => {
             let mut response = Response::new(GatewayBody::empty());
@@ -216,6 +218,10 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
             }
             response
         }
+        Err(error) if grpc => {
+            tracing::debug!(route = %route.config.name, %error, "call failed");
+            crate::proxy::grpc::answer(&error)
+        }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
             error.response(accept)
@@ -225,27 +231,57 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
     response
 }
 
-/// The body of an HTTP/2 request, each frame awaited at most `bound`.
-struct IncomingBody {
-    body: Incoming,
-    bound: std::time::Duration,
+/// The body of an HTTP/2 request, each frame awaited at most `bound`
+/// (while the request waits for its answer), and its trailers.
+pub struct IncomingBody {
+    /// `None` once detached.
+    body: Option<Incoming>,
+    bound: Option<std::time::Duration>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl IncomingBody {
+    /// No more bound on the wait for the next frame: the answer has
+    /// started, and a stream that has started is never cut by a bound.
+    pub fn unbound(&mut self) {
+        self.bound = None;
+    }
 }
 
 impl RequestBody for IncomingBody {
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        let body = self.body.as_mut()?;
         loop {
-            let frame = match tokio::time::timeout(self.bound, self.body.frame()).await {
-                Ok(frame) => frame,
-                Err(_) => return Some(Err(BodyError::timed_out(self.bound))),
+            let frame = match self.bound {
+                Some(bound) => match tokio::time::timeout(bound, body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_) => return Some(Err(BodyError::timed_out(bound))),
+                },
+                None => body.frame().await,
             };
             match frame? {
-                Ok(frame) => {
-                    if let Ok(data) = frame.into_data() {
-                        return Some(Ok(data));
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => return Some(Ok(data)),
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            self.trailers = Some(trailers);
+                        }
                     }
-                }
+                },
                 Err(e) => return Some(Err(BodyError(Box::new(e)))),
             }
         }
+    }
+
+    fn trailers(&mut self) -> Option<http::HeaderMap> {
+        self.trailers.clone()
+    }
+
+    fn detach(&mut self) -> Option<IncomingBody> {
+        Some(IncomingBody {
+            body: self.body.take(),
+            bound: self.bound,
+            trailers: self.trailers.take(),
+        })
     }
 }

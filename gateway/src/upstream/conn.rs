@@ -1,7 +1,7 @@
 //! One HTTP/1.1 connection to a replica, driven by the task that serves
 //! the client: it writes the request, reads the response head, and lends
 //! itself to the response body, which gives it back to the pool when the
-//! body has been read to its end.
+//! body has been read to its end. HTTP/2 connections are in [`super::h2`].
 
 use std::io;
 use std::pin::Pin;
@@ -115,6 +115,14 @@ pub enum ConnError {
     Io(#[from] io::Error),
     #[error(transparent)]
     Parse(#[from] ParseError),
+}
+
+/// An open connection to a replica, in the protocol it speaks.
+#[derive(Debug)]
+pub enum Conn {
+    H1(Connection),
+    /// A handle on a multiplexed connection.
+    H2(super::h2::H2Conn),
 }
 
 /// An open HTTP/1.1 connection to a replica.
@@ -249,6 +257,19 @@ impl Connection {
     pub fn into_parts(self) -> (Io, Bytes) {
         (self.io, self.buf.freeze())
     }
+
+    /// The stream, for a protocol that takes it over (HTTP/2).
+    pub fn into_io(self) -> Io {
+        self.io
+    }
+
+    /// The protocol the TLS handshake agreed on, if any.
+    pub fn alpn_h2(&self) -> bool {
+        match &self.io {
+            Io::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+            Io::Plain(_) => false,
+        }
+    }
 }
 
 /// Where a connection goes when the body it carries has ended.
@@ -257,21 +278,11 @@ pub struct Release {
     pub replica: Arc<super::Replica>,
 }
 
-/// A response body read from an upstream connection.
-pub struct UpstreamBody {
-    conn: Option<Connection>,
-    decoder: BodyDecoder,
-    /// Whether the connection can carry another request after this body.
-    reusable: bool,
-    release: Option<Release>,
-}
-
-impl std::fmt::Debug for UpstreamBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody")
-            .field("reusable", &self.reusable)
-            .finish_non_exhaustive()
-    }
+/// A response body read from a replica.
+#[derive(Debug)]
+pub enum UpstreamBody {
+    H1(H1Body),
+    H2(super::h2::H2Body),
 }
 
 impl UpstreamBody {
@@ -281,13 +292,79 @@ impl UpstreamBody {
         keep_alive: bool,
         release: Option<Release>,
     ) -> UpstreamBody {
+        UpstreamBody::H1(H1Body::new(conn, framing, keep_alive, release))
+    }
+
+    /// The next piece of the body among the bytes already read, without
+    /// reading: a response that arrived whole goes out with its head.
+    pub fn next_buffered(&mut self) -> io::Result<Option<Bytes>> {
+        match self {
+            UpstreamBody::H1(body) => body.next_buffered(),
+            UpstreamBody::H2(_) => Ok(None),
+        }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.get_mut() {
+            UpstreamBody::H1(body) => Pin::new(body).poll_frame(cx),
+            UpstreamBody::H2(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::H1(body) => body.is_end_stream(),
+            UpstreamBody::H2(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::H1(body) => body.size_hint(),
+            UpstreamBody::H2(body) => body.size_hint(),
+        }
+    }
+}
+
+/// A response body read from an HTTP/1.1 connection.
+pub struct H1Body {
+    conn: Option<Connection>,
+    decoder: BodyDecoder,
+    /// Whether the connection can carry another request after this body.
+    reusable: bool,
+    release: Option<Release>,
+}
+
+impl std::fmt::Debug for H1Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H1Body")
+            .field("reusable", &self.reusable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl H1Body {
+    pub fn new(
+        conn: Connection,
+        framing: BodyFraming,
+        keep_alive: bool,
+        release: Option<Release>,
+    ) -> H1Body {
         let decoder = match framing {
             BodyFraming::Empty => BodyDecoder::empty(),
             BodyFraming::Length(n) => BodyDecoder::length(n),
             BodyFraming::Chunked => BodyDecoder::chunked(),
             BodyFraming::UntilClose => BodyDecoder::until_close(),
         };
-        let mut body = UpstreamBody {
+        let mut body = H1Body {
             conn: Some(conn),
             decoder,
             reusable: keep_alive,
@@ -332,10 +409,8 @@ enum Buffered {
     End,
 }
 
-impl UpstreamBody {
-    /// The next piece of the body among the bytes already read, without
-    /// reading: a response that arrived whole goes out with its head.
-    pub fn next_buffered(&mut self) -> io::Result<Option<Bytes>> {
+impl H1Body {
+    fn next_buffered(&mut self) -> io::Result<Option<Bytes>> {
         match self.buffered()? {
             Buffered::Data(data) => Ok(Some(data)),
             Buffered::Nothing | Buffered::End => Ok(None),
@@ -365,7 +440,7 @@ impl UpstreamBody {
     }
 }
 
-impl Body for UpstreamBody {
+impl Body for H1Body {
     type Data = Bytes;
     type Error = io::Error;
 

@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
-use super::conn::{Connection, Io};
+use super::conn::{Conn, Connection, Io};
 use super::forward_proxy::ForwardProxy;
 use super::handshake::TlsFailure;
 use super::health::{EjectReason, Observation};
@@ -64,7 +64,7 @@ impl std::fmt::Debug for TlsTarget {
 #[derive(Debug)]
 pub struct Attempt {
     pub replica: Arc<Replica>,
-    pub conn: Connection,
+    pub conn: Conn,
     /// Taken from the idle pool rather than opened for this request.
     pub reused: bool,
 }
@@ -208,7 +208,13 @@ impl Upstream {
         let deadline = Instant::now() + bound;
         let open = open(&replica.key, self.tls.as_ref(), self.via.as_ref());
         match timeout(bound, open).await {
-            Ok(Ok(mut conn)) => {
+            // The HTTP/2 handshake ends with a PING answered: a refusal
+            // after the TLS handshake came before it.
+            Ok(Ok(Conn::H2(_))) => {
+                crate::resources::LOCAL.ok();
+                Ok(())
+            }
+            Ok(Ok(Conn::H1(mut conn))) => {
                 crate::resources::LOCAL.ok();
                 let settle = SETTLE.min(deadline.saturating_duration_since(Instant::now()));
                 match conn.refused_after_handshake(settle).await {
@@ -229,7 +235,7 @@ impl Upstream {
     fn spawn_connect(
         self: &Arc<Self>,
         replica: Arc<Replica>,
-    ) -> impl Future<Output = (Arc<Replica>, Result<Connection, ConnectFailure>)> + use<> {
+    ) -> impl Future<Output = (Arc<Replica>, Result<Conn, ConnectFailure>)> + use<> {
         let (tx, rx) = oneshot::channel();
         let upstream = Arc::clone(self);
         let task_replica = Arc::clone(&replica);
@@ -252,8 +258,12 @@ impl Upstream {
                 Ok(conn) => {
                     crate::resources::LOCAL.ok();
                     upstream.observe(&replica, Observation::ConnectOk);
+                    // An HTTP/2 connection is shared from the start.
+                    if let Conn::H2(shared) = &conn {
+                        upstream.pool.share(&replica.key, shared.clone());
+                    }
                     if let Err(Ok(conn)) = tx.send(Ok(conn)) {
-                        upstream.pool.checkin(&replica.key, conn);
+                        upstream.pool.put(&replica.key, conn);
                     }
                 }
                 Err(failure) => {
@@ -274,22 +284,51 @@ impl Upstream {
 }
 
 /// Opens a connection to a replica: TCP, to the forward proxy `via` when
-/// given (with a `CONNECT` tunnel for TLS), then the TLS handshake when
-/// asked. Unbounded: callers bound it, all steps together.
+/// given (with a `CONNECT` tunnel for TLS and HTTP/2), then the TLS
+/// handshake when asked, then the HTTP/2 handshake when the route speaks
+/// it (or, with `auto`, when ALPN picked it). Unbounded: callers bound it,
+/// all steps together.
 pub async fn open(
     key: &ReplicaKey,
     tls: Option<&TlsTarget>,
     via: Option<&ForwardProxy>,
+) -> Result<Conn, ConnectFailure> {
+    use crate::config::Protocol;
+    let conn = open_stream(key, tls, via).await?;
+    let h2 = match key.protocol {
+        Protocol::Http1 => false,
+        Protocol::H2c | Protocol::Auto if tls.is_none() => key.protocol == Protocol::H2c,
+        Protocol::H2c => true,
+        Protocol::H2 if !conn.alpn_h2() => {
+            return Err(ConnectFailure::Failed(
+                "the replica did not agree to HTTP/2 in the TLS handshake (ALPN)".into(),
+            ));
+        }
+        Protocol::H2 | Protocol::Auto => conn.alpn_h2(),
+    };
+    if h2 {
+        return super::h2::handshake(conn.into_io()).await.map(Conn::H2);
+    }
+    Ok(Conn::H1(conn))
+}
+
+/// The stream of [`open`], before any HTTP.
+async fn open_stream(
+    key: &ReplicaKey,
+    tls: Option<&TlsTarget>,
+    via: Option<&ForwardProxy>,
 ) -> Result<Connection, ConnectFailure> {
+    let tunnel = tls.is_some() || key.protocol == crate::config::Protocol::H2c;
     let tcp = match via {
         None => tcp_connect(&key.target).await?,
-        // TLS goes through a tunnel; plain HTTP is asked of the proxy
-        // itself, in absolute form.
+        // TLS and HTTP/2 go through a tunnel; plain HTTP/1.1 is asked of
+        // the proxy itself, in absolute form.
         Some(proxy) => {
             let tcp = tcp_connect(&proxy.target).await?;
-            match tls {
-                Some(_) => proxy.tunnel(tcp, &key.target).await?,
-                None => tcp,
+            if tunnel {
+                proxy.tunnel(tcp, &key.target).await?
+            } else {
+                tcp
             }
         }
     };

@@ -5,6 +5,11 @@
 //! connections carry the traffic and the rest age out. Connections idle
 //! longer than [`IDLE_TIMEOUT`], or closed by the upstream, are dropped on
 //! checkout and by [`Pools::sweep`].
+//!
+//! HTTP/2 connections are shared rather than lent: one stays in the pool
+//! while it carries requests, and a checkout hands out a handle on the
+//! first with room for another stream. One unused for [`IDLE_TIMEOUT`] is
+//! dropped (and closed with GOAWAY).
 
 use std::collections::HashMap;
 
@@ -15,7 +20,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ReplicaKey;
-use super::conn::Connection;
+use super::conn::{Conn, Connection};
+use super::h2::H2Conn;
 use crate::config::Bounds;
 
 /// How long an idle connection is kept. Shorter than the keep-alive timeout
@@ -36,6 +42,8 @@ pub struct Pool {
     pub bounds: Bounds,
     /// Keyed by replicas of the configuration: a fast unkeyed hash is safe.
     idle: Mutex<FxHashMap<ReplicaKey, Vec<Idle>>>,
+    /// HTTP/2 connections, by replica.
+    shared: Mutex<FxHashMap<ReplicaKey, Vec<H2Conn>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -51,11 +59,52 @@ impl Pool {
         Pool {
             bounds,
             idle: Mutex::new(FxHashMap::default()),
+            shared: Mutex::new(FxHashMap::default()),
         }
     }
 
-    /// The most recently used idle connection to a replica that is still open.
-    pub fn checkout(&self, key: &ReplicaKey) -> Option<Connection> {
+    /// A connection to a replica for one request: a handle on an HTTP/2
+    /// connection with room for another stream, else the most recently
+    /// used idle HTTP/1.1 connection that is still open.
+    pub fn checkout(&self, key: &ReplicaKey) -> Option<Conn> {
+        if key.protocol != crate::config::Protocol::Http1
+            && let Some(shared) = self.checkout_shared(key)
+        {
+            return Some(Conn::H2(shared));
+        }
+        self.checkout_idle(key).map(Conn::H1)
+    }
+
+    fn checkout_shared(&self, key: &ReplicaKey) -> Option<H2Conn> {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let list = shared.get_mut(key)?;
+        list.retain(|c| !c.is_closed());
+        list.iter_mut()
+            .find_map(|c| c.has_room().then(|| c.clone()))
+    }
+
+    /// Keeps an HTTP/2 connection for the requests to come.
+    pub fn share(&self, key: &ReplicaKey, conn: H2Conn) {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let list = match shared.get_mut(key) {
+            Some(list) => list,
+            None => shared.entry(key.clone()).or_default(),
+        };
+        if !list.iter().any(|c| c.same(&conn)) && list.len() < MAX_IDLE_PER_REPLICA {
+            list.push(conn);
+        }
+    }
+
+    /// Returns a connection: an HTTP/1.1 one whose last response has
+    /// ended, or an HTTP/2 one to share.
+    pub fn put(&self, key: &ReplicaKey, conn: Conn) {
+        match conn {
+            Conn::H1(conn) => self.checkin(key, conn),
+            Conn::H2(conn) => self.share(key, conn),
+        }
+    }
+
+    fn checkout_idle(&self, key: &ReplicaKey) -> Option<Connection> {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(key)?;
@@ -92,6 +141,14 @@ impl Pool {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|_, list| {
             list.retain_mut(|e| now.duration_since(e.since) < IDLE_TIMEOUT && e.conn.is_usable());
+            !list.is_empty()
+        });
+        drop(idle);
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        shared.retain(|_, list| {
+            list.retain(|c| {
+                !c.is_closed() && (c.open() > 0 || now.duration_since(c.since) < IDLE_TIMEOUT)
+            });
             !list.is_empty()
         });
     }
