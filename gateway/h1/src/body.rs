@@ -3,9 +3,11 @@
 //! every body that leaves, either way, is framed by [`BodyEncoder`].
 //!
 //! The proxy never forwards framing bytes: a chunked body is decoded to
-//! its data and encoded again, extensions and trailers dropped, so what
-//! the next hop sees is framed by what this side parsed, never by what the
-//! sender wrote.
+//! its data and encoded again, extensions dropped, so what the next hop
+//! sees is framed by what this side parsed, never by what the sender
+//! wrote. Trailers are parsed (each line `name: value`) and handed on as
+//! [`Decoded::Trailers`]; the proxy writes again those that may cross
+//! ([`last_chunk_with`]).
 //!
 //! ## Limits
 //! A chunk-size line (with its extensions, without its CRLF) is at most
@@ -24,6 +26,9 @@ use crate::{MAX_CHUNK_LINE, MAX_TRAILERS, ParseError};
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded {
     Data(Bytes),
+    /// The trailer lines of a chunked body, each `name: value` and CRLF
+    /// between them ([`trailer_fields`] reads them); the body has ended.
+    Trailers(Bytes),
     /// The buffer holds no complete next piece: read more.
     NeedMore,
     Done,
@@ -38,7 +43,8 @@ enum Chunk {
     Data(u64),
     /// After a chunk's data, expecting its CRLF.
     DataEnd,
-    /// After the last chunk: trailer bytes seen so far (read and dropped).
+    /// After the last chunk: bytes of whole trailer lines, kept at the
+    /// front of the buffer until the blank line that ends them.
     Trailers(usize),
 }
 
@@ -172,6 +178,10 @@ impl BodyDecoder {
                 }
                 State::Chunked(chunk) => match decode_chunk(chunk, buf, &mut self.scanned)? {
                     Some(Decoded::Done) => self.state = State::Done,
+                    Some(Decoded::Trailers(trailers)) => {
+                        self.state = State::Done;
+                        return Ok(Decoded::Trailers(trailers));
+                    }
                     Some(decoded) => return Ok(decoded),
                     None => {}
                 },
@@ -250,9 +260,10 @@ fn decode_chunk(
             Ok(None)
         }
         Chunk::Trailers(seen) => {
-            let Some(end) = line_end(buf, *scanned) else {
-                *scanned = buf.len();
-                if seen + buf.len() > MAX_TRAILERS {
+            let rest = &buf[seen..];
+            let Some(end) = line_end(rest, *scanned) else {
+                *scanned = rest.len();
+                if seen + rest.len() > MAX_TRAILERS {
                     return Err(ParseError::Chunk("trailers too large"));
                 }
                 return Ok(Some(Decoded::NeedMore));
@@ -261,17 +272,60 @@ fn decode_chunk(
             if seen + end + 2 > MAX_TRAILERS {
                 return Err(ParseError::Chunk("trailers too large"));
             }
-            if end > 0 && !is_field_line(&buf[..end]) {
-                return Err(ParseError::Chunk("malformed trailer line"));
+            if end > 0 {
+                if !is_field_line(&rest[..end]) {
+                    return Err(ParseError::Chunk("malformed trailer line"));
+                }
+                *chunk = Chunk::Trailers(seen + end + 2);
+                return Ok(None);
             }
-            buf.advance(end + 2);
-            if end == 0 {
+            // The blank line: the end of the body.
+            if seen == 0 {
+                buf.advance(2);
                 return Ok(Some(Decoded::Done));
             }
-            *chunk = Chunk::Trailers(seen + end + 2);
-            Ok(None)
+            let lines = buf.split_to(seen - 2).freeze();
+            buf.advance(4);
+            Ok(Some(Decoded::Trailers(lines)))
         }
     }
+}
+
+/// Each trailer line of a [`Decoded::Trailers`] as (name, value), the
+/// value without the whitespace around it.
+pub fn trailer_fields(lines: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    lines.split(|&b| b == b'\n').filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        let value = line[colon + 1..].trim_ascii();
+        Some((&line[..colon], value))
+    })
+}
+
+/// Trailer lines as a header map; a field whose name or value the map
+/// refuses is left out.
+pub fn trailer_map(lines: &[u8]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for (name, value) in trailer_fields(lines) {
+        if let (Ok(name), Ok(value)) = (
+            http::header::HeaderName::from_bytes(name),
+            http::header::HeaderValue::from_bytes(value),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// The end of a chunked body with trailers: the last chunk, each field,
+/// and the blank line.
+pub fn last_chunk_with<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<u8> {
+    let mut out = b"0\r\n".to_vec();
+    for (name, value) in fields {
+        crate::write_header(&mut out, name, value);
+    }
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 /// Whether a trailer line is `name: value` with a token name.
@@ -393,7 +447,7 @@ mod tests {
         loop {
             match decoder.decode(&mut buf)? {
                 Decoded::Data(data) => out.extend_from_slice(&data),
-                Decoded::Done => return Ok(out),
+                Decoded::Trailers(_) | Decoded::Done => return Ok(out),
                 Decoded::NeedMore if fed < input.len() => {
                     let end = (fed + step).min(input.len());
                     buf.extend_from_slice(&input[fed..end]);
@@ -405,6 +459,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn trailers_are_written_after_the_last_chunk() {
+        let end =
+            last_chunk_with([(&b"grpc-status"[..], &b"0"[..]), (b"x-sum", b"ab")].into_iter());
+        assert_eq!(end, b"0\r\ngrpc-status: 0\r\nx-sum: ab\r\n\r\n");
+        let map = trailer_map(b"grpc-status: 0\r\nX-Sum:ab\r\nbad name: x");
+        assert_eq!(map.len(), 2, "{map:?}");
+        assert_eq!(map["x-sum"], "ab");
     }
 
     fn encode_all(mut encoder: BodyEncoder, pieces: &[&[u8]]) -> Result<Vec<u8>, ParseError> {
@@ -423,15 +487,22 @@ mod tests {
 
     #[test]
     fn chunked_bodies_decode_however_they_are_split() {
-        let body = b"5;name=v\r\nhello\r\n7 ; x\r\n, world\r\n0\r\nx-trailer: 1\r\n\r\nNEXT";
+        let body = b"5;name=v\r\nhello\r\n7 ; x\r\n, world\r\n0\r\nx-trailer: 1\r\nGrpc-Status:  0 \r\n\r\nNEXT";
         for step in 1..body.len() {
             let mut buf = BytesMut::new();
             let mut decoder = BodyDecoder::chunked();
             let mut out = Vec::new();
+            let mut trailers = Vec::new();
             let mut fed = 0;
             loop {
                 match decoder.decode(&mut buf).unwrap() {
                     Decoded::Data(d) => out.extend_from_slice(&d),
+                    Decoded::Trailers(lines) => {
+                        assert!(decoder.is_done());
+                        trailers = trailer_fields(&lines)
+                            .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                            .collect();
+                    }
                     Decoded::Done => break,
                     Decoded::NeedMore => {
                         let end = (fed + step).min(body.len());
@@ -441,6 +512,14 @@ mod tests {
                 }
             }
             assert_eq!(out, b"hello, world", "step {step}");
+            assert_eq!(
+                trailers,
+                [
+                    (b"x-trailer".to_vec(), b"1".to_vec()),
+                    (b"Grpc-Status".to_vec(), b"0".to_vec())
+                ],
+                "step {step}"
+            );
             // What follows the body stays for the next message.
             buf.extend_from_slice(&body[fed..]);
             assert_eq!(&buf[..], b"NEXT", "step {step}");

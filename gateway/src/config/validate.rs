@@ -738,6 +738,14 @@ impl Validator<'_> {
             || matches!(&upstream, Some(UpstreamConfig::External(ext)) if ext.tls);
         let protocol = self.protocol(raw.protocol.as_ref(), speaks_tls);
         let check = self.check(raw);
+        if let (CheckKind::Grpc { .. }, Protocol::Http1, Some(span)) =
+            (&check, protocol, raw.check.as_ref().map(|c| c.span()))
+        {
+            self.problem(
+                span,
+                "check = \"grpc\" speaks HTTP/2: set `protocol = \"h2c\"` (or \"h2\" over TLS)",
+            );
+        }
         if self.problems.len() > before {
             return None;
         }

@@ -412,7 +412,9 @@ async fn exchange<B: RequestBody>(
     waits: Waits,
 ) -> Exchange {
     headers::write_upstream_head(conn.head_buffer(), req, forwarding, replica);
-    if let Err(failed) = write_request(conn, req, body, body_started, waits.body).await {
+    let underscores = forwarding.underscores;
+    if let Err(failed) = write_request(conn, req, body, body_started, waits.body, underscores).await
+    {
         return match failed {
             WriteError::Io(e) => Exchange::Failed(ConnError::Io(e)),
             WriteError::Stalled => Exchange::Stalled,
@@ -454,6 +456,7 @@ async fn write_request<B: RequestBody>(
     body: &mut B,
     body_started: &mut bool,
     bound: Duration,
+    underscores: bool,
 ) -> Result<(), WriteError> {
     if matches!(req.body, BodyKind::None | BodyKind::Length(0)) {
         return bounded(bound, conn.write_head()).await;
@@ -477,6 +480,16 @@ async fn write_request<B: RequestBody>(
         bounded(bound, conn.write_body(framed)).await?;
     }
     let end = encoder.finish().map_err(framing)?;
+    // The client's trailers that may cross, after the last chunk.
+    if let (crate::h1::body::BodyEncoder::Chunked, Some(trailers)) = (encoder, body.trailers()) {
+        let trailers = headers::clean_trailers(trailers, underscores);
+        let end = crate::h1::body::last_chunk_with(
+            trailers
+                .iter()
+                .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        );
+        return bounded(bound, conn.write_body(Bytes::from(end))).await;
+    }
     bounded(bound, conn.end_body(end)).await
 }
 

@@ -454,8 +454,26 @@ async fn write_body(
             }
             Some(Err(e)) => return Err(e),
             Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    // Trailers end the body: written after the last chunk
+                    // of a chunked body, else left (no way to carry them).
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            ended = true;
+                            let end = match encoder {
+                                BodyEncoder::Chunked => crate::h1::body::last_chunk_with(
+                                    trailers
+                                        .iter()
+                                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+                                ),
+                                _ => encoder.finish()?.to_vec(),
+                            };
+                            conn.io.write_all(&end).await?;
+                            conn.io.flush().await?;
+                        }
+                        continue;
+                    }
                 };
                 ended = http_body::Body::is_end_stream(body);
                 let end = if ended { encoder.finish()? } else { &[] };
@@ -499,6 +517,8 @@ struct ClientBody<'a> {
     continue_pending: bool,
     /// The longest wait for the next bytes of the body.
     bound: std::time::Duration,
+    /// The trailers of a chunked body, once read.
+    trailers: Option<http::HeaderMap>,
 }
 
 impl<'a> ClientBody<'a> {
@@ -517,6 +537,7 @@ impl<'a> ClientBody<'a> {
             decoder,
             continue_pending,
             bound,
+            trailers: None,
         }
     }
 
@@ -532,6 +553,10 @@ impl<'a> ClientBody<'a> {
 }
 
 impl RequestBody for ClientBody<'_> {
+    fn trailers(&mut self) -> Option<http::HeaderMap> {
+        self.trailers.clone()
+    }
+
     async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
         if self.continue_pending {
             self.continue_pending = false;
@@ -544,6 +569,10 @@ impl RequestBody for ClientBody<'_> {
         loop {
             match self.decoder.decode(self.buf) {
                 Ok(Decoded::Data(data)) => return Some(Ok(data)),
+                Ok(Decoded::Trailers(lines)) => {
+                    self.trailers = Some(crate::h1::body::trailer_map(&lines));
+                    return None;
+                }
                 Ok(Decoded::Done) => return None,
                 Ok(Decoded::NeedMore) => {}
                 Err(e) => return Self::error(e),

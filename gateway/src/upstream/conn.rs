@@ -220,7 +220,7 @@ impl Connection {
     }
 
     /// Writes one piece of a request body, framed.
-    pub async fn write_body(&mut self, mut framed: Framed) -> io::Result<()> {
+    pub async fn write_body(&mut self, mut framed: impl Buf + Send) -> io::Result<()> {
         self.io.write_all_buf(&mut framed).await
     }
 
@@ -341,6 +341,10 @@ pub struct H1Body {
     /// Whether the connection can carry another request after this body.
     reusable: bool,
     release: Option<Release>,
+    /// Header names holding `_` pass in trailers.
+    underscores: bool,
+    /// Trailers decoded with the last data, for the next poll.
+    trailers: Option<http::HeaderMap>,
 }
 
 impl std::fmt::Debug for H1Body {
@@ -364,11 +368,14 @@ impl H1Body {
             BodyFraming::Chunked => BodyDecoder::chunked(),
             BodyFraming::UntilClose => BodyDecoder::until_close(),
         };
+        let underscores = release.as_ref().is_some_and(|r| r.upstream.underscores);
         let mut body = H1Body {
             conn: Some(conn),
             decoder,
             reusable: keep_alive,
             release,
+            underscores,
+            trailers: None,
         };
         // hyper does not poll a body that is already at its end.
         if body.decoder.is_done() {
@@ -404,6 +411,8 @@ impl H1Body {
 /// What the bytes already read hold of the body.
 enum Buffered {
     Data(Bytes),
+    /// The trailers that may cross; the body has ended.
+    Trailers(http::HeaderMap),
     /// Read more.
     Nothing,
     End,
@@ -413,6 +422,11 @@ impl H1Body {
     fn next_buffered(&mut self) -> io::Result<Option<Bytes>> {
         match self.buffered()? {
             Buffered::Data(data) => Ok(Some(data)),
+            // Kept for the next poll: trailers go out as a frame.
+            Buffered::Trailers(trailers) => {
+                self.trailers = Some(trailers);
+                Ok(None)
+            }
             Buffered::Nothing | Buffered::End => Ok(None),
         }
     }
@@ -423,6 +437,12 @@ impl H1Body {
         };
         let found = match self.decoder.decode(&mut conn.buf) {
             Ok(Decoded::Data(data)) => Buffered::Data(data),
+            Ok(Decoded::Trailers(lines)) => {
+                Buffered::Trailers(crate::proxy::headers::clean_trailers(
+                    crate::h1::body::trailer_map(&lines),
+                    self.underscores,
+                ))
+            }
             Ok(Decoded::NeedMore) => Buffered::Nothing,
             Ok(Decoded::Done) => Buffered::End,
             Err(e) => {
@@ -449,9 +469,17 @@ impl Body for H1Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
+        if let Some(trailers) = this.trailers.take() {
+            return Poll::Ready((!trailers.is_empty()).then(|| Ok(Frame::trailers(trailers))));
+        }
         loop {
             match this.buffered() {
                 Ok(Buffered::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(Buffered::Trailers(trailers)) => {
+                    return Poll::Ready(
+                        (!trailers.is_empty()).then(|| Ok(Frame::trailers(trailers))),
+                    );
+                }
                 Ok(Buffered::End) => return Poll::Ready(None),
                 Ok(Buffered::Nothing) => {}
                 Err(e) => return Poll::Ready(Some(Err(e))),
@@ -480,7 +508,7 @@ impl Body for H1Body {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.decoder.is_done()
+        self.decoder.is_done() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -87,6 +87,9 @@ pub enum ConnectFailure {
     /// The forward proxy would not open a tunnel to the upstream.
     #[error("the forward proxy answered {status} to CONNECT")]
     Tunnel { status: u16 },
+    /// Connected, but its gRPC health check did not say SERVING.
+    #[error("gRPC health check: {0}")]
+    NotServing(super::health::GrpcHealth),
     /// The node ran out of something of its own (file descriptors): says
     /// nothing of the replica.
     #[error("the node is out of local resources: {0}")]
@@ -101,6 +104,7 @@ impl ConnectFailure {
             ConnectFailure::TimedOut => EjectReason::TimedOut,
             ConnectFailure::Tls { failure, .. } => EjectReason::Tls(*failure),
             ConnectFailure::Tunnel { status } => EjectReason::ProxyRefused { status: *status },
+            ConnectFailure::NotServing(health) => EjectReason::NotServing(*health),
             ConnectFailure::NoReplica | ConnectFailure::Failed(_) | ConnectFailure::Local(_) => {
                 EjectReason::Unreachable
             }
@@ -210,9 +214,24 @@ impl Upstream {
         match timeout(bound, open).await {
             // The HTTP/2 handshake ends with a PING answered: a refusal
             // after the TLS handshake came before it.
-            Ok(Ok(Conn::H2(_))) => {
+            Ok(Ok(Conn::H2(mut conn))) => {
                 crate::resources::LOCAL.ok();
-                Ok(())
+                let crate::config::CheckKind::Grpc { service } = &self.check else {
+                    return Ok(());
+                };
+                let scheme = if replica.key.tls == 0 {
+                    "http"
+                } else {
+                    "https"
+                };
+                let authority = replica.key.target.authority();
+                let left = deadline.saturating_duration_since(Instant::now());
+                let check = super::h2::health_check(&mut conn, scheme, &authority, service);
+                match timeout(left, check).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(failure)) => Err(failure),
+                    Err(_) => Err(ConnectFailure::TimedOut),
+                }
             }
             Ok(Ok(Conn::H1(mut conn))) => {
                 crate::resources::LOCAL.ok();

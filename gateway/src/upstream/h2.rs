@@ -239,3 +239,179 @@ impl Body for H2Body {
         self.done
     }
 }
+
+/// The most bytes of a health answer read.
+const HEALTH_ANSWER_LIMIT: usize = 1024;
+
+/// One call of the standard gRPC health protocol
+/// (`grpc.health.v1.Health/Check`) for `service` (empty: the server as a
+/// whole): `Ok` when the replica says SERVING. Unbounded: the caller bounds
+/// it with the check.
+pub async fn health_check(
+    conn: &mut H2Conn,
+    scheme: &str,
+    authority: &str,
+    service: &str,
+) -> Result<(), ConnectFailure> {
+    use super::health::GrpcHealth;
+    let broken = |e: h2::Error| ConnectFailure::Failed(format!("gRPC health check: {e}"));
+    let uri = format!("{scheme}://{authority}/grpc.health.v1.Health/Check");
+    let request = http::Request::post(uri)
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers")
+        .body(())
+        .map_err(|e| ConnectFailure::Failed(format!("gRPC health check: {e}")))?;
+    let (response, mut stream, _slot) = conn.send(request, false).await.map_err(broken)?;
+    stream
+        .send_data(health_request(service), true)
+        .map_err(broken)?;
+    let response = response.await.map_err(broken)?;
+    let (parts, mut body) = response.into_parts();
+    let status_in = |map: &http::HeaderMap| {
+        map.get("grpc-status")
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u16>().ok())
+    };
+    if parts.status != http::StatusCode::OK {
+        return Err(ConnectFailure::NotServing(GrpcHealth::Malformed));
+    }
+    // Trailers only: the call failed before any answer.
+    if let Some(status) = status_in(&parts.headers).filter(|s| *s != 0) {
+        return Err(ConnectFailure::NotServing(GrpcHealth::Failed(status)));
+    }
+    let mut answer = Vec::new();
+    while let Some(data) = body.data().await {
+        let data = data.map_err(broken)?;
+        let _ = body.flow_control().release_capacity(data.len());
+        answer.extend_from_slice(&data);
+        if answer.len() > HEALTH_ANSWER_LIMIT {
+            return Err(ConnectFailure::NotServing(GrpcHealth::Malformed));
+        }
+    }
+    let trailers = body.trailers().await.map_err(broken)?;
+    match trailers.as_ref().and_then(status_in) {
+        Some(0) => {}
+        Some(status) => return Err(ConnectFailure::NotServing(GrpcHealth::Failed(status))),
+        None => return Err(ConnectFailure::NotServing(GrpcHealth::Malformed)),
+    }
+    match health_status(&answer) {
+        Some(1) => Ok(()),
+        Some(2) => Err(ConnectFailure::NotServing(GrpcHealth::NotServing)),
+        Some(3) => Err(ConnectFailure::NotServing(GrpcHealth::ServiceUnknown)),
+        Some(_) => Err(ConnectFailure::NotServing(GrpcHealth::Unknown)),
+        None => Err(ConnectFailure::NotServing(GrpcHealth::Malformed)),
+    }
+}
+
+/// A `HealthCheckRequest { service }` in a gRPC message frame: no
+/// compression, its length, then field 1 as a string.
+fn health_request(service: &str) -> Bytes {
+    let mut message = Vec::with_capacity(service.len() + 8);
+    if !service.is_empty() {
+        message.push(0x0a);
+        push_varint(&mut message, service.len() as u64);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = Vec::with_capacity(message.len() + 5);
+    frame.push(0);
+    frame.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    frame.extend_from_slice(&message);
+    Bytes::from(frame)
+}
+
+fn push_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut n = 0u64;
+    for (i, byte) in bytes.iter().enumerate().take(10) {
+        n |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((n, i + 1));
+        }
+    }
+    None
+}
+
+/// The `status` of a `HealthCheckResponse` in one uncompressed gRPC
+/// message frame: field 1, a varint; 0 (UNKNOWN) when absent. `None` for
+/// anything else.
+fn health_status(frame: &[u8]) -> Option<u64> {
+    let (&compressed, rest) = frame.split_first()?;
+    let (length, message) = rest.split_at_checked(4)?;
+    let length = u32::from_be_bytes(length.try_into().ok()?) as usize;
+    if compressed != 0 || message.len() != length {
+        return None;
+    }
+    let mut status = 0;
+    let mut at = 0;
+    while at < message.len() {
+        let (key, used) = read_varint(&message[at..])?;
+        at += used;
+        match key & 7 {
+            0 => {
+                let (value, used) = read_varint(&message[at..])?;
+                at += used;
+                if key >> 3 == 1 {
+                    status = value;
+                }
+            }
+            2 => {
+                let (len, used) = read_varint(&message[at..])?;
+                at = at
+                    .checked_add(used)?
+                    .checked_add(usize::try_from(len).ok()?)?;
+            }
+            _ => return None,
+        }
+    }
+    (at == message.len()).then_some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_requests_are_framed() {
+        assert_eq!(&health_request("")[..], &[0, 0, 0, 0, 0]);
+        assert_eq!(
+            &health_request("echo")[..],
+            &[0, 0, 0, 0, 6, 0x0a, 4, b'e', b'c', b'h', b'o']
+        );
+    }
+
+    #[test]
+    fn health_answers_are_read() {
+        assert_eq!(health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Some(1));
+        assert_eq!(health_status(&[0, 0, 0, 0, 2, 0x08, 2]), Some(2));
+        assert_eq!(
+            health_status(&[0, 0, 0, 0, 0]),
+            Some(0),
+            "UNKNOWN by default"
+        );
+        // An unknown string field before the status is skipped.
+        assert_eq!(
+            health_status(&[0, 0, 0, 0, 5, 0x12, 1, b'x', 0x08, 1]),
+            Some(1)
+        );
+        for bad in [
+            &[][..],
+            &[0, 0, 0, 0],
+            &[1, 0, 0, 0, 2, 0x08, 1],
+            &[0, 0, 0, 0, 3, 0x08, 1],
+            &[0, 0, 0, 0, 2, 0x08, 0x80],
+            &[0, 0, 0, 0, 2, 0x0d, 1],
+        ] {
+            assert_eq!(health_status(bad), None, "{bad:?}");
+        }
+    }
+}

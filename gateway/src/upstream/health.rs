@@ -50,6 +50,36 @@ pub enum EjectReason {
         status: u16,
         count: u32,
     },
+    /// Its gRPC health check did not say SERVING.
+    NotServing(GrpcHealth),
+}
+
+/// What a gRPC health check got instead of SERVING.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrpcHealth {
+    /// NOT_SERVING.
+    NotServing,
+    /// UNKNOWN, or an answer with no status.
+    Unknown,
+    /// SERVICE_UNKNOWN: the replica does not know the service asked for.
+    ServiceUnknown,
+    /// The call failed with this gRPC status (12 UNIMPLEMENTED: no health
+    /// service at all).
+    Failed(u16),
+    /// An answer that is no health answer.
+    Malformed,
+}
+
+impl fmt::Display for GrpcHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GrpcHealth::NotServing => f.write_str("NOT_SERVING"),
+            GrpcHealth::Unknown => f.write_str("UNKNOWN"),
+            GrpcHealth::ServiceUnknown => f.write_str("SERVICE_UNKNOWN"),
+            GrpcHealth::Failed(status) => write!(f, "the call failed with grpc-status {status}"),
+            GrpcHealth::Malformed => f.write_str("an answer that is no health answer"),
+        }
+    }
 }
 
 impl EjectReason {
@@ -63,6 +93,7 @@ impl EjectReason {
             EjectReason::ProxyRefused { .. } => "proxy_refused",
             EjectReason::Silent => "silent",
             EjectReason::Answers { .. } => "gateway_errors",
+            EjectReason::NotServing(_) => "not_serving",
         }
     }
 }
@@ -90,6 +121,9 @@ impl fmt::Display for EjectReason {
             EjectReason::Silent => "no answer within the first-answer bound",
             EjectReason::Answers { status, count } => {
                 return write!(f, "{count} consecutive {status}");
+            }
+            EjectReason::NotServing(health) => {
+                return write!(f, "gRPC health check: {health}");
             }
         })
     }

@@ -113,6 +113,10 @@ fn decode(input: &[u8], pieces: &[usize]) -> Decoding {
                 assert!(!piece.is_empty(), "an empty piece of data");
                 data.extend_from_slice(&piece);
             }
+            Ok(Decoded::Trailers(lines)) => {
+                assert!(decoder.is_done(), "trailers end the body");
+                assert!(!lines.is_empty());
+            }
             Ok(Decoded::Done) => {
                 assert!(decoder.is_done());
                 assert_eq!(decoder.decode(&mut buf), Ok(Decoded::Done));

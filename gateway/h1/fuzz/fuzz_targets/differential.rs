@@ -111,6 +111,7 @@ fn picket(input: &[u8]) -> (Vec<Seen>, After) {
         let end = loop {
             match decoder.decode(&mut buf) {
                 Ok(Decoded::Data(data)) => body.extend_from_slice(&data),
+                Ok(Decoded::Trailers(_)) => {}
                 Ok(Decoded::Done) => break End::Complete,
                 Ok(Decoded::NeedMore) => break End::Truncated,
                 Err(_) => break End::Refused,
