@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests use
-# (curl, wrk, iproute2, iptables, tmux), then checks formatting and lints and runs
+# (curl, wrk, iproute2, iptables, tmux, and grpcio for the gRPC tests), then checks formatting and lints and runs
 # every test of the workspace. Tests that build test hosts in network
 # namespaces need root; with CI=true nothing may be skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux; do
+for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux python3:python3-venv; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,6 +18,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
 fi
+
+# The gRPC tests' client and server (grpcio), in a virtual environment kept
+# outside the clone; the tests find its Python in PICKET_GRPC_PYTHON.
+grpc_venv=${PICKET_GRPC_VENV:-/var/tmp/picket-grpc-venv}
+if ! "$grpc_venv/bin/python" -c 'import grpc, grpc_health' 2>/dev/null \
+  || ! cmp -s tests/grpc/requirements.txt "$grpc_venv/requirements.txt"; then
+  echo "tests: installing grpcio into $grpc_venv" >&2
+  rm -rf "$grpc_venv"
+  python3 -m venv "$grpc_venv"
+  "$grpc_venv/bin/pip" install -q --disable-pip-version-check -r tests/grpc/requirements.txt
+  cp tests/grpc/requirements.txt "$grpc_venv/requirements.txt"
+fi
+export PICKET_GRPC_PYTHON="$grpc_venv/bin/python"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -57,8 +57,7 @@ def serve(args):
         )
 
     def unary(request, context):
-        if args.unavailable:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"{args.name} is unavailable")
+        refuse(context)
         if request.startswith(b"status:"):
             code = int(request[7:])
             context.set_trailing_metadata((("x-fail", str(code)),))
@@ -74,7 +73,12 @@ def serve(args):
         trailers(context, answer)
         return answer
 
+    def refuse(context):
+        if args.unavailable:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"{args.name} is unavailable")
+
     def server_stream(request, context):
+        refuse(context)
         sent = b""
         for i in range(int(request)):
             answer = name + b":" + str(i).encode()
@@ -83,11 +87,13 @@ def serve(args):
         trailers(context, sent)
 
     def client_stream(requests, context):
+        refuse(context)
         answer = name + b":" + b"+".join(requests)
         trailers(context, answer)
         return answer
 
     def bidi(requests, context):
+        refuse(context)
         sent = b""
         for request in requests:
             answer = name + b":" + request
@@ -119,7 +125,8 @@ def call(channel, spec):
     kind = spec["kind"]
     timeout = spec.get("timeout")
     path = f"/{SERVICE}/{kind}"
-    result = {"kind": kind}
+    result = {"kind": kind, "seconds": 0.0}
+    started = time.monotonic()
     try:
         if kind == "Unary":
             stub = channel.unary_unary(path, identity, identity)
@@ -165,10 +172,14 @@ def call(channel, spec):
         result["code"] = state.code().value[0]
         result["details"] = state.details()
         result["trailing"] = metadata(state.trailing_metadata())
+        # The server's digest of what it sent, against what came.
+        received = b"".join(a.encode() for a in result["answers"])
+        result["intact"] = result["trailing"].get("x-checksum-bin") == hashlib.sha256(received).hexdigest()
     except grpc.RpcError as error:
         result["code"] = error.code().value[0]
         result["details"] = error.details()
         result["trailing"] = metadata(error.trailing_metadata())
+    result["seconds"] = time.monotonic() - started
     return result
 
 

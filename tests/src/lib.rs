@@ -16,6 +16,7 @@ pub mod fake_kube;
 pub mod faults;
 pub mod fields;
 pub mod forward_proxy;
+pub mod grpc;
 pub mod logs;
 pub mod netns;
 pub mod node;

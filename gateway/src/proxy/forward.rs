@@ -558,6 +558,13 @@ async fn exchange_h2<B: RequestBody>(
                         Ok(early) => early,
                         Err(e) => return Exchange::Failed(h2_failure(e)),
                     };
+                    // A whole answer (a gRPC refusal, trailers only): the
+                    // rest of the body is not wanted, and what was read
+                    // stays kept for another replica.
+                    if early.body().is_end_stream() {
+                        stream.send_reset(h2::Reason::CANCEL);
+                        return head(early, answer);
+                    }
                     match body.detach() {
                         Some(rest) => {
                             tokio::spawn(pump(rest, stream, underscores));

@@ -208,6 +208,9 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         trailers: None,
     };
     let grpc = crate::proxy::grpc::is_call(&req.fields);
+    // A call the node answers itself is counted by the HTTP status its
+    // failure stands for, not the 200 that carries its grpc-status.
+    let mut counted = None;
     let response = match forward(&route, &req, &mut body, client).await {
         Ok(answer) => {
             let mut response = Response::new(GatewayBody::empty());
@@ -220,6 +223,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         }
         Err(error) if grpc => {
             tracing::debug!(route = %route.config.name, %error, "call failed");
+            counted = Some(error.status());
             crate::proxy::grpc::answer(&error)
         }
         Err(error) => {
@@ -227,7 +231,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
             error.response(accept)
         }
     };
-    route.metrics.count(response.status());
+    route.metrics.count(counted.unwrap_or(response.status()));
     response
 }
 
