@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
@@ -49,7 +49,7 @@ pub struct GrpcServer {
 impl GrpcServer {
     /// Starts a server named `name` with the script's `flags`
     /// (`--not-serving`, `--unavailable`); returns once it serves.
-    pub fn start(python: &PathBuf, name: &str, flags: &[&str]) -> GrpcServer {
+    pub fn start(python: &Path, name: &str, flags: &[&str]) -> GrpcServer {
         let port = free_port();
         let mut child = Command::new(python)
             .arg(script())
@@ -87,7 +87,7 @@ impl Drop for GrpcServer {
 
 /// Makes the `calls` (see the script) on one channel to `target`, in
 /// order; their results. Blocking: call it from `spawn_blocking`.
-pub fn calls(python: &PathBuf, target: SocketAddr, calls: &Value) -> Vec<Value> {
+pub fn calls(python: &Path, target: SocketAddr, calls: &Value) -> Vec<Value> {
     let mut child = Command::new(python)
         .arg(script())
         .args(["calls", "--target", &target.to_string()])

@@ -124,6 +124,13 @@ impl TestCa {
         Arc::new(config)
     }
 
+    /// A server configuration that offers `alpn` (`h2` for HTTP/2).
+    pub fn server_config_alpn(&self, names: &[&str], alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+        let mut config = (*self.server_config(names)).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
         let (cert, key) = self.leaf(names);
         let chain = vec![CertificateDer::from(cert.der().to_vec())];
@@ -426,14 +433,25 @@ async fn serve(
                 return;
             };
             handshakes.fetch_add(1, Ordering::SeqCst);
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 hits.fetch_add(1, Ordering::SeqCst);
-                let text = format!("{name}: {} {}", req.method(), req.uri());
+                let mut text = format!("{name}: {} {}", req.method(), req.uri());
+                if h2 {
+                    text.push_str(" over HTTP/2");
+                }
                 async move { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(text)))) }
             });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
+            // HTTP/2 when the client asked for it by ALPN.
+            let _ = if h2 {
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await
+            } else {
+                http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await
+            };
         });
     }
 }

@@ -5,7 +5,7 @@
 //! replica that is not SERVING.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use picket_tests::grpc::{self, GrpcServer};
@@ -17,6 +17,7 @@ const OK: i64 = 0;
 const DEADLINE_EXCEEDED: i64 = 4;
 const NOT_FOUND: i64 = 5;
 const INTERNAL: i64 = 13;
+const UNIMPLEMENTED: i64 = 12;
 const UNAVAILABLE: i64 = 14;
 
 fn python() -> Option<PathBuf> {
@@ -24,8 +25,8 @@ fn python() -> Option<PathBuf> {
     require("grpcio (tests/run.sh installs it)", python.is_some()).then_some(python?)
 }
 
-async fn calls(python: &PathBuf, target: SocketAddr, specs: Value) -> Vec<Value> {
-    let python = python.clone();
+async fn calls(python: &Path, target: SocketAddr, specs: Value) -> Vec<Value> {
+    let python = python.to_path_buf();
     tokio::task::spawn_blocking(move || grpc::calls(&python, target, &specs))
         .await
         .expect("the client ran")
@@ -111,6 +112,17 @@ async fn the_node_says_unavailable_when_no_replica_answers() {
             "the node's own reason: {result}"
         );
     }
+    node.stop().await;
+
+    // No route for the call: UNIMPLEMENTED, not an HTML 404.
+    let node = TestNode::start(&route("other", "/other", &[closed], "protocol = \"h2c\""));
+    let results = calls(
+        &python,
+        node.proxy,
+        json!([{"kind": "Unary", "request": "1"}]),
+    )
+    .await;
+    assert_eq!(code(&results[0]), UNIMPLEMENTED, "{}", results[0]);
     node.stop().await;
 }
 

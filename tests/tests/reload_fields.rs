@@ -375,6 +375,24 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "\"{dir}/other.crt\"",
     ),
     (
+        "route.protocol",
+        route!("protocol = $"),
+        "\"http1\"",
+        "\"h2c\"",
+    ),
+    (
+        "route.check",
+        route!("protocol = \"h2c\"\ncheck = $"),
+        "\"connect\"",
+        "\"grpc\"",
+    ),
+    (
+        "route.grpc_service",
+        route!("protocol = \"h2c\"\ncheck = \"grpc\"\ngrpc_service = $"),
+        "\"a.v1.A\"",
+        "\"b.v1.B\"",
+    ),
+    (
         "route.tls.server_name",
         route!("tls = { server_name = $ }"),
         "\"localhost\"",

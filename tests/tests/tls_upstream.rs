@@ -130,3 +130,63 @@ async fn a_replica_that_requires_a_client_certificate_gets_the_routes() {
     assert_eq!(replica.hits(), hits, "no check reached the replica's HTTP");
     node.stop().await;
 }
+
+/// Route `name` on `path` to `replica`, with `tls` and `protocol`.
+fn route_speaking(
+    name: &str,
+    path: &str,
+    replica: &TlsUpstream,
+    tls: &str,
+    protocol: &str,
+) -> String {
+    format!(
+        "{}protocol = \"{protocol}\"\n",
+        route(name, path, replica, tls)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_over_tls_is_asked_for_by_alpn() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("h2 CA");
+    let ca_file = ca.write_pem(dir.path()).display().to_string();
+    let both = TlsUpstream::start(
+        "both",
+        ca.server_config_alpn(&["api.internal"], &[b"h2", b"http/1.1"]),
+    )
+    .await;
+    let old = TlsUpstream::start(
+        "old",
+        ca.server_config_alpn(&["api.internal"], &[b"http/1.1"]),
+    )
+    .await;
+    let tls = format!("ca = {ca_file:?}, server_name = \"api.internal\"");
+    let node = TestNode::start(&format!(
+        "{CHECKS}{}{}{}{}",
+        route_speaking("h2", "/h2", &both, &tls, "h2"),
+        route_speaking("auto", "/auto", &both, &tls, "auto"),
+        route_speaking("auto-old", "/auto-old", &old, &tls, "auto"),
+        route_speaking("h2-old", "/h2-old", &old, &tls, "h2"),
+    ));
+    for (path, want) in [
+        ("/h2/x", "both: GET https://"),
+        ("/auto/x", "both: GET https://"),
+        ("/auto-old/x", "old: GET /auto-old/x"),
+    ] {
+        let answer = client::get(node.proxy, "a", path).await.unwrap();
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+        assert!(answer.text().starts_with(want), "{path}: {}", answer.text());
+        let h2 = answer.text().ends_with("over HTTP/2");
+        assert_eq!(h2, want.contains("https://"), "{path}: {}", answer.text());
+    }
+    // A replica that does not agree to HTTP/2: a failed connect, and red.
+    let refused = client::get(node.proxy, "a", "/h2-old/x").await.unwrap();
+    assert_eq!(refused.status, 502, "{}", refused.text());
+    eventually("the check fails too", SOON, || {
+        node.verdict("h2-old")
+            .is_some_and(|v| v.heart == Heart::Red && v.reason.contains("HTTP/2"))
+    })
+    .await;
+    node.stop().await;
+}

@@ -156,15 +156,21 @@ pub async fn serve(
 async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Response<GatewayBody> {
     let (parts, body) = req.into_parts();
     let accept = parts.headers.get(ACCEPT).map(|v| v.as_bytes());
+    let grpc = crate::proxy::grpc::is_call(&Fields::Map(&parts.headers));
+    // What the node answers itself: trailers only to a gRPC call.
+    let refuse = |error: ProxyError| match grpc {
+        true => crate::proxy::grpc::answer(&error),
+        false => error.response(accept),
+    };
     if parts.method == Method::CONNECT {
-        return ProxyError::Connect.response(accept);
+        return refuse(ProxyError::Connect);
     }
     let host = match parts.uri.authority() {
         Some(authority) => Some(authority.as_str().as_bytes()),
         None => parts.headers.get(HOST).map(|h| h.as_bytes()),
     };
     if host.is_some_and(|h| !is_host(h)) {
-        return ProxyError::BadRequest("invalid host").response(accept);
+        return refuse(ProxyError::BadRequest("invalid host"));
     }
     let target = parts
         .uri
@@ -174,13 +180,13 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         Ok(path) => path,
         Err(_) => {
             proxy.metrics().connections.refused.inc();
-            return ProxyError::BadRequest("invalid request target").response(accept);
+            return refuse(ProxyError::BadRequest("invalid request target"));
         }
     };
     let path = &path[..];
     let route = match proxy.route(host, path, client) {
         Ok(route) => route,
-        Err(error) => return error.response(accept),
+        Err(error) => return refuse(error),
     };
     let kind = if http_body::Body::is_end_stream(&body) {
         BodyKind::None
@@ -207,7 +213,6 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         bound: Some(route.config.body_timeout),
         trailers: None,
     };
-    let grpc = crate::proxy::grpc::is_call(&req.fields);
     // A call the node answers itself is counted by the HTTP status its
     // failure stands for, not the 200 that carries its grpc-status.
     let mut counted = None;

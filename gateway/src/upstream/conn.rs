@@ -344,7 +344,7 @@ pub struct H1Body {
     /// Header names holding `_` pass in trailers.
     underscores: bool,
     /// Trailers decoded with the last data, for the next poll.
-    trailers: Option<http::HeaderMap>,
+    trailers: Option<Box<http::HeaderMap>>,
 }
 
 impl std::fmt::Debug for H1Body {
@@ -424,7 +424,7 @@ impl H1Body {
             Buffered::Data(data) => Ok(Some(data)),
             // Kept for the next poll: trailers go out as a frame.
             Buffered::Trailers(trailers) => {
-                self.trailers = Some(trailers);
+                self.trailers = Some(Box::new(trailers));
                 Ok(None)
             }
             Buffered::Nothing | Buffered::End => Ok(None),
@@ -470,7 +470,7 @@ impl Body for H1Body {
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
         if let Some(trailers) = this.trailers.take() {
-            return Poll::Ready((!trailers.is_empty()).then(|| Ok(Frame::trailers(trailers))));
+            return Poll::Ready((!trailers.is_empty()).then(|| Ok(Frame::trailers(*trailers))));
         }
         loop {
             match this.buffered() {

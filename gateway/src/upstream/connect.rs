@@ -87,6 +87,9 @@ pub enum ConnectFailure {
     /// The forward proxy would not open a tunnel to the upstream.
     #[error("the forward proxy answered {status} to CONNECT")]
     Tunnel { status: u16 },
+    /// Connected, but it does not speak HTTP/2 as the route asks.
+    #[error("connected, but it does not speak HTTP/2: {0}")]
+    NoHttp2(String),
     /// Connected, but its gRPC health check did not say SERVING.
     #[error("gRPC health check: {0}")]
     NotServing(super::health::GrpcHealth),
@@ -105,6 +108,7 @@ impl ConnectFailure {
             ConnectFailure::Tls { failure, .. } => EjectReason::Tls(*failure),
             ConnectFailure::Tunnel { status } => EjectReason::ProxyRefused { status: *status },
             ConnectFailure::NotServing(health) => EjectReason::NotServing(*health),
+            ConnectFailure::NoHttp2(_) => EjectReason::NoHttp2,
             ConnectFailure::NoReplica | ConnectFailure::Failed(_) | ConnectFailure::Local(_) => {
                 EjectReason::Unreachable
             }
@@ -313,14 +317,26 @@ pub async fn open(
     via: Option<&ForwardProxy>,
 ) -> Result<Conn, ConnectFailure> {
     use crate::config::Protocol;
-    let conn = open_stream(key, tls, via).await?;
+    let conn = match open_stream(key, tls, via).await {
+        Ok(conn) => conn,
+        // A replica that offers no protocol the route asked for refuses
+        // the handshake itself.
+        Err(ConnectFailure::Tls { detail, .. })
+            if key.protocol == Protocol::H2 && detail.contains("NoApplicationProtocol") =>
+        {
+            return Err(ConnectFailure::NoHttp2(
+                "it offers no h2 in the TLS handshake (ALPN)".into(),
+            ));
+        }
+        Err(failure) => return Err(failure),
+    };
     let h2 = match key.protocol {
         Protocol::Http1 => false,
         Protocol::H2c | Protocol::Auto if tls.is_none() => key.protocol == Protocol::H2c,
         Protocol::H2c => true,
         Protocol::H2 if !conn.alpn_h2() => {
-            return Err(ConnectFailure::Failed(
-                "the replica did not agree to HTTP/2 in the TLS handshake (ALPN)".into(),
+            return Err(ConnectFailure::NoHttp2(
+                "it did not agree to h2 in the TLS handshake (ALPN)".into(),
             ));
         }
         Protocol::H2 | Protocol::Auto => conn.alpn_h2(),

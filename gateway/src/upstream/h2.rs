@@ -76,7 +76,13 @@ impl Drop for StreamSlot {
 /// Runs the HTTP/2 handshake on `io`: the preface, SETTINGS both ways and
 /// a PING answered. Unbounded: the caller bounds it with the connect.
 pub async fn handshake(io: Io) -> Result<H2Conn, ConnectFailure> {
-    let failed = |e: h2::Error| ConnectFailure::Failed(format!("HTTP/2 handshake: {e}"));
+    let failed = |e: h2::Error| {
+        if e.is_io() {
+            let e = io_error(e);
+            return ConnectFailure::from_io(&e);
+        }
+        ConnectFailure::NoHttp2(format!("HTTP/2 handshake: {e}"))
+    };
     let (send, mut connection) = h2::client::Builder::new()
         .enable_push(false)
         .initial_window_size(STREAM_WINDOW)
@@ -95,7 +101,7 @@ pub async fn handshake(io: Io) -> Result<H2Conn, ConnectFailure> {
         watch.closed.store(true, Ordering::Release);
     });
     let Some(mut ping) = ping else {
-        return Err(ConnectFailure::Failed("HTTP/2 handshake: no PING".into()));
+        return Err(ConnectFailure::NoHttp2("HTTP/2 handshake: no PING".into()));
     };
     ping.ping(h2::Ping::opaque()).await.map_err(failed)?;
     Ok(H2Conn {

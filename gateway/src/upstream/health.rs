@@ -52,6 +52,9 @@ pub enum EjectReason {
     },
     /// Its gRPC health check did not say SERVING.
     NotServing(GrpcHealth),
+    /// Connected, but it does not speak HTTP/2 as its route asks (no `h2`
+    /// by ALPN, or no answer to the preface).
+    NoHttp2,
 }
 
 /// What a gRPC health check got instead of SERVING.
@@ -94,6 +97,7 @@ impl EjectReason {
             EjectReason::Silent => "silent",
             EjectReason::Answers { .. } => "gateway_errors",
             EjectReason::NotServing(_) => "not_serving",
+            EjectReason::NoHttp2 => "no_http2",
         }
     }
 }
@@ -125,6 +129,7 @@ impl fmt::Display for EjectReason {
             EjectReason::NotServing(health) => {
                 return write!(f, "gRPC health check: {health}");
             }
+            EjectReason::NoHttp2 => "connected, but it does not speak HTTP/2",
         })
     }
 }
