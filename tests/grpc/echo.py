@@ -8,7 +8,8 @@ The server's service `picket.test.Echo` has one method of each kind:
 - `Unary`: answers `<name>:<request>`; a request `status:CODE` fails with
   that code (and trailing metadata `x-fail: CODE`); `sleep:MS` answers
   after MS milliseconds.
-- `Server`: a request `N` gets N answers `<name>:<i>`.
+- `Server`: a request `N` gets N answers `<name>:<i>`; `N:MS`, MS
+  milliseconds apart.
 - `Client`: answers `<name>:` and every request joined with `+`.
 - `Bidi`: answers each request as it comes, `<name>:<request>`.
 Every answer carries trailing metadata `x-served-by: <name>` and a binary
@@ -80,7 +81,10 @@ def serve(args):
     def server_stream(request, context):
         refuse(context)
         sent = b""
-        for i in range(int(request)):
+        count, _, pause = request.partition(b":")
+        for i in range(int(count)):
+            if i and pause:
+                time.sleep(int(pause) / 1000)
             answer = name + b":" + str(i).encode()
             sent += answer
             yield answer
@@ -142,8 +146,8 @@ def call(channel, spec):
             result["answers"] = [answer.decode()]
         elif kind == "Bidi":
             # Each request is sent only once the answer to the one before
-            # has come back: a proxy that waits for the end of the requests
-            # before answering deadlocks.
+            # has come back (and `pause_ms` after it): a proxy that waits
+            # for the end of the requests before answering deadlocks.
             stub = channel.stream_stream(path, identity, identity)
             import queue
 
@@ -162,6 +166,7 @@ def call(channel, spec):
             answers = []
             for answer in state:
                 answers.append(answer.decode())
+                time.sleep(spec.get("pause_ms", 0) / 1000)
                 if len(answers) < len(requests):
                     outbox.put(requests[len(answers)])
                 else:

@@ -261,3 +261,40 @@ async fn the_grpc_health_check_ejects_a_replica_that_is_not_serving() {
     }
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_stream_that_has_started_is_never_cut_by_a_bound() {
+    let Some(python) = python() else { return };
+    let server = GrpcServer::start(&python, "s", &[]);
+    // Both bounds at their shortest; the streams pause for longer.
+    let node = TestNode::start(&format!(
+        "[global]\nbody_timeout = \"1s\"\n{}",
+        route(
+            "grpc",
+            "/",
+            &[server.addr],
+            "protocol = \"h2c\"\nfirst_answer_timeout = \"1s\"",
+        )
+    ));
+    let results = calls(
+        &python,
+        node.proxy,
+        json!([
+            // Answers 1.5 s apart: past the first-answer bound.
+            {"kind": "Server", "request": "3:1500"},
+            // The client's messages 1.5 s apart: past the body bound.
+            {"kind": "Bidi", "requests": ["1", "2", "3"], "pause_ms": 1500},
+        ]),
+    )
+    .await;
+    assert_eq!(code(&results[0]), OK, "{}", results[0]);
+    assert_eq!(answers(&results[0]), ["s:0", "s:1", "s:2"]);
+    assert_eq!(code(&results[1]), OK, "{}", results[1]);
+    assert_eq!(answers(&results[1]), ["s:1", "s:2", "s:3"]);
+    for result in &results {
+        assert_eq!(result["intact"], true, "{result}");
+        let seconds = result["seconds"].as_f64().unwrap_or(0.0);
+        assert!(seconds > 2.9, "the pauses happened: {result}");
+    }
+    node.stop().await;
+}

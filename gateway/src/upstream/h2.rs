@@ -76,9 +76,11 @@ impl Drop for StreamSlot {
 /// Runs the HTTP/2 handshake on `io`: the preface, SETTINGS both ways and
 /// a PING answered. Unbounded: the caller bounds it with the connect.
 pub async fn handshake(io: Io) -> Result<H2Conn, ConnectFailure> {
+    // Connected, yet no HTTP/2: the replica closed, reset or answered
+    // something else. Only the node's own shortage blames nobody.
     let failed = |e: h2::Error| {
-        if e.is_io() {
-            let e = io_error(e);
+        let e = io_error(e);
+        if crate::resources::is_local(&e) {
             return ConnectFailure::from_io(&e);
         }
         ConnectFailure::NoHttp2(format!("HTTP/2 handshake: {e}"))
