@@ -87,6 +87,34 @@ async fn a_full_connection_makes_the_node_open_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_shares_one_new_connection() {
+    let (replica, accepted) = h2c_replica(100, Duration::from_millis(300)).await;
+    let node = TestNode::start(&format!(
+        "{QUIET_CHECKS}{}",
+        route("r", "/", &[replica], "protocol = \"h2c\"")
+    ));
+    // The first check round, at start, has come and gone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = accepted.load(Ordering::SeqCst);
+    let requests: Vec<_> = (0..20)
+        .map(|i| {
+            let proxy = node.proxy;
+            tokio::spawn(async move { client::get(proxy, "h", &format!("/{i}")).await })
+        })
+        .collect();
+    for request in requests {
+        let answer = request.await.unwrap().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    let opened = accepted.load(Ordering::SeqCst) - before;
+    assert!(
+        (1..=2).contains(&opened),
+        "20 requests at once to a replica with no connection opened {opened}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_does_not_speak_http2_is_a_failed_connect() {
     // An HTTP/1.1 server behind an h2c route.
     let http1 = Upstream::start("old", Behaviour::Status(200)).await;

@@ -208,3 +208,65 @@ impl<B: RequestBody> RequestBody for Replay<'_, B> {
         self.body.detach()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body of the given pieces.
+    struct Pieces(std::collections::VecDeque<Bytes>);
+
+    impl RequestBody for Pieces {
+        async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+            self.0.pop_front().map(Ok)
+        }
+    }
+
+    async fn read_all(body: &mut impl RequestBody) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(piece) = body.next().await {
+            out.extend_from_slice(&piece.unwrap());
+        }
+        out
+    }
+
+    fn pieces(sizes: &[usize]) -> Pieces {
+        Pieces(
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Bytes::from(vec![b'a' + i as u8; *n]))
+                .collect(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_kept_body_is_given_again_whole() {
+        let mut inner = pieces(&[3, 5, 2]);
+        let mut body = Replay::new(&mut inner);
+        let first = read_all(&mut body).await;
+        assert_eq!(first, b"aaabbbbbcc");
+        assert!(body.kept());
+        assert!(body.rewind());
+        assert_eq!(read_all(&mut body).await, first);
+    }
+
+    #[tokio::test]
+    async fn a_body_rewound_midway_gives_what_was_read_then_the_rest() {
+        let mut inner = pieces(&[3, 5, 2]);
+        let mut body = Replay::new(&mut inner);
+        assert_eq!(&body.next().await.unwrap().unwrap()[..], b"aaa");
+        assert!(body.rewind());
+        assert_eq!(read_all(&mut body).await, b"aaabbbbbcc");
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_not_kept() {
+        let mut inner = pieces(&[REPLAY_LIMIT, 1]);
+        let mut body = Replay::new(&mut inner);
+        assert_eq!(read_all(&mut body).await.len(), REPLAY_LIMIT + 1);
+        assert!(!body.kept());
+        assert!(!body.rewind());
+        assert!(body.next().await.is_none(), "nothing given twice");
+    }
+}

@@ -148,6 +148,18 @@ impl Upstream {
                 reused: true,
             });
         }
+        // HTTP/2: a connect to this replica under way serves this request
+        // too, when it has room. A connect slower than the race delay is
+        // not waited for: the request races as any other.
+        if first.key.protocol != crate::config::Protocol::Http1
+            && let Some(conn) = self.pool.after_connect(&first.key, RACE_DELAY).await
+        {
+            return Ok(Attempt {
+                replica: first,
+                conn,
+                reused: true,
+            });
+        }
         // Boxed: only new connections pay for the race's state.
         Box::pin(self.race(first, tried)).await
     }
@@ -264,6 +276,12 @@ impl Upstream {
         let task_replica = Arc::clone(&replica);
         tokio::spawn(async move {
             let replica = task_replica;
+            // Requests to an HTTP/2 replica wait for this connect rather
+            // than open their own, until it ends.
+            let _connecting = match replica.key.protocol {
+                crate::config::Protocol::Http1 => None,
+                _ => upstream.pool.begin_connect(&replica.key),
+            };
             let bound = upstream.pool.bounds.connect;
             let open = open(&replica.key, upstream.tls.as_ref(), upstream.via.as_ref());
             tokio::pin!(open);

@@ -18,7 +18,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -37,12 +37,16 @@ const STREAM_WINDOW: u32 = 1 << 20;
 /// The receive window of a connection.
 const CONNECTION_WINDOW: u32 = 8 << 20;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     /// Requests in flight.
     open: AtomicUsize,
     /// The connection has ended (GOAWAY, error, or the replica closed).
     closed: AtomicBool,
+    /// When it was opened, and when it last carried a request, in
+    /// milliseconds since then.
+    opened: Instant,
+    last_used_ms: AtomicU64,
 }
 
 /// A multiplexed HTTP/2 connection to a replica; clones share it.
@@ -50,8 +54,6 @@ struct Shared {
 pub struct H2Conn {
     send: SendRequest<Bytes>,
     shared: Arc<Shared>,
-    /// When it last carried a request, for the pool's idle timeout.
-    pub since: Instant,
 }
 
 impl std::fmt::Debug for H2Conn {
@@ -94,7 +96,12 @@ pub async fn handshake(io: Io) -> Result<H2Conn, ConnectFailure> {
         .await
         .map_err(failed)?;
     let ping = connection.ping_pong();
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        open: AtomicUsize::new(0),
+        closed: AtomicBool::new(false),
+        opened: Instant::now(),
+        last_used_ms: AtomicU64::new(0),
+    });
     let watch = Arc::clone(&shared);
     tokio::spawn(async move {
         if let Err(error) = connection.await {
@@ -106,11 +113,7 @@ pub async fn handshake(io: Io) -> Result<H2Conn, ConnectFailure> {
         return Err(ConnectFailure::NoHttp2("HTTP/2 handshake: no PING".into()));
     };
     ping.ping(h2::Ping::opaque()).await.map_err(failed)?;
-    Ok(H2Conn {
-        send,
-        shared,
-        since: Instant::now(),
-    })
+    Ok(H2Conn { send, shared })
 }
 
 impl H2Conn {
@@ -137,6 +140,13 @@ impl H2Conn {
         self.shared.open.load(Ordering::Acquire)
     }
 
+    /// When it last carried a request (or was opened), for the pool's idle
+    /// timeout.
+    pub fn last_used(&self) -> Instant {
+        let ms = self.shared.last_used_ms.load(Ordering::Relaxed);
+        self.shared.opened + std::time::Duration::from_millis(ms)
+    }
+
     /// Whether two handles are the same connection.
     pub fn same(&self, other: &H2Conn) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
@@ -157,7 +167,11 @@ impl H2Conn {
     > {
         self.shared.open.fetch_add(1, Ordering::AcqRel);
         let slot = StreamSlot(Arc::clone(&self.shared));
-        self.since = Instant::now();
+        let used = Instant::now().saturating_duration_since(self.shared.opened);
+        self.shared.last_used_ms.store(
+            u64::try_from(used.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         let mut send = self.send.clone().ready().await?;
         let (response, stream) = send.send_request(request, end)?;
         Ok((response, stream, slot))

@@ -44,6 +44,10 @@ pub struct Pool {
     idle: Mutex<FxHashMap<ReplicaKey, Vec<Idle>>>,
     /// HTTP/2 connections, by replica.
     shared: Mutex<FxHashMap<ReplicaKey, Vec<H2Conn>>>,
+    /// HTTP/2 connects under way, by replica: the requests that find no
+    /// room meanwhile wait for the new connection rather than each open
+    /// one of their own.
+    connecting: Mutex<FxHashMap<ReplicaKey, Arc<tokio::sync::Notify>>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -60,7 +64,50 @@ impl Pool {
             bounds,
             idle: Mutex::new(FxHashMap::default()),
             shared: Mutex::new(FxHashMap::default()),
+            connecting: Mutex::new(FxHashMap::default()),
         }
+    }
+
+    /// Marks an HTTP/2 connect to a replica under way until the guard is
+    /// dropped; `None` when one already is.
+    pub fn begin_connect(self: &Arc<Self>, key: &ReplicaKey) -> Option<Connecting> {
+        let mut connecting = self.connecting.lock().unwrap_or_else(|e| e.into_inner());
+        if connecting.contains_key(key) {
+            return None;
+        }
+        connecting.insert(key.clone(), Arc::new(tokio::sync::Notify::new()));
+        Some(Connecting {
+            pool: Arc::clone(self),
+            key: key.clone(),
+        })
+    }
+
+    /// Waits, at most `bound`, for the HTTP/2 connect under way to a
+    /// replica, if any, to end; then a handle on a connection with room,
+    /// if there is one.
+    pub async fn after_connect(
+        &self,
+        key: &ReplicaKey,
+        bound: std::time::Duration,
+    ) -> Option<Conn> {
+        let notify = {
+            let connecting = self.connecting.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(connecting.get(key)?)
+        };
+        let ended = notify.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        // It may have ended between the lookup and the wait.
+        let underway = self
+            .connecting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .is_some_and(|n| Arc::ptr_eq(n, &notify));
+        if underway {
+            let _ = tokio::time::timeout(bound, ended).await;
+        }
+        self.checkout_shared(key).map(Conn::H2)
     }
 
     /// A connection to a replica for one request: a handle on an HTTP/2
@@ -147,10 +194,31 @@ impl Pool {
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.retain(|_, list| {
             list.retain(|c| {
-                !c.is_closed() && (c.open() > 0 || now.duration_since(c.since) < IDLE_TIMEOUT)
+                !c.is_closed()
+                    && (c.open() > 0 || now.saturating_duration_since(c.last_used()) < IDLE_TIMEOUT)
             });
             !list.is_empty()
         });
+    }
+}
+
+/// An HTTP/2 connect under way ([`Pool::begin_connect`]); its end wakes
+/// the requests waiting for it.
+pub struct Connecting {
+    pool: Arc<Pool>,
+    key: ReplicaKey,
+}
+
+impl Drop for Connecting {
+    fn drop(&mut self) {
+        let mut connecting = self
+            .pool
+            .connecting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = connecting.remove(&self.key) {
+            notify.notify_waiters();
+        }
     }
 }
 
