@@ -31,3 +31,16 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 
 # The median of column $1 of ';'-separated rows on stdin.
 column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
+
+# Starts, in the background, the upstream nginx on CPU 1 and both proxies
+# on CPU 0 from $work/{upstream,proxy}.conf and $work/picket.toml (with
+# $picket the binary); sets nginx_worker and picket_pid, the processes
+# whose CPU time is measured.
+start_pinned() {
+  taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
+  taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
+  PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
+  sleep 1
+  nginx_worker=$(pgrep -P "$(cat "$work/proxy.pid")" | head -1)
+  picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
+}

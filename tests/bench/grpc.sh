@@ -94,13 +94,7 @@ TOML
 # One gRPC message: uncompressed, 5 bytes.
 printf '\x00\x00\x00\x00\x05hello' > "$work/message"
 
-taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
-taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
-PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
-sleep 1
-nginx_pid=$(cat "$work/proxy.pid")
-nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
-picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
+start_pinned
 
 # One load on port $1: prints "rate p99_us count".
 load() {

@@ -100,13 +100,7 @@ name = "bench"
 replicas = ["127.0.0.1:$upstream_port"]
 TOML
 
-taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
-taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
-PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
-sleep 1
-nginx_pid=$(cat "$work/proxy.pid")
-nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
-picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
+start_pinned
 
 for port in $nginx_port $picket_port; do
   curl -sf -o /dev/null --cacert "$work/tls.crt" --resolve "bench.test:$port:127.0.0.1" \

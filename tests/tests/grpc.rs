@@ -32,6 +32,20 @@ async fn calls(python: &Path, target: SocketAddr, specs: Value) -> Vec<Value> {
         .expect("the client ran")
 }
 
+/// `global` lines, then a route over h2c to `replica` whose first-answer
+/// bound is its shortest, 1 s.
+fn bounded_route(replica: SocketAddr, global: &str) -> String {
+    format!(
+        "{global}{}",
+        route(
+            "grpc",
+            "/",
+            &[replica],
+            "protocol = \"h2c\"\nfirst_answer_timeout = \"1s\"",
+        )
+    )
+}
+
 fn code(result: &Value) -> i64 {
     result["code"].as_i64().unwrap_or(-1)
 }
@@ -130,12 +144,7 @@ async fn the_node_says_unavailable_when_no_replica_answers() {
 async fn the_node_says_deadline_exceeded_at_the_first_answer_bound() {
     let Some(python) = python() else { return };
     let server = GrpcServer::start(&python, "slow", &[]);
-    let node = TestNode::start(&route(
-        "grpc",
-        "/",
-        &[server.addr],
-        "protocol = \"h2c\"\nfirst_answer_timeout = \"1s\"",
-    ));
+    let node = TestNode::start(&bounded_route(server.addr, ""));
     let results = calls(
         &python,
         node.proxy,
@@ -267,14 +276,9 @@ async fn a_stream_that_has_started_is_never_cut_by_a_bound() {
     let Some(python) = python() else { return };
     let server = GrpcServer::start(&python, "s", &[]);
     // Both bounds at their shortest; the streams pause for longer.
-    let node = TestNode::start(&format!(
-        "[global]\nbody_timeout = \"1s\"\n{}",
-        route(
-            "grpc",
-            "/",
-            &[server.addr],
-            "protocol = \"h2c\"\nfirst_answer_timeout = \"1s\"",
-        )
+    let node = TestNode::start(&bounded_route(
+        server.addr,
+        "[global]\nbody_timeout = \"1s\"\n",
     ));
     let results = calls(
         &python,

@@ -47,6 +47,17 @@ async fn h2c_replica(streams: u32, delay: Duration) -> (SocketAddr, Arc<AtomicUs
     (addr, accepted)
 }
 
+/// `n` requests through the node at once, each answered 200.
+async fn all_at_once(proxy: SocketAddr, n: usize) {
+    let requests: Vec<_> = (0..n)
+        .map(|i| tokio::spawn(async move { client::get(proxy, "h", &format!("/{i}")).await }))
+        .collect();
+    for request in requests {
+        let answer = request.await.unwrap().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_connection_makes_the_node_open_another() {
     let (replica, accepted) = h2c_replica(2, Duration::from_millis(600)).await;
@@ -63,16 +74,7 @@ async fn a_full_connection_makes_the_node_open_another() {
     // carry them side by side, so they end together rather than in three
     // rounds.
     let started = Instant::now();
-    let requests: Vec<_> = (0..6)
-        .map(|i| {
-            let proxy = node.proxy;
-            tokio::spawn(async move { client::get(proxy, "h", &format!("/{i}")).await })
-        })
-        .collect();
-    for request in requests {
-        let answer = request.await.unwrap().unwrap();
-        assert_eq!(answer.status, 200, "{}", answer.text());
-    }
+    all_at_once(node.proxy, 6).await;
     let took = started.elapsed();
     let opened = accepted.load(Ordering::SeqCst) - before;
     assert!(
@@ -96,16 +98,7 @@ async fn a_burst_shares_one_new_connection() {
     // The first check round, at start, has come and gone.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = accepted.load(Ordering::SeqCst);
-    let requests: Vec<_> = (0..20)
-        .map(|i| {
-            let proxy = node.proxy;
-            tokio::spawn(async move { client::get(proxy, "h", &format!("/{i}")).await })
-        })
-        .collect();
-    for request in requests {
-        let answer = request.await.unwrap().unwrap();
-        assert_eq!(answer.status, 200, "{}", answer.text());
-    }
+    all_at_once(node.proxy, 20).await;
     let opened = accepted.load(Ordering::SeqCst) - before;
     assert!(
         (1..=2).contains(&opened),
