@@ -8,10 +8,11 @@
 //! Needs openssl (to make the key: ring cannot).
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ring::rand::SystemRandom;
 use ring::signature::{RSA_PSS_SHA256, RsaKeyPair};
+use tokio::time::Instant;
 
 fn main() {
     let dir = tempfile::tempdir().expect("a temporary directory");
