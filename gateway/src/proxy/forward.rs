@@ -94,10 +94,9 @@ impl Exchange {
     /// its [`grpc::effective_status`].
     fn attempted(&self, grpc: bool) -> plan::Attempted {
         match self {
-            Exchange::Answered(head) if grpc => {
-                plan::Attempted::Answered(grpc::effective_status(head))
+            Exchange::Answered(head) => {
+                plan::Attempted::Answered(grpc::effective_status(head, grpc))
             }
-            Exchange::Answered(head) => plan::Attempted::Answered(head.status),
             Exchange::TimedOut => plan::Attempted::TimedOut,
             Exchange::Stalled => plan::Attempted::Stalled,
             Exchange::ClientBody(_) => plan::Attempted::ClientBody,
@@ -137,7 +136,7 @@ pub async fn forward<B: RequestBody>(
         },
         None => None,
     };
-    let grpc = grpc::is_call(&req.fields);
+    let grpc = req.grpc;
     let result = if grpc && !matches!(req.body, BodyKind::None | BodyKind::Length(0)) {
         attempts(route, req, &mut Replay::new(body), client, grpc).await
     } else {
@@ -151,12 +150,10 @@ pub async fn forward<B: RequestBody>(
 
 /// What a request's result says of its upstream.
 fn outcome(result: &Result<Answer, ProxyError>, grpc: bool) -> Outcome {
-    let status = |answer: &Answer| match grpc {
-        true => grpc::effective_status(&answer.head),
-        false => answer.head.status,
-    };
     match result {
-        Ok(answer) if plan::retryable_status(status(answer)) => Outcome::Failure,
+        Ok(answer) if plan::retryable_status(grpc::effective_status(&answer.head, grpc)) => {
+            Outcome::Failure
+        }
         Ok(_) => Outcome::Success,
         Err(error) => match error.fault() {
             Fault::Upstream => Outcome::Failure,
@@ -280,11 +277,7 @@ async fn attempts<B: RequestBody>(
                         .metrics
                         .first_answer
                         .observe(sent_at.elapsed().as_secs_f64());
-                    let status = match grpc {
-                        true => grpc::effective_status(head),
-                        false => head.status,
-                    };
-                    upstream.answered(&attempt.replica, status);
+                    upstream.answered(&attempt.replica, grpc::effective_status(head, grpc));
                 }
                 Exchange::Failed(_) | Exchange::ClientBody(_) => {}
             }

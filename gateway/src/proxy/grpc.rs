@@ -72,10 +72,12 @@ pub fn timeout(fields: &Fields<'_>, route_bound: Duration) -> Duration {
         .map_or(route_bound, |t| t.min(route_bound))
 }
 
-/// A replica's answer as retries, ejection and the breaker count it: a
-/// trailers-only `grpc-status` 14 (UNAVAILABLE) is a 503.
-pub fn effective_status(head: &ResponseHead) -> StatusCode {
-    if head.status == StatusCode::OK
+/// A replica's answer as retries, ejection and the breaker count it: its
+/// status, except that to a gRPC `call` a trailers-only `grpc-status` 14
+/// (UNAVAILABLE) is a 503.
+pub fn effective_status(head: &ResponseHead, call: bool) -> StatusCode {
+    if call
+        && head.status == StatusCode::OK
         && head.fields().any(|(name, value)| {
             name.eq_ignore_ascii_case(b"grpc-status") && value.trim_ascii() == b"14"
         })
@@ -233,13 +235,15 @@ mod tests {
         };
         let unavailable = head(StatusCode::OK, &[(b"grpc-status", b"14")]);
         assert_eq!(
-            effective_status(&unavailable),
+            effective_status(&unavailable, true),
             StatusCode::SERVICE_UNAVAILABLE
         );
         let not_found = head(StatusCode::OK, &[(b"grpc-status", b"5")]);
-        assert_eq!(effective_status(&not_found), StatusCode::OK);
+        assert_eq!(effective_status(&not_found, true), StatusCode::OK);
         let plain = head(StatusCode::BAD_GATEWAY, &[]);
-        assert_eq!(effective_status(&plain), StatusCode::BAD_GATEWAY);
+        assert_eq!(effective_status(&plain, true), StatusCode::BAD_GATEWAY);
+        // Not a gRPC call: the status as it is.
+        assert_eq!(effective_status(&unavailable, false), StatusCode::OK);
     }
 
     #[test]

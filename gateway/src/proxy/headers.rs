@@ -273,6 +273,7 @@ mod tests {
             fields: Fields::Raw(&parts),
             upgrade: parts.upgrade.as_deref(),
             body: parts.body,
+            grpc: false,
         };
         let mut out = Vec::new();
         let replica = Target::Addr("10.1.2.3:8080".parse().unwrap());

@@ -64,6 +64,9 @@ pub struct ClientRequest<'a> {
     /// The protocol of an upgrade the client asks for.
     pub upgrade: Option<&'a [u8]>,
     pub body: BodyKind,
+    /// A gRPC call ([`super::grpc::is_call`]), decided once by the client
+    /// protocol.
+    pub grpc: bool,
 }
 
 /// Why the client's body could not be read.

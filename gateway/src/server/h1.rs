@@ -315,6 +315,7 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
         fields: Fields::Raw(&parts),
         upgrade: parts.upgrade.as_deref(),
         body: parts.body,
+        grpc: crate::proxy::grpc::is_call(&Fields::Raw(&parts)),
     };
     let mut body = ClientBody::new(
         &mut conn.io,

@@ -207,6 +207,7 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         fields: Fields::Map(&parts.headers),
         upgrade: None,
         body: kind,
+        grpc,
     };
     let mut body = IncomingBody {
         body: Some(body),
