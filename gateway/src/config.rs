@@ -156,6 +156,111 @@ pub struct NodeSettings {
     pub idle_timeout: Setting<Duration>,
     /// The QUIC feed for `picket-tui`; none when `None`.
     pub feed: Option<FeedSettings>,
+    /// Where each request's line goes.
+    pub access_log: Setting<AccessLogTarget>,
+    pub access_log_format: Setting<AccessLogFormat>,
+}
+
+/// `[node] access_log`: where the access log goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    Off,
+    Stdout,
+    /// A file, appended to, reopened on SIGUSR1.
+    File(PathBuf),
+}
+
+impl fmt::Display for AccessLogTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccessLogTarget::Off => f.write_str("off"),
+            AccessLogTarget::Stdout => f.write_str("stdout"),
+            AccessLogTarget::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// `[node] access_log_format`: one JSON object per line, or the combined
+/// log format with Picket's fields after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AccessLogFormat {
+    #[default]
+    Json,
+    Combined,
+}
+
+impl AccessLogFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessLogFormat::Json => "json",
+            AccessLogFormat::Combined => "combined",
+        }
+    }
+}
+
+/// `request_headers` / `response_headers`: headers set (replacing any of
+/// the same name) and removed. Names are lower case; none of them is one
+/// the node writes itself ([`crate::proxy::rules`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct HeaderRules {
+    pub set: Vec<(http::header::HeaderName, http::header::HeaderValue)>,
+    pub remove: Vec<http::header::HeaderName>,
+}
+
+impl HeaderRules {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.remove.is_empty()
+    }
+
+    /// `[global]`'s rules, then the route's: the route's `set` of a name
+    /// replaces the global one, and its `remove` takes one away.
+    pub fn then(&self, route: &HeaderRules) -> HeaderRules {
+        let mut set: Vec<_> = self
+            .set
+            .iter()
+            .filter(|(name, _)| {
+                !route.set.iter().any(|(n, _)| n == name) && !route.remove.contains(name)
+            })
+            .cloned()
+            .collect();
+        set.extend(route.set.iter().cloned());
+        let mut remove = self.remove.clone();
+        remove.extend(
+            route
+                .remove
+                .iter()
+                .filter(|n| !self.remove.contains(n))
+                .cloned(),
+        );
+        remove.retain(|name| !set.iter().any(|(n, _)| n == name));
+        HeaderRules { set, remove }
+    }
+}
+
+/// A route's `rate`: a token bucket of `burst` requests refilled at
+/// `per_second`, on this node, for the route as a whole or per client.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateSettings {
+    pub per_second: f64,
+    pub burst: u32,
+    pub by: RateKey,
+}
+
+/// What a rate limit counts requests of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RateKey {
+    Route,
+    /// Each client address has a bucket of its own.
+    Client,
+}
+
+impl RateKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            RateKey::Route => "route",
+            RateKey::Client => "client",
+        }
+    }
 }
 
 /// The QUIC feed: where it listens and with which certificate.
@@ -187,6 +292,11 @@ pub struct GlobalSettings {
     /// A replica whose own answers are 502, 503 or 504 this many times in
     /// a row is ejected.
     pub consecutive_gateway_errors: Setting<u32>,
+    /// The largest request body a route takes; `None`: no limit.
+    pub max_body: Setting<Option<u64>>,
+    /// Header rules every route applies before its own.
+    pub request_headers: HeaderRules,
+    pub response_headers: HeaderRules,
 }
 
 /// A route's circuit breaker; each field is inherited on its own.
@@ -247,6 +357,17 @@ pub struct RouteConfig {
     pub protocol: Protocol,
     /// How this node checks replicas that no runtime reports on.
     pub check: CheckKind,
+    /// The `path_prefix` is taken off the path before forwarding.
+    pub strip_prefix: bool,
+    /// Put in front of the path (after stripping) before forwarding.
+    pub add_prefix: Option<String>,
+    /// `[global]`'s header rules, then the route's own.
+    pub request_headers: HeaderRules,
+    pub response_headers: HeaderRules,
+    /// The largest request body, in bytes; `None`: no limit.
+    pub max_body: Setting<Option<u64>>,
+    /// This node's rate limit of the route.
+    pub rate: Option<RateSettings>,
 }
 
 /// The protocol a route speaks to its replicas (`protocol`).
@@ -504,6 +625,8 @@ pub struct Overrides {
     pub runtime_breaker_cooldown: Option<Duration>,
     /// `true`: no breaker in front of runtime API endpoints.
     pub runtime_breaker_disabled: Option<bool>,
+    /// `[node] access_log`.
+    pub access_log: Option<AccessLogTarget>,
 }
 
 impl Config {
@@ -577,6 +700,9 @@ impl Config {
         }
         if let Some(cooldown) = overrides.runtime_breaker_cooldown {
             breaker.cooldown = Setting::new(cooldown, Origin::Override);
+        }
+        if let Some(access_log) = &overrides.access_log {
+            self.node.access_log = Setting::new(access_log.clone(), Origin::Override);
         }
         if let Some(disabled) = overrides.runtime_breaker_disabled {
             breaker.enabled = Setting::new(!disabled, Origin::Override);

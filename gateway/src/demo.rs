@@ -119,6 +119,7 @@ pub fn config_text(
 [node]
 name = "demo-{n}"
 feed = "{feed}"
+access_log = "off"
 
 [cluster]
 id = "demo"

@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod body;
 pub mod breaker;
 pub mod changes;

@@ -178,9 +178,24 @@ struct NodeFlags {
     /// (default: the file's `[runtime] breaker.cooldown`, else 30s).
     #[arg(long, env = "PICKET_RUNTIME_BREAKER_COOLDOWN", value_parser = runtime_breaker_cooldown)]
     runtime_breaker_cooldown: Option<std::time::Duration>,
+    /// Where each request's line goes: "stdout", "off" or a file (default:
+    /// the file's `[node] access_log`, else stdout).
+    #[arg(long, env = "PICKET_ACCESS_LOG", value_parser = access_log_target)]
+    access_log: Option<picket::config::AccessLogTarget>,
     /// No breaker in front of runtime API endpoints (true/false, 1/0, yes/no, on/off).
     #[arg(long, env = "PICKET_RUNTIME_BREAKER_DISABLED", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     runtime_breaker_disabled: Option<bool>,
+}
+
+/// `--access-log`: "stdout", "off", or a file.
+fn access_log_target(text: &str) -> Result<picket::config::AccessLogTarget, String> {
+    use picket::config::AccessLogTarget;
+    Ok(match text {
+        "stdout" => AccessLogTarget::Stdout,
+        "off" => AccessLogTarget::Off,
+        "" => return Err("\"stdout\", \"off\" or a file's path".into()),
+        path => AccessLogTarget::File(PathBuf::from(path)),
+    })
 }
 
 /// A runtime breaker cool-down within its bounds.
@@ -209,6 +224,7 @@ impl NodeFlags {
             runtime_breaker_threshold: self.runtime_breaker_threshold,
             runtime_breaker_cooldown: self.runtime_breaker_cooldown,
             runtime_breaker_disabled: self.runtime_breaker_disabled,
+            access_log: self.access_log.clone(),
         }
     }
 }
@@ -329,6 +345,13 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
     config.apply(&overrides);
     if let Some(problem) = config.edge_problem() {
         anyhow::bail!(problem);
+    }
+    if let picket::config::AccessLogTarget::File(path) = &config.node.access_log.value {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening the access log {}", path.display()))?;
     }
     let proxy_env = picket::upstream::ProxyEnv::from_env();
     if let Some(env) = &proxy_env {

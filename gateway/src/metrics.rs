@@ -220,6 +220,20 @@ pub struct Metrics {
     certificate_expiry: Family<NameLabels, Gauge>,
     /// Client connections of the proxy listeners.
     pub connections: ConnectionMetrics,
+    rate_limited: Family<RouteLabels, Counter>,
+    too_large: Family<RouteLabels, Counter>,
+    /// The access log's lines: written, and dropped when its buffer was
+    /// full.
+    pub access_log: AccessLogMetrics,
+}
+
+/// The access log's counters.
+#[derive(Debug, Clone, Default)]
+pub struct AccessLogMetrics {
+    pub written: Counter,
+    pub dropped: Counter,
+    /// Writes or reopens that failed.
+    pub failed: Counter,
 }
 
 /// The metric handles of one runtime API endpoint's breaker.
@@ -274,6 +288,10 @@ pub struct RouteMetrics {
     pub retry_answer: Counter,
     /// An attempt that had no answer within the first-answer bound.
     pub retry_timeout: Counter,
+    /// Requests refused by the route's rate limit (429).
+    pub rate_limited: Counter,
+    /// Requests refused for a body over `max_body` (413).
+    pub too_large: Counter,
 }
 
 impl RouteMetrics {
@@ -514,7 +532,38 @@ impl Metrics {
             "Changes of a runtime API endpoint's reachability, by the state entered (reachable or unreachable)",
             runtime_reachability_changes.clone(),
         );
+        let rate_limited = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "rate_limited_requests",
+            "Requests this node refused with 429 under the route's rate limit",
+            rate_limited.clone(),
+        );
+        let too_large = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "body_too_large_requests",
+            "Requests this node refused with 413 for a body over the route's max_body",
+            too_large.clone(),
+        );
+        let access_log = AccessLogMetrics::default();
+        registry.register(
+            "access_log_lines",
+            "Access log lines written",
+            access_log.written.clone(),
+        );
+        registry.register(
+            "access_log_dropped_lines",
+            "Access log lines dropped because the log's buffer was full (the request path never waits for the log)",
+            access_log.dropped.clone(),
+        );
+        registry.register(
+            "access_log_failures",
+            "Access log writes or reopens that failed",
+            access_log.failed.clone(),
+        );
         Metrics {
+            rate_limited,
+            too_large,
+            access_log,
             runtime_breaker_state,
             runtime_breaker_trips,
             runtime_calls_refused,
@@ -664,6 +713,18 @@ impl Metrics {
             retry_connect: retry("connect"),
             retry_answer: retry("answer"),
             retry_timeout: retry("first_answer_timeout"),
+            rate_limited: self
+                .rate_limited
+                .get_or_create(&RouteLabels {
+                    route: route.into(),
+                })
+                .clone(),
+            too_large: self
+                .too_large
+                .get_or_create(&RouteLabels {
+                    route: route.into(),
+                })
+                .clone(),
         }
     }
 

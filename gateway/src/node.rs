@@ -204,7 +204,18 @@ impl Node {
             .config_path
             .as_ref()
             .and_then(|p| std::fs::read_to_string(p).ok());
-        let proxy = Arc::new(Proxy::new(table, Arc::clone(&metrics)));
+        let access_log = match crate::access::AccessLog::start(
+            &config.node.access_log.value,
+            config.node.access_log_format.value,
+            metrics.access_log.clone(),
+        ) {
+            Ok(log) => log,
+            Err(error) => {
+                tracing::error!(%error, "no access log");
+                None
+            }
+        };
+        let proxy = Arc::new(Proxy::new(table, Arc::clone(&metrics)).with_access_log(access_log));
         let board = Arc::new(Board::default());
         let certificates = Arc::new(Certificates::new(
             config.certificates.clone(),
@@ -557,6 +568,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         reload::spawn(Arc::clone(&node), path, shutdown.clone());
     }
     edge::rotation::spawn(Arc::clone(&node.certificates), shutdown.clone());
+    spawn_access_log_reopen(&node.proxy, shutdown.clone());
     spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone());
     checks::supervise(
         Arc::clone(&node.checker),
@@ -770,6 +782,32 @@ fn spawn_sweeper(pools: Arc<Pools>, mut shutdown: Shutdown) {
         loop {
             tokio::select! {
                 _ = every.tick() => pools.sweep(),
+                () = shutdown.wait() => return,
+            }
+        }
+    });
+}
+
+/// Opens the access log file again on each SIGUSR1 (log rotation).
+fn spawn_access_log_reopen(proxy: &Arc<Proxy>, mut shutdown: Shutdown) {
+    if proxy.access_log().is_none() {
+        return;
+    }
+    let Ok(mut usr1) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+    else {
+        tracing::warn!("cannot listen for SIGUSR1: the access log is never reopened");
+        return;
+    };
+    let proxy = Arc::clone(proxy);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = usr1.recv() => {
+                    if let Some(log) = proxy.access_log() {
+                        log.reopen();
+                    }
+                }
                 () = shutdown.wait() => return,
             }
         }

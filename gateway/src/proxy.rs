@@ -22,8 +22,11 @@ pub mod error;
 pub mod forward;
 pub mod grpc;
 pub mod headers;
+pub mod limits;
 pub mod plan;
 pub mod request;
+pub mod rewrite;
+pub mod rules;
 pub mod scheme;
 
 use std::sync::Arc;
@@ -40,6 +43,7 @@ pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
 pub use request::{BodyError, ClientRequest, Fields, RequestBody};
+pub use rules::RequestId;
 pub use scheme::Scheme;
 
 /// A route as the data path sees it.
@@ -55,6 +59,10 @@ pub struct Route {
     pub proxy_origin: Option<String>,
     /// This node's circuit breaker of the route, when enabled.
     pub circuit: Option<Circuit>,
+    /// `strip_prefix` and `add_prefix`, when it has either.
+    pub rewrite: Option<rewrite::Rewrite>,
+    /// This node's rate limit of the route, when it has one.
+    pub rate: Option<limits::RateLimit>,
 }
 
 /// The route table of a node.
@@ -175,6 +183,8 @@ impl Route {
         });
         Route {
             metrics: ctx.metrics.route(&config.name),
+            rewrite: rewrite::Rewrite::new(&config),
+            rate: config.rate.map(limits::RateLimit::new),
             config,
             upstream,
             upstream_host,
@@ -204,6 +214,8 @@ pub fn build_table(routes: &[RouteConfig], previous: Option<&Table>, ctx: &Route
 pub struct Proxy {
     table: ArcSwap<Table>,
     metrics: Arc<Metrics>,
+    /// `None` when the access log is off.
+    access_log: Option<Arc<crate::access::AccessLog>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -219,7 +231,20 @@ impl Proxy {
         Proxy {
             table: ArcSwap::from_pointee(table),
             metrics,
+            access_log: None,
         }
+    }
+
+    /// The proxy, writing each request to `log`.
+    pub fn with_access_log(self, log: Option<Arc<crate::access::AccessLog>>) -> Proxy {
+        Proxy {
+            access_log: log,
+            ..self
+        }
+    }
+
+    pub fn access_log(&self) -> Option<&crate::access::AccessLog> {
+        self.access_log.as_deref()
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -127,9 +127,18 @@ impl<'de> de::Deserializer<'de> for Tracer {
         })
     }
 
+    /// A map (`set = { name = "value" }`) is a leaf: its keys are the
+    /// user's, not fields.
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_map(serde::de::value::MapDeserializer::<
+            std::iter::Empty<(&str, &str)>,
+            Error,
+        >::new(std::iter::empty()))
+    }
+
     serde::forward_to_deserialize_any! {
         i8 i16 i32 i128 u8 u16 u32 u128 f32 f64 char bytes byte_buf unit
-        unit_struct newtype_struct tuple tuple_struct map enum identifier ignored_any
+        unit_struct newtype_struct tuple tuple_struct enum identifier ignored_any
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket::cluster::{Membership, Wire};
-use picket::config::{Config, Overrides};
+use picket::config::{AccessLogTarget, Config, Origin, Overrides};
 use picket::node::{self, Listeners, Node, Options, Running};
 use picket_proto::ClusterView;
 
@@ -36,6 +36,15 @@ fn options(config_path: Option<&Path>, gossip_transport: Option<Wire>) -> Option
     }
 }
 
+/// Test nodes keep quiet: no access log unless the configuration asks
+/// for one (the default, stdout, would fill the test's output).
+fn quiet(config: &mut Config, options: &mut Options) {
+    if config.node.access_log.from == Origin::Default {
+        options.overrides.access_log = Some(AccessLogTarget::Off);
+        config.apply(&options.overrides);
+    }
+}
+
 impl TestNode {
     /// A node on the configuration `text` (its `listen` and `admin`
     /// ignored: port 0 on loopback).
@@ -47,10 +56,11 @@ impl TestNode {
     /// A node on `text` whose options (TLS roots, forward proxies) the
     /// test sets: settings the node otherwise takes from its environment.
     pub fn start_with(text: &str, configure: impl FnOnce(&mut Options)) -> TestNode {
-        let config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        let mut config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
         let listeners = Listeners::bind(loopback(), loopback()).expect("bind node listeners");
         let mut options = options(None, None);
         configure(&mut options);
+        quiet(&mut config, &mut options);
         let running = node::start(listeners, config, options).expect("start node");
         TestNode {
             proxy: running.proxy_addr,
@@ -73,9 +83,11 @@ impl TestNode {
         TestNode::run(config, Some(path), None)
     }
 
-    fn run(config: Config, path: Option<&Path>, wire: Option<Wire>) -> TestNode {
+    fn run(mut config: Config, path: Option<&Path>, wire: Option<Wire>) -> TestNode {
         let listeners = Listeners::bind(loopback(), loopback()).expect("bind node listeners");
-        let running = node::start(listeners, config, options(path, wire)).expect("start node");
+        let mut options = options(path, wire);
+        quiet(&mut config, &mut options);
+        let running = node::start(listeners, config, options).expect("start node");
         TestNode {
             proxy: running.proxy_addr,
             tls: running.tls_addr,

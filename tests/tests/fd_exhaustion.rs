@@ -41,6 +41,7 @@ async fn running_out_of_descriptors_blames_no_replica() {
         .args(["run", "--config"])
         .arg(&config)
         .env("RUST_LOG", "info")
+        .env("PICKET_ACCESS_LOG", "off")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("the log file"))
         .stderr(log)

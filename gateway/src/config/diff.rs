@@ -30,6 +30,8 @@ pub const NEEDS_RESTART: &[&str] = &[
     "node.feed",
     "node.feed_cert",
     "node.feed_key",
+    "node.access_log",
+    "node.access_log_format",
     "runtime.kind",
     "runtime.endpoint",
     "runtime.namespace",
@@ -165,6 +167,15 @@ fn global(a: &GlobalSettings, b: &GlobalSettings) -> Vec<&'static str> {
             "global.consecutive_gateway_errors",
             a.consecutive_gateway_errors.value != b.consecutive_gateway_errors.value,
         ),
+        ("global.max_body", a.max_body.value != b.max_body.value),
+        (
+            "global.request_headers",
+            a.request_headers != b.request_headers,
+        ),
+        (
+            "global.response_headers",
+            a.response_headers != b.response_headers,
+        ),
     ])
 }
 
@@ -201,6 +212,11 @@ fn node(a: &NodeSettings, b: &NodeSettings) -> Vec<&'static str> {
         (
             "node.feed_key",
             cert_a.as_ref().map(|(_, k)| k) != cert_b.as_ref().map(|(_, k)| k),
+        ),
+        ("node.access_log", a.access_log.value != b.access_log.value),
+        (
+            "node.access_log_format",
+            a.access_log_format.value != b.access_log_format.value,
         ),
     ])
 }

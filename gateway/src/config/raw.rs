@@ -35,6 +35,10 @@ pub struct RawNode {
     pub feed: Option<Spanned<String>>,
     pub feed_cert: Option<Spanned<String>>,
     pub feed_key: Option<Spanned<String>>,
+    /// `"stdout"`, `"off"`, or a file's path.
+    pub access_log: Option<Spanned<String>>,
+    /// `"json"` or `"combined"`.
+    pub access_log_format: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,6 +53,9 @@ pub struct RawGlobal {
     pub body_timeout: Option<Spanned<String>>,
     pub consecutive_gateway_errors: Option<Spanned<i64>>,
     pub underscores_in_headers: Option<Spanned<bool>>,
+    pub max_body: Option<Spanned<RawSize>>,
+    pub request_headers: Option<Spanned<RawHeaderRules>>,
+    pub response_headers: Option<Spanned<RawHeaderRules>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -128,6 +135,38 @@ pub struct RawRoute {
     pub protocol: Option<Spanned<String>>,
     pub check: Option<Spanned<String>>,
     pub grpc_service: Option<Spanned<String>>,
+    pub strip_prefix: Option<Spanned<bool>>,
+    pub add_prefix: Option<Spanned<String>>,
+    pub request_headers: Option<Spanned<RawHeaderRules>>,
+    pub response_headers: Option<Spanned<RawHeaderRules>>,
+    pub max_body: Option<Spanned<RawSize>>,
+    pub rate: Option<Spanned<RawRate>>,
+}
+
+/// A size: a number of bytes, or text with a unit (`"10MiB"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawSize {
+    Bytes(i64),
+    Text(String),
+}
+
+/// `request_headers` / `response_headers`: `{ set = { name = "value" },
+/// remove = ["name"] }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderRules {
+    pub set: Option<Spanned<std::collections::BTreeMap<Spanned<String>, Spanned<String>>>>,
+    pub remove: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// A route's `rate = { per_second, burst, by }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    pub per_second: Option<Spanned<f64>>,
+    pub burst: Option<Spanned<i64>>,
+    pub by: Option<Spanned<String>>,
 }
 
 /// A route's `tls = { ca, server_name, client_cert, client_key }`: TLS to

@@ -52,6 +52,18 @@ pub fn render(config: &Config) -> String {
             node.max_connections.from,
         );
     }
+    line(
+        &mut out,
+        "access_log",
+        &quoted(&node.access_log.value),
+        node.access_log.from,
+    );
+    line(
+        &mut out,
+        "access_log_format",
+        &quoted(node.access_log_format.value.name()),
+        node.access_log_format.from,
+    );
     if let Some(feed) = &node.feed {
         line(&mut out, "feed", &quoted(feed.addr), Origin::File);
         if let Some((cert, key)) = &feed.cert {
@@ -172,6 +184,9 @@ pub fn render(config: &Config) -> String {
         &global.underscores_in_headers.value.to_string(),
         in_global(&global.underscores_in_headers).from,
     );
+    max_body(&mut out, &in_global(&global.max_body));
+    header_rules(&mut out, "request_headers", &global.request_headers);
+    header_rules(&mut out, "response_headers", &global.response_headers);
     out.push_str("\n[global.breaker]\n");
     breaker(
         &mut out,
@@ -316,9 +331,61 @@ fn render_route(out: &mut String, route: &RouteConfig) {
             Origin::File,
         );
     }
+    if route.strip_prefix {
+        line(out, "strip_prefix", "true", Origin::File);
+    }
+    if let Some(add) = &route.add_prefix {
+        line(out, "add_prefix", &quoted(add), Origin::File);
+    }
+    max_body(out, &route.max_body);
+    if let Some(rate) = &route.rate {
+        line(
+            out,
+            "rate",
+            &format!(
+                "{{ per_second = {}, burst = {}, by = {} }}",
+                rate.per_second,
+                rate.burst,
+                quoted(rate.by.name())
+            ),
+            Origin::File,
+        );
+    }
+    // With `[global]`'s rules in.
+    header_rules(out, "request_headers", &route.request_headers);
+    header_rules(out, "response_headers", &route.response_headers);
     // A sub-table of the route just written.
     out.push_str("[route.breaker]\n");
     breaker(out, &route.breaker);
+}
+
+fn max_body(out: &mut String, setting: &Setting<Option<u64>>) {
+    match setting.value {
+        Some(n) => line(out, "max_body", &n.to_string(), setting.from),
+        None => line(out, "max_body", &quoted("off"), setting.from),
+    }
+}
+
+fn header_rules(out: &mut String, key: &str, rules: &crate::config::HeaderRules) {
+    if rules.is_empty() {
+        return;
+    }
+    let set: Vec<String> = rules
+        .set
+        .iter()
+        .map(|(n, v)| format!("{} = {}", quoted(n), quoted(v.to_str().unwrap_or(""))))
+        .collect();
+    let remove: Vec<String> = rules.remove.iter().map(quoted).collect();
+    line(
+        out,
+        key,
+        &format!(
+            "{{ set = {{ {} }}, remove = [{}] }}",
+            set.join(", "),
+            remove.join(", ")
+        ),
+        Origin::File,
+    );
 }
 
 fn breaker(out: &mut String, b: &BreakerSettings) {

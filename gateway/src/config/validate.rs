@@ -12,17 +12,18 @@ use toml::Spanned;
 
 use super::error::{Positions, Problem};
 use super::raw::{
-    RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawNode, RawPort, RawRoute,
-    RawRuntime, RawRuntimeBreaker, RawUpstreamTls,
+    RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawHeaderRules, RawNode, RawPort,
+    RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize, RawUpstreamTls,
 };
 use super::{
-    BreakerSettings, CertificateConfig, CheckKind, ClientIdentity, ClusterSettings, Config,
-    DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY,
-    DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS,
-    DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
-    DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings, HostMatch, NodeSettings, Origin,
-    Protocol, RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort,
-    Setting, UpstreamConfig, UpstreamTls,
+    AccessLogFormat, AccessLogTarget, BreakerSettings, CertificateConfig, CheckKind,
+    ClientIdentity, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
+    DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
+    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings,
+    GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin, Protocol, RateKey, RateSettings,
+    RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting,
+    UpstreamConfig, UpstreamTls,
 };
 use crate::edge::Culprit;
 
@@ -49,6 +50,32 @@ pub(super) const BODY_TIMEOUT_RANGE: (Duration, Duration) = (SECOND, Duration::f
 pub(super) const GOSSIP_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_millis(50), Duration::from_secs(10));
 
+/// Allowed request body limits: a byte to a TiB.
+pub(super) const MAX_BODY_RANGE: RangeInclusive<u64> = 1..=(1 << 40);
+
+/// A size in bytes: a number with an optional unit, without case: `k`,
+/// `m`, `g` and `KiB`, `MiB`, `GiB` count in 1024s (as nginx does), `KB`,
+/// `MB`, `GB` in 1000s, `B` is bytes.
+pub(super) fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
+}
+
 pub(super) const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
 pub(super) const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
 
@@ -64,11 +91,11 @@ pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>
         positions,
         problems: Vec::new(),
     };
-    let node = v.node(&raw.node);
+    let dir = Path::new(file).parent().unwrap_or(Path::new(""));
+    let node = v.node(&raw.node, dir);
     let global = v.global(&raw.global);
     let runtime = v.runtime(&raw.runtime);
     let cluster = raw.cluster.as_ref().map(|c| v.cluster(c));
-    let dir = Path::new(file).parent().unwrap_or(Path::new(""));
     let routes: Vec<RouteConfig> = raw
         .routes
         .iter()
@@ -108,7 +135,7 @@ impl Validator<'_> {
         self.problems.push(problem);
     }
 
-    fn node(&mut self, raw: &RawNode) -> NodeSettings {
+    fn node(&mut self, raw: &RawNode, dir: &Path) -> NodeSettings {
         let name = match &raw.name {
             Some(name) => {
                 if !is_name(name.get_ref()) {
@@ -212,7 +239,221 @@ impl Validator<'_> {
             header_timeout,
             idle_timeout,
             feed,
+            access_log: self.access_log(raw.access_log.as_ref(), dir),
+            access_log_format: self.access_log_format(raw.access_log_format.as_ref()),
         }
+    }
+
+    /// `access_log`: `"stdout"`, `"off"`, or a file (relative to the
+    /// configuration's directory) in a directory that exists.
+    fn access_log(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        dir: &Path,
+    ) -> Setting<AccessLogTarget> {
+        let Some(raw) = raw else {
+            return Setting::new(AccessLogTarget::Stdout, Origin::Default);
+        };
+        let target = match raw.get_ref().as_str() {
+            "stdout" => AccessLogTarget::Stdout,
+            "off" => AccessLogTarget::Off,
+            "" => {
+                self.problem(
+                    raw.span(),
+                    "access_log is \"stdout\", \"off\" or a file's path",
+                );
+                AccessLogTarget::Off
+            }
+            path => {
+                let path = dir.join(path);
+                let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+                if parent.is_some_and(|p| !p.is_dir()) {
+                    self.problem(
+                        raw.span(),
+                        format!(
+                            "access_log = {:?}: its directory does not exist",
+                            raw.get_ref()
+                        ),
+                    );
+                }
+                AccessLogTarget::File(path)
+            }
+        };
+        Setting::new(target, Origin::File)
+    }
+
+    fn access_log_format(&mut self, raw: Option<&Spanned<String>>) -> Setting<AccessLogFormat> {
+        let Some(raw) = raw else {
+            return Setting::new(AccessLogFormat::Json, Origin::Default);
+        };
+        let format = match raw.get_ref().as_str() {
+            "json" => AccessLogFormat::Json,
+            "combined" => AccessLogFormat::Combined,
+            other => {
+                self.problem(
+                    raw.span(),
+                    format!("access_log_format = {other:?}: it is \"json\" or \"combined\""),
+                );
+                AccessLogFormat::Json
+            }
+        };
+        Setting::new(format, Origin::File)
+    }
+
+    /// A `max_body`: a size, or `"off"` for no limit.
+    fn max_body(
+        &mut self,
+        raw: Option<&Spanned<RawSize>>,
+        inherited: &Setting<Option<u64>>,
+        from: Origin,
+    ) -> Setting<Option<u64>> {
+        let Some(raw) = raw else {
+            return inherited.clone();
+        };
+        let value = match raw.get_ref() {
+            RawSize::Text(text) if text == "off" => return Setting::new(None, from),
+            RawSize::Bytes(n) => u64::try_from(*n).ok(),
+            RawSize::Text(text) => parse_size(text),
+        };
+        match value {
+            Some(n) if MAX_BODY_RANGE.contains(&n) => Setting::new(Some(n), from),
+            _ => {
+                self.problem(
+                    raw.span(),
+                    "max_body is a size from 1 byte to 1TiB, such as 1048576, \"512k\" or \"10MiB\" (or \"off\")",
+                );
+                inherited.clone()
+            }
+        }
+    }
+
+    /// `request_headers` or `response_headers`: valid names and values,
+    /// none the node writes itself.
+    fn header_rules(&mut self, raw: Option<&Spanned<RawHeaderRules>>, field: &str) -> HeaderRules {
+        let mut rules = HeaderRules::default();
+        let Some(raw) = raw else {
+            return rules;
+        };
+        let name = |v: &mut Self, raw: &Spanned<String>| {
+            let Ok(name) = http::header::HeaderName::from_bytes(raw.get_ref().as_bytes()) else {
+                v.problem(
+                    raw.span(),
+                    format!("{field}: {:?} is not a header name", raw.get_ref()),
+                );
+                return None;
+            };
+            if crate::proxy::rules::is_reserved(&name) {
+                v.problem(
+                    raw.span(),
+                    format!(
+                        "{field}: {name} is written by the node itself (framing, hop-by-hop, forwarding or the request ID) and cannot be set or removed"
+                    ),
+                );
+                return None;
+            }
+            Some(name)
+        };
+        if let Some(set) = &raw.get_ref().set {
+            for (key, value) in set.get_ref() {
+                let Some(name) = name(self, key) else {
+                    continue;
+                };
+                match http::header::HeaderValue::from_str(value.get_ref()) {
+                    Ok(value) => rules.set.push((name, value)),
+                    Err(_) => self.problem(
+                        value.span(),
+                        format!("{field}: the value of {name} holds a character a header cannot carry: control characters and non-ASCII"),
+                    ),
+                }
+            }
+        }
+        if let Some(remove) = &raw.get_ref().remove {
+            for key in remove.get_ref() {
+                if let Some(name) = name(self, key) {
+                    if rules.set.iter().any(|(n, _)| *n == name) {
+                        self.problem(
+                            key.span(),
+                            format!("{field}: {name} is both set and removed"),
+                        );
+                    }
+                    rules.remove.push(name);
+                }
+            }
+        }
+        rules
+    }
+
+    fn rate(&mut self, raw: &Spanned<RawRate>) -> Option<RateSettings> {
+        let before = self.problems.len();
+        let rate = raw.get_ref();
+        let per_second = match &rate.per_second {
+            Some(p) if p.get_ref().is_finite() && *p.get_ref() > 0.0 && *p.get_ref() <= 1e6 => {
+                *p.get_ref()
+            }
+            Some(p) => {
+                self.problem(
+                    p.span(),
+                    format!(
+                        "rate.per_second = {} is out of range: above 0, at most 1000000",
+                        p.get_ref()
+                    ),
+                );
+                1.0
+            }
+            None => {
+                self.problem(
+                    raw.span(),
+                    "rate needs per_second: the requests a second it refills",
+                );
+                1.0
+            }
+        };
+        let burst = match &rate.burst {
+            Some(b) if (1..=1_000_000).contains(b.get_ref()) => {
+                u32::try_from(*b.get_ref()).unwrap_or(1)
+            }
+            Some(b) => {
+                self.problem(
+                    b.span(),
+                    format!("rate.burst = {} is out of range: 1 to 1000000", b.get_ref()),
+                );
+                1
+            }
+            // A second's worth.
+            None => (per_second.ceil() as u32).max(1),
+        };
+        let by = match rate.by.as_ref().map(|b| (b, b.get_ref().as_str())) {
+            None | Some((_, "route")) => RateKey::Route,
+            Some((_, "client")) => RateKey::Client,
+            Some((b, other)) => {
+                self.problem(
+                    b.span(),
+                    format!("rate.by = {other:?}: it is \"route\" or \"client\""),
+                );
+                RateKey::Route
+            }
+        };
+        (self.problems.len() == before).then_some(RateSettings {
+            per_second,
+            burst,
+            by,
+        })
+    }
+
+    /// `add_prefix`: a normal path, without a trailing `/`.
+    fn add_prefix(&mut self, raw: &Spanned<String>) -> String {
+        let p = raw.get_ref();
+        let normal =
+            crate::h1::target::normalize(p.as_bytes()).is_ok_and(|n| n.as_ref() == p.as_bytes());
+        if !normal || p.len() < 2 || p.ends_with('/') || p.contains(['?', '#', '%']) {
+            self.problem(
+                raw.span(),
+                format!(
+                    "add_prefix {p:?} must be a path such as \"/v2\": starting with '/', not ending with it, without '.' or '..' segments, '?', '#' or '%'"
+                ),
+            );
+        }
+        p.clone()
     }
 
     fn address(
@@ -298,6 +539,13 @@ impl Validator<'_> {
                 Some(v) => Setting::new(*v.get_ref(), Origin::Global),
                 None => Setting::new(false, Origin::Default),
             },
+            max_body: self.max_body(
+                raw.max_body.as_ref(),
+                &Setting::new(None, Origin::Default),
+                Origin::Global,
+            ),
+            request_headers: self.header_rules(raw.request_headers.as_ref(), "request_headers"),
+            response_headers: self.header_rules(raw.response_headers.as_ref(), "response_headers"),
         }
     }
 
@@ -746,6 +994,24 @@ impl Validator<'_> {
                 "check = \"grpc\" speaks HTTP/2: set `protocol = \"h2c\"` (or \"h2\" over TLS)",
             );
         }
+        let strip_prefix = raw.strip_prefix.as_ref().is_some_and(|s| *s.get_ref());
+        if let Some(strip) = raw.strip_prefix.as_ref().filter(|s| *s.get_ref())
+            && path_prefix == "/"
+        {
+            self.problem(
+                strip.span(),
+                "strip_prefix needs the route's path_prefix (other than \"/\") to strip",
+            );
+        }
+        let add_prefix = raw.add_prefix.as_ref().map(|p| self.add_prefix(p));
+        let request_headers = global
+            .request_headers
+            .then(&self.header_rules(raw.request_headers.as_ref(), "request_headers"));
+        let response_headers = global
+            .response_headers
+            .then(&self.header_rules(raw.response_headers.as_ref(), "response_headers"));
+        let max_body = self.max_body(raw.max_body.as_ref(), &global.max_body, Origin::Route);
+        let rate = raw.rate.as_ref().and_then(|r| self.rate(r));
         if self.problems.len() > before {
             return None;
         }
@@ -766,6 +1032,12 @@ impl Validator<'_> {
             tls,
             protocol,
             check,
+            strip_prefix,
+            add_prefix,
+            request_headers,
+            response_headers,
+            max_body,
+            rate,
         })
     }
 

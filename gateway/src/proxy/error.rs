@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER};
 use http::{Response, StatusCode};
 
+use super::rules::RequestId;
 use crate::body::GatewayBody;
 use crate::upstream::ConnectFailure;
 
@@ -42,6 +43,10 @@ pub enum ProxyError {
     UpstreamStalled(Duration),
     #[error(transparent)]
     ClientBody(crate::proxy::request::BodyError),
+    #[error("the route's rate limit on this node is reached")]
+    RateLimited { retry_after: Duration },
+    #[error("the request body is larger than this route takes ({0} bytes)")]
+    TooLarge(u64),
 }
 
 /// A page the gateway writes itself.
@@ -54,6 +59,8 @@ pub struct Page {
     pub retry_after: Option<u64>,
     /// Where a redirect sends the client.
     pub location: Option<HeaderValue>,
+    /// The request's ID, in the page and in `X-Request-Id`.
+    pub request_id: Option<RequestId>,
 }
 
 impl Page {
@@ -68,6 +75,9 @@ impl Page {
         }
         if let Some(location) = self.location {
             headers.insert(LOCATION, location);
+        }
+        if let Some(id) = &self.request_id {
+            headers.insert("x-request-id", id.header_value());
         }
         response
     }
@@ -88,6 +98,8 @@ impl ProxyError {
             | ProxyError::BadRequest(_)
             | ProxyError::Connect
             | ProxyError::HttpsOnly(_)
+            | ProxyError::RateLimited { .. }
+            | ProxyError::TooLarge(_)
             | ProxyError::ClientBody(_) => Fault::Downstream,
             ProxyError::Unreachable(failure) if !failure.blames_replica() => Fault::Node,
             ProxyError::Unavailable { .. }
@@ -103,6 +115,9 @@ impl ProxyError {
             ProxyError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::ClientBody(e) if e.is_timeout() => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::ClientBody(e) if e.is_too_large() => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::BadRequest(_) | ProxyError::ClientBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::Connect => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::HttpsOnly(_) => StatusCode::PERMANENT_REDIRECT,
@@ -116,11 +131,49 @@ impl ProxyError {
         }
     }
 
+    /// What decided the answer, as the access log names it: the bound,
+    /// the breaker or the limit, or what was wrong.
+    pub fn decided_by(&self) -> &'static str {
+        match self {
+            ProxyError::Unavailable { .. } => "breaker",
+            ProxyError::NoRoute => "no_route",
+            ProxyError::BadRequest(_) | ProxyError::Connect => "bad_request",
+            ProxyError::HttpsOnly(_) => "https_only",
+            ProxyError::Unreachable(failure) if !failure.blames_replica() => "node_resources",
+            ProxyError::Unreachable(ConnectFailure::TimedOut) => "connect_timeout",
+            ProxyError::Unreachable(ConnectFailure::NoReplica) => "no_replica",
+            ProxyError::Unreachable(_) => "connect",
+            ProxyError::FirstAnswerTimeout(_) => "first_answer_timeout",
+            ProxyError::UpstreamStalled(_) => "body_timeout",
+            ProxyError::Upstream(_) => "upstream_error",
+            ProxyError::ClientBody(e) if e.is_timeout() => "client_body_timeout",
+            ProxyError::ClientBody(e) if e.is_too_large() => "max_body",
+            ProxyError::ClientBody(_) => "client_body",
+            ProxyError::RateLimited { .. } => "rate_limit",
+            ProxyError::TooLarge(_) => "max_body",
+        }
+    }
+
     /// The page the client gets, given its `Accept` header: the status and
-    /// the reason in one line; for an open circuit, a small page in JSON or
-    /// HTML and the seconds to wait.
-    pub fn page(&self, accept: Option<&[u8]>) -> Page {
+    /// the reason in one line, and the request's ID; for an open circuit,
+    /// a small page in JSON or HTML and the seconds to wait.
+    pub fn page(&self, accept: Option<&[u8]>, id: &RequestId) -> Page {
         let status = self.status();
+        if let ProxyError::RateLimited { retry_after } = self {
+            let seconds = super::limits::retry_after_secs(*retry_after);
+            let body = format!(
+                "429 Too Many Requests\n{self}; try again in {seconds} s\nrequest id: {}\n",
+                id.as_str()
+            );
+            return Page {
+                status,
+                content_type: "text/plain; charset=utf-8",
+                body: body.into(),
+                retry_after: Some(seconds),
+                location: None,
+                request_id: Some(*id),
+            };
+        }
         if let ProxyError::Unavailable { retry_after } = self {
             // Whole seconds, rounded up: a client that waits that long
             // finds the cool-down over.
@@ -128,7 +181,8 @@ impl ProxyError {
             let seconds = seconds.max(1);
             return if wants_json(accept) {
                 let body = format!(
-                    "{{\"status\":503,\"error\":\"unavailable\",\"message\":\"the circuit of this route is open on this node\",\"retry_after_s\":{seconds}}}\n"
+                    "{{\"status\":503,\"error\":\"unavailable\",\"message\":\"the circuit of this route is open on this node\",\"retry_after_s\":{seconds},\"request_id\":\"{}\"}}\n",
+                    id.as_str()
                 );
                 Page {
                     status,
@@ -136,12 +190,14 @@ impl ProxyError {
                     body: body.into(),
                     retry_after: Some(seconds),
                     location: None,
+                    request_id: Some(*id),
                 }
             } else {
                 let body = format!(
                     "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>503 Service Unavailable</title></head>\n\
                      <body><h1>Service unavailable</h1><p>This service is failing and is given a rest. \
-                     Try again in {seconds} s.</p></body></html>\n"
+                     Try again in {seconds} s.</p><p>Request ID: {}</p></body></html>\n",
+                    id.as_str()
                 );
                 Page {
                     status,
@@ -149,14 +205,16 @@ impl ProxyError {
                     body: body.into(),
                     retry_after: Some(seconds),
                     location: None,
+                    request_id: Some(*id),
                 }
             };
         }
         let text = format!(
-            "{} {}\n{}\n",
+            "{} {}\n{}\nrequest id: {}\n",
             status.as_u16(),
             status.canonical_reason().unwrap_or(""),
-            self
+            self,
+            id.as_str()
         );
         let location = match self {
             ProxyError::HttpsOnly(location) => Some(location.clone()),
@@ -168,12 +226,13 @@ impl ProxyError {
             body: Bytes::from(text),
             retry_after: None,
             location,
+            request_id: Some(*id),
         }
     }
 
     /// The page as a response going out through hyper.
-    pub fn response(&self, accept: Option<&[u8]>) -> Response<GatewayBody> {
-        self.page(accept).response()
+    pub fn response(&self, accept: Option<&[u8]>, id: &RequestId) -> Response<GatewayBody> {
+        self.page(accept, id).response()
     }
 }
 
@@ -235,14 +294,14 @@ mod tests {
         for (error, status, fault) in cases {
             assert_eq!(error.status(), status, "{error}");
             assert_eq!(error.fault(), fault, "{error}");
-            assert_eq!(error.page(None).status, status);
+            assert_eq!(error.page(None, &RequestId::generate()).status, status);
         }
     }
 
     #[test]
     fn a_redirect_says_where() {
         let to = HeaderValue::from_static("https://a.test:8443/x?y=1");
-        let response = ProxyError::HttpsOnly(to.clone()).response(None);
+        let response = ProxyError::HttpsOnly(to.clone()).response(None, &RequestId::generate());
         assert_eq!(response.status(), StatusCode::PERMANENT_REDIRECT);
         assert_eq!(response.headers().get(LOCATION), Some(&to));
     }
@@ -252,20 +311,26 @@ mod tests {
         let open = ProxyError::Unavailable {
             retry_after: Duration::from_millis(11_200),
         };
-        let json = open.page(Some(b"application/json, text/plain"));
+        let json = open.page(
+            Some(b"application/json, text/plain"),
+            &RequestId::generate(),
+        );
         assert_eq!(
             (json.content_type, json.retry_after),
             ("application/json", Some(12))
         );
         let value: serde_json::Value = serde_json::from_slice(&json.body).unwrap();
         assert_eq!(value["retry_after_s"], 12);
-        let html = open.page(Some(b"text/html,application/xhtml+xml"));
+        let html = open.page(
+            Some(b"text/html,application/xhtml+xml"),
+            &RequestId::generate(),
+        );
         assert!(html.content_type.starts_with("text/html"));
         assert!(String::from_utf8_lossy(&html.body).contains("12 s"));
         let soon = ProxyError::Unavailable {
             retry_after: Duration::ZERO,
         }
-        .page(None);
+        .page(None, &RequestId::generate());
         assert_eq!(soon.retry_after, Some(1), "never zero");
     }
 }

@@ -42,6 +42,7 @@ use tokio::time::{Instant, timeout};
 
 use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
+use super::limits::Limited;
 use super::request::{BodyError, ClientRequest, Replay, RequestBody};
 use super::{ProxyError, Route, grpc, plan};
 use crate::breaker::Outcome;
@@ -119,16 +120,48 @@ impl Exchange {
     }
 }
 
-/// Forwards `req` on `route`, reading its body from `body`, through the
-/// route's circuit breaker when it has one: an open circuit refuses at
-/// once, and the request's outcome, after its retries, is the breaker's
-/// only input.
+/// What became of a request's attempts, for the access log.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// Replicas tried.
+    pub tries: u32,
+    /// The replica of the last attempt.
+    pub replica: Option<Target>,
+}
+
+/// Forwards `req` on `route`, reading its body from `body`, within the
+/// route's limits and through its circuit breaker when it has one: a
+/// request over the rate limit or `max_body` is refused before anything
+/// else, an open circuit refuses at once, and the request's outcome,
+/// after its retries, is the breaker's only input. `trace` learns the
+/// tries and the last replica.
 pub async fn forward<B: RequestBody>(
     route: &Arc<Route>,
     req: &ClientRequest<'_>,
     body: &mut B,
     client: &Client,
+    trace: &mut Trace,
 ) -> Result<Answer, ProxyError> {
+    if let Some(rate) = &route.rate
+        && let Err(wait) = rate.admit(client.ip(), Instant::now())
+    {
+        route.metrics.rate_limited.inc();
+        return Err(ProxyError::RateLimited { retry_after: wait });
+    }
+    let max_body = route.config.max_body.value;
+    if let (Some(max), BodyKind::Length(n)) = (max_body, req.body)
+        && n > max
+    {
+        route.metrics.too_large.inc();
+        return Err(ProxyError::TooLarge(max));
+    }
+    let rewritten;
+    let mut req = *req;
+    if let Some(rewrite) = &route.rewrite {
+        rewritten = rewrite.upstream_path(req.path);
+        req.path = &rewritten;
+    }
+    let req = &req;
     let ticket = match &route.circuit {
         Some(circuit) => match circuit.admit() {
             Ok(ticket) => Some(ticket),
@@ -137,11 +170,35 @@ pub async fn forward<B: RequestBody>(
         None => None,
     };
     let grpc = req.grpc;
-    let result = if grpc && !matches!(req.body, BodyKind::None | BodyKind::Length(0)) {
-        attempts(route, req, &mut Replay::new(body), client, grpc).await
-    } else {
-        attempts(route, req, body, client, grpc).await
+    let kept = grpc && !matches!(req.body, BodyKind::None | BodyKind::Length(0));
+    // A body of declared length was measured above; a chunked one is
+    // counted as it comes.
+    let limit = max_body.filter(|_| req.body == BodyKind::Chunked);
+    let result = match (limit, kept) {
+        (Some(max), true) => {
+            let mut body = Replay::new(body);
+            let mut body = Limited::new(&mut body, max);
+            attempts(route, req, &mut body, client, grpc, trace).await
+        }
+        (Some(max), false) => {
+            attempts(
+                route,
+                req,
+                &mut Limited::new(body, max),
+                client,
+                grpc,
+                trace,
+            )
+            .await
+        }
+        (None, true) => attempts(route, req, &mut Replay::new(body), client, grpc, trace).await,
+        (None, false) => attempts(route, req, body, client, grpc, trace).await,
     };
+    if let Err(ProxyError::ClientBody(e)) = &result
+        && e.is_too_large()
+    {
+        route.metrics.too_large.inc();
+    }
     if let Some(ticket) = ticket {
         ticket.record(outcome(&result, grpc));
     }
@@ -169,6 +226,7 @@ async fn attempts<B: RequestBody>(
     body: &mut B,
     client: &Client,
     grpc: bool,
+    trace: &mut Trace,
 ) -> Result<Answer, ProxyError> {
     if req.upgrade.is_some() && matches!(route.upstream.protocol, Protocol::H2 | Protocol::H2c) {
         return Err(ProxyError::BadRequest(
@@ -189,6 +247,7 @@ async fn attempts<B: RequestBody>(
             .filter(|_| route.proxy_origin.is_some())
             .and_then(|proxy| proxy.authorization())
             .map(HeaderValue::as_bytes),
+        rules: &route.config.request_headers,
     };
     let first_answer = route.upstream.pool.bounds.first_answer;
     let bounds = Waits {
@@ -231,8 +290,13 @@ async fn attempts<B: RequestBody>(
         let before = tried.len();
         let mut attempt = match upstream.connection(&mut tried).await {
             Ok(attempt) => attempt,
-            Err(failure) => return last.unwrap_or(Err(ProxyError::Unreachable(failure))),
+            Err(failure) => {
+                trace.tries = tried.len() as u32;
+                return last.unwrap_or(Err(ProxyError::Unreachable(failure)));
+            }
         };
+        trace.tries = tried.len() as u32;
+        trace.replica = Some(attempt.replica.key.target.clone());
         if let Some(raced) = (tried.len() - before).checked_sub(1).filter(|n| *n > 0) {
             route.metrics.retry_connect.inc_by(raced as u64);
         }

@@ -29,6 +29,7 @@ pub mod code {
     pub const UNAVAILABLE: u32 = 14;
     pub const DEADLINE_EXCEEDED: u32 = 4;
     pub const CANCELLED: u32 = 1;
+    pub const RESOURCE_EXHAUSTED: u32 = 8;
 }
 
 /// Whether a `content-type` names gRPC.
@@ -99,6 +100,8 @@ pub fn status_of(error: &ProxyError) -> u32 {
         | ProxyError::HttpsOnly(_) => code::UNAVAILABLE,
         ProxyError::NoRoute | ProxyError::Connect => code::UNIMPLEMENTED,
         ProxyError::ClientBody(e) if e.is_timeout() => code::DEADLINE_EXCEEDED,
+        ProxyError::ClientBody(e) if e.is_too_large() => code::RESOURCE_EXHAUSTED,
+        ProxyError::RateLimited { .. } | ProxyError::TooLarge(_) => code::RESOURCE_EXHAUSTED,
         ProxyError::ClientBody(_) => code::CANCELLED,
         ProxyError::BadRequest(_) => code::INTERNAL,
     }

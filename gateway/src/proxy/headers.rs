@@ -79,6 +79,8 @@ pub struct Forwarding<'a> {
     pub proxy_origin: Option<&'a [u8]>,
     /// The forward proxy's `Proxy-Authorization`.
     pub proxy_authorization: Option<&'a [u8]>,
+    /// The route's `request_headers`.
+    pub rules: &'a crate::config::HeaderRules,
 }
 
 /// Headers the proxy writes itself, whatever the client sent.
@@ -88,6 +90,7 @@ fn ours(name: &[u8]) -> bool {
         b"x-forwarded-proto",
         b"x-forwarded-host",
         b"x-forwarded-for",
+        b"x-request-id",
     ]
     .iter()
     .any(|n| n.eq_ignore_ascii_case(name))
@@ -217,7 +220,8 @@ pub fn clean_trailers(mut trailers: http::HeaderMap, underscores: bool) -> http:
 }
 
 /// Calls `emit` with each header the upstream gets besides `Host`, the
-/// framing and an upgrade: the client's end-to-end headers, then
+/// framing and an upgrade: the client's end-to-end headers (less those
+/// the route's rules remove or set), the rules' own, `X-Request-Id`, then
 /// `X-Forwarded-For`, `-Proto` and `-Host`.
 fn forwarded_fields(
     req: &ClientRequest<'_>,
@@ -225,6 +229,7 @@ fn forwarded_fields(
     mut emit: impl FnMut(&[u8], &[u8]),
 ) {
     let connection = req.fields.all("connection");
+    let ruled = !forwarding.rules.is_empty();
     let mut forwarded_for = Vec::new();
     req.fields.each(|name, value| {
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
@@ -243,8 +248,15 @@ fn forwarded_fields(
         if ours(name) || framing || expect || h1::is_hop_by_hop(name) || named || underscore {
             return;
         }
+        if ruled && super::rules::overridden(forwarding.rules, name) {
+            return;
+        }
         emit(name, value);
     });
+    for (name, value) in &forwarding.rules.set {
+        emit(name.as_str().as_bytes(), value.as_bytes());
+    }
+    emit(b"x-request-id", req.id.as_bytes());
     if !forwarded_for.is_empty() {
         forwarded_for.extend_from_slice(b", ");
     }
@@ -261,6 +273,7 @@ mod tests {
     use super::*;
     use crate::h1::request::parse_request;
     use crate::proxy::request::Fields;
+    use crate::proxy::rules::RequestId;
     use bytes::BytesMut;
 
     fn head(text: &str, forwarding: &Forwarding<'_>) -> String {
@@ -274,6 +287,7 @@ mod tests {
             upgrade: parts.upgrade.as_deref(),
             body: parts.body,
             grpc: false,
+            id: &RequestId::from_client(b"req-1").unwrap(),
         };
         let mut out = Vec::new();
         let replica = Target::Addr("10.1.2.3:8080".parse().unwrap());
@@ -297,8 +311,14 @@ mod tests {
             underscores: false,
             proxy_origin: None,
             proxy_authorization: None,
+            rules: &NO_RULES,
         }
     }
+
+    static NO_RULES: crate::config::HeaderRules = crate::config::HeaderRules {
+        set: Vec::new(),
+        remove: Vec::new(),
+    };
 
     #[test]
     fn hop_by_hop_and_connection_listed_headers_go() {
@@ -312,7 +332,7 @@ mod tests {
         assert_eq!(
             text,
             "GET /x?y=1 HTTP/1.1\r\nhost: shop.example.com\r\nAccept: */*\r\n\
-             x-forwarded-for: 10.0.0.9\r\nx-forwarded-proto: http\r\nx-forwarded-host: shop.example.com\r\n\r\n"
+             x-request-id: req-1\r\nx-forwarded-for: 10.0.0.9\r\nx-forwarded-proto: http\r\nx-forwarded-host: shop.example.com\r\n\r\n"
         );
     }
 
@@ -335,7 +355,7 @@ mod tests {
             );
             assert_eq!(
                 text,
-                "POST /public/x HTTP/1.1\r\nhost: h\r\nx-forwarded-for: 10.0.0.9\r\n\
+                "POST /public/x HTTP/1.1\r\nhost: h\r\nx-request-id: req-1\r\nx-forwarded-for: 10.0.0.9\r\n\
                  x-forwarded-proto: http\r\nx-forwarded-host: h\r\ncontent-length: 5\r\n\r\n",
                 "Connection: {connection}"
             );
@@ -365,6 +385,7 @@ mod tests {
             underscores: false,
             proxy_origin: None,
             proxy_authorization: None,
+            rules: &NO_RULES,
         };
         let request = "POST /x HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: 203.0.113.7\r\n\
                        X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\n\
@@ -484,6 +505,39 @@ mod tests {
         assert!(
             text.ends_with("connection: upgrade\r\nupgrade: websocket\r\n\r\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn rules_set_and_remove_and_the_request_id_is_ours() {
+        let client = client();
+        let rules = crate::config::HeaderRules {
+            set: vec![(
+                http::header::HeaderName::from_static("x-env"),
+                HeaderValue::from_static("prod"),
+            )],
+            remove: vec![http::header::HeaderName::from_static("cookie")],
+        };
+        let forwarding = Forwarding {
+            rules: &rules,
+            ..forwarding(&client, b"h")
+        };
+        let text = head(
+            "GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1\r\nX-Env: dev\r\nX-Request-Id: spoofed\r\n\
+             traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\ntracestate: a=b\r\n\r\n",
+            &forwarding,
+        );
+        assert!(!text.contains("a=1") && !text.contains("dev"), "{text}");
+        assert!(text.contains("x-env: prod\r\n"), "{text}");
+        assert!(
+            text.contains("x-request-id: req-1\r\n") && !text.contains("spoofed"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
+            ) && text.contains("tracestate: a=b\r\n"),
+            "trace context crosses untouched: {text}"
         );
     }
 }

@@ -53,7 +53,7 @@ impl<'a> Fields<'a> {
 }
 
 /// A request, ready to be forwarded.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct ClientRequest<'a> {
     pub method: &'a Method,
     /// Origin form: path and query.
@@ -67,6 +67,8 @@ pub struct ClientRequest<'a> {
     /// A gRPC call ([`super::grpc::is_call`]), decided once by the client
     /// protocol.
     pub grpc: bool,
+    /// Its ID, sent upstream as `X-Request-Id`.
+    pub id: &'a super::rules::RequestId,
 }
 
 /// Why the client's body could not be read.
@@ -81,6 +83,11 @@ impl BodyError {
             std::io::ErrorKind::TimedOut,
             format!("no body bytes for {}", humantime::format_duration(bound)),
         )))
+    }
+
+    /// The body passed the route's `max_body`.
+    pub fn is_too_large(&self) -> bool {
+        self.0.downcast_ref::<super::limits::TooLarge>().is_some()
     }
 
     pub fn is_timeout(&self) -> bool {

@@ -20,6 +20,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -30,13 +31,15 @@ use tokio::time::{Instant, sleep_until};
 
 use super::ClientLimits;
 use super::stream::ClientIo;
+use crate::access::Record;
 use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded};
 use crate::h1::request::{BodyKind, RequestParts, parse_request};
 use crate::h1::response::{BodyFraming, ClientFraming, end_response_head, write_status_line};
 use crate::h1::{self, FieldAt, ParseError};
+use crate::proxy::forward::Trace;
 use crate::proxy::{
     Answer, AnswerBody, BodyError, Client, ClientRequest, Fields, Page, Proxy, ProxyError,
-    RequestBody, forward,
+    RequestBody, RequestId, Route, forward,
 };
 use crate::shutdown::Shutdown;
 use crate::upstream::{Io, UpstreamBody};
@@ -191,6 +194,9 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
             Read::Request(parts) => parts,
             Read::Gone => return,
             Read::Refused(error) => {
+                let started = Instant::now();
+                let time = std::time::SystemTime::now();
+                let id = RequestId::generate();
                 proxy.metrics().connections.refused.inc();
                 let status = match error {
                     ParseError::HeadTooLarge | ParseError::TooManyHeaders => {
@@ -207,14 +213,34 @@ pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shu
                 let page = Page {
                     status,
                     content_type: "text/plain; charset=utf-8",
-                    body: body.into(),
+                    body: format!("{body}request id: {}\n", id.as_str()).into(),
                     retry_after: None,
                     location: None,
+                    request_id: Some(id),
                 };
-                if write_page(&mut conn, &page, Version::HTTP_11, false, false)
-                    .await
-                    .is_ok()
-                {
+                let written = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
+                if let Some(log) = proxy.access_log() {
+                    log.log(&Record {
+                        time,
+                        client: client.ip(),
+                        method: "-",
+                        host: None,
+                        path: b"-",
+                        protocol: "HTTP/1.1",
+                        status: status.as_u16(),
+                        bytes_in: 0,
+                        bytes_out: written.as_ref().map_or(0, |n| *n),
+                        duration: started.elapsed(),
+                        route: None,
+                        replica: None,
+                        tries: 0,
+                        decided_by: Some("bad_request"),
+                        request_id: id.as_str(),
+                        user_agent: None,
+                        referer: None,
+                    });
+                }
+                if written.is_ok() {
                     linger(conn).await;
                 }
                 return;
@@ -280,10 +306,22 @@ async fn linger(mut conn: ClientConn) {
     .await;
 }
 
+/// What the access log learns of a request as it is served.
+struct Served {
+    status: StatusCode,
+    bytes_out: u64,
+    decided_by: Option<&'static str>,
+}
+
 /// Serves one request.
 async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: &Client) -> Next {
+    let started = Instant::now();
+    let time = std::time::SystemTime::now();
+    let id = RequestId::of_request(parts.get(b"x-request-id"));
     let version = parts.version;
     let head_request = parts.method == Method::HEAD;
+    let mut trace = Trace::default();
+    let mut bytes_in = 0;
     let route = if parts.method == Method::CONNECT {
         Err(ProxyError::Connect)
     } else if version == Version::HTTP_11 && parts.host.is_none() {
@@ -293,29 +331,116 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
     } else {
         proxy.route(parts.host.as_deref(), &parts.path, client)
     };
-    let route = match route {
-        Ok(route) => route,
+    let mut routed_to = None;
+    let (next, served) = match route {
+        Ok(route) => {
+            let served = routed(conn, &parts, &route, client, &id, &mut trace, &mut bytes_in).await;
+            routed_to = Some(route);
+            served
+        }
         Err(error) => {
             // The body, if any, was not read: the connection cannot go on.
             let keep = parts.keep_alive && parts.body == BodyKind::None;
-            let page = error.page(parts.get(b"accept"));
+            let page = error.page(parts.get(b"accept"), &id);
             let written = write_page(conn, &page, version, keep, head_request).await;
-            conn.fields = parts.into_fields();
-            return if keep && written.is_ok() {
-                Next::KeepAlive
-            } else {
-                Next::Close
+            let next = match written {
+                Ok(_) if keep => Next::KeepAlive,
+                _ => Next::Close,
             };
+            let served = Served {
+                status: page.status,
+                bytes_out: written.unwrap_or(0),
+                decided_by: Some(error.decided_by()),
+            };
+            (next, served)
         }
     };
+    if let Some(log) = proxy.access_log() {
+        let request = Request {
+            parts: &parts,
+            client,
+            time,
+            started,
+            id: &id,
+        };
+        let route = routed_to.as_ref().map(|r| r.config.name.as_str());
+        log_request(log, &request, route, &served, &trace, bytes_in);
+    }
+    conn.fields = parts.into_fields();
+    next
+}
+
+/// A request as the access log names it.
+struct Request<'a> {
+    parts: &'a RequestParts,
+    client: &'a Client,
+    time: std::time::SystemTime,
+    started: Instant,
+    id: &'a RequestId,
+}
+
+/// Writes a request's line to the access log.
+fn log_request(
+    log: &crate::access::AccessLog,
+    request: &Request<'_>,
+    route: Option<&str>,
+    served: &Served,
+    trace: &Trace,
+    bytes_in: u64,
+) {
+    let Request {
+        parts,
+        client,
+        time,
+        started,
+        id,
+    } = *request;
+    let replica = trace.replica.as_ref().map(|r| r.authority());
+    log.log(&Record {
+        time,
+        client: client.ip(),
+        method: parts.method.as_str(),
+        host: parts.host.as_deref(),
+        path: &parts.path,
+        protocol: match parts.version {
+            Version::HTTP_10 => "HTTP/1.0",
+            _ => "HTTP/1.1",
+        },
+        status: served.status.as_u16(),
+        bytes_in,
+        bytes_out: served.bytes_out,
+        duration: started.elapsed(),
+        route,
+        replica: replica.as_deref(),
+        tries: trace.tries,
+        decided_by: served.decided_by,
+        request_id: id.as_str(),
+        user_agent: parts.get(b"user-agent"),
+        referer: parts.get(b"referer"),
+    });
+}
+
+/// Serves a request that has a route: forwards it and writes the answer.
+async fn routed(
+    conn: &mut ClientConn,
+    parts: &RequestParts,
+    route: &Arc<Route>,
+    client: &Client,
+    id: &RequestId,
+    trace: &mut Trace,
+    bytes_in: &mut u64,
+) -> (Next, Served) {
+    let version = parts.version;
+    let head_request = parts.method == Method::HEAD;
     let req = ClientRequest {
         method: &parts.method,
         path: &parts.path,
         host: parts.host.as_deref(),
-        fields: Fields::Raw(&parts),
+        fields: Fields::Raw(parts),
         upgrade: parts.upgrade.as_deref(),
         body: parts.body,
-        grpc: crate::proxy::grpc::is_call(&Fields::Raw(&parts)),
+        grpc: crate::proxy::grpc::is_call(&Fields::Raw(parts)),
+        id,
     };
     let mut body = ClientBody::new(
         &mut conn.io,
@@ -324,36 +449,66 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
         parts.expect_continue,
         route.config.body_timeout,
     );
-    let result = forward(&route, &req, &mut body, client).await;
+    let result = forward(route, &req, &mut body, client, trace).await;
     let body_done = body.is_done();
+    *bytes_in = body.read;
     let keep = parts.keep_alive && body_done;
+    let mut served = Served {
+        status: StatusCode::OK,
+        bytes_out: 0,
+        decided_by: None,
+    };
     let next = match result {
         Ok(answer) => {
             route.metrics.count(answer.head.status);
-            write_answer(conn, answer, version, keep, head_request).await
+            served.status = answer.head.status;
+            let reply = Reply {
+                route,
+                id,
+                host: parts.host.as_deref(),
+                version,
+                keep,
+                head_request,
+            };
+            write_answer(conn, answer, reply, &mut served.bytes_out).await
         }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
-            let page = error.page(parts.get(b"accept"));
+            let page = error.page(parts.get(b"accept"), id);
             route.metrics.count(page.status);
+            served.status = page.status;
+            served.decided_by = Some(error.decided_by());
             match write_page(conn, &page, version, keep, head_request).await {
-                Ok(()) if keep => Next::KeepAlive,
-                _ => Next::Close,
+                Ok(n) => {
+                    served.bytes_out = n;
+                    if keep { Next::KeepAlive } else { Next::Close }
+                }
+                Err(_) => Next::Close,
             }
         }
     };
-    conn.fields = parts.into_fields();
-    next
+    (next, served)
 }
 
-/// Writes a page the gateway made.
+/// How an answer goes back to its client.
+struct Reply<'a> {
+    route: &'a Route,
+    id: &'a RequestId,
+    /// The host the client asked for, for redirects naming it.
+    host: Option<&'a [u8]>,
+    version: Version,
+    keep: bool,
+    head_request: bool,
+}
+
+/// Writes a page the gateway made; the bytes of its body written.
 async fn write_page(
     conn: &mut ClientConn,
     page: &Page,
     version: Version,
     keep: bool,
     head_request: bool,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     conn.out.clear();
     write_status_line(&mut conn.out, page.status);
     h1::write_header(&mut conn.out, b"content-type", page.content_type.as_bytes());
@@ -367,6 +522,9 @@ async fn write_page(
     if let Some(location) = &page.location {
         h1::write_header(&mut conn.out, b"location", location.as_bytes());
     }
+    if let Some(id) = &page.request_id {
+        h1::write_header(&mut conn.out, b"x-request-id", id.as_bytes());
+    }
     end_response_head(
         &mut conn.out,
         ClientFraming::Length(page.body.len() as u64),
@@ -377,23 +535,38 @@ async fn write_page(
         conn.out.extend_from_slice(&page.body);
     }
     conn.io.write_all(&conn.out).await?;
-    conn.io.flush().await
+    conn.io.flush().await?;
+    Ok(if head_request {
+        0
+    } else {
+        page.body.len() as u64
+    })
 }
 
-/// Writes an upstream's answer: its head, then its body as it arrives.
+/// Writes an upstream's answer: its head (through the route's response
+/// rules, with the request's ID), then its body as it arrives, counting
+/// its bytes in `bytes_out`.
 async fn write_answer(
     conn: &mut ClientConn,
     answer: Answer,
-    version: Version,
-    keep: bool,
-    head_request: bool,
+    reply: Reply<'_>,
+    bytes_out: &mut u64,
 ) -> Next {
+    let Reply {
+        route,
+        id,
+        host,
+        version,
+        keep,
+        head_request,
+    } = reply;
     let Answer { head, body } = answer;
     conn.out.clear();
     write_status_line(&mut conn.out, head.status);
-    for (name, value) in head.fields() {
-        h1::write_header(&mut conn.out, name, value);
-    }
+    let out = &mut conn.out;
+    crate::proxy::rules::response_fields(head.fields(), route, id, host, |name, value| {
+        h1::write_header(out, name, value)
+    });
     let mut body = match body {
         AnswerBody::Switched { io, leftover } => {
             if let Some(protocol) = &head.upgrade {
@@ -421,7 +594,10 @@ async fn write_answer(
         _ if head_request => None,
         _ => Some(framing.encoder()),
     };
-    if write_body(conn, &mut body, encoder).await.is_err() {
+    if write_body(conn, &mut body, encoder, bytes_out)
+        .await
+        .is_err()
+    {
         return Next::Close;
     }
     if keep { Next::KeepAlive } else { Next::Close }
@@ -434,6 +610,7 @@ async fn write_body(
     conn: &mut ClientConn,
     body: &mut UpstreamBody,
     encoder: Option<BodyEncoder>,
+    bytes_out: &mut u64,
 ) -> io::Result<()> {
     let Some(mut encoder) = encoder else {
         conn.io.write_all(&conn.out).await?;
@@ -441,6 +618,7 @@ async fn write_body(
     };
     // What already arrived goes out with the head, in one write.
     let first = body.next_buffered()?.unwrap_or_default();
+    *bytes_out += first.len() as u64;
     let mut ended = http_body::Body::is_end_stream(body);
     let first = encoder.encode(first)?;
     let end = if ended { encoder.finish()? } else { &[] };
@@ -476,6 +654,7 @@ async fn write_body(
                         continue;
                     }
                 };
+                *bytes_out += data.len() as u64;
                 ended = http_body::Body::is_end_stream(body);
                 let end = if ended { encoder.finish()? } else { &[] };
                 let mut all = encoder.encode(data)?.chain(end);
@@ -520,6 +699,8 @@ struct ClientBody<'a> {
     bound: std::time::Duration,
     /// The trailers of a chunked body, once read.
     trailers: Option<http::HeaderMap>,
+    /// Body bytes read so far.
+    read: u64,
 }
 
 impl<'a> ClientBody<'a> {
@@ -539,6 +720,7 @@ impl<'a> ClientBody<'a> {
             continue_pending,
             bound,
             trailers: None,
+            read: 0,
         }
     }
 
@@ -569,7 +751,10 @@ impl RequestBody for ClientBody<'_> {
         }
         loop {
             match self.decoder.decode(self.buf) {
-                Ok(Decoded::Data(data)) => return Some(Ok(data)),
+                Ok(Decoded::Data(data)) => {
+                    self.read += data.len() as u64;
+                    return Some(Ok(data));
+                }
                 Ok(Decoded::Trailers(lines)) => {
                     self.trailers = Some(crate::h1::body::trailer_map(&lines));
                     return None;

@@ -23,10 +23,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::h1::Rewind;
+use crate::access::Record;
 use crate::body::GatewayBody;
 use crate::h1::request::{BodyKind, is_host};
+use crate::proxy::forward::Trace;
 use crate::proxy::{
-    AnswerBody, BodyError, Client, ClientRequest, Fields, Proxy, ProxyError, RequestBody, forward,
+    AnswerBody, BodyError, Client, ClientRequest, Fields, Proxy, ProxyError, RequestBody,
+    RequestId, Route, forward,
 };
 use crate::shutdown::Shutdown;
 
@@ -62,10 +65,63 @@ impl Drop for Open {
     }
 }
 
-/// A response body that keeps its request counted as open until it ends.
+/// A response body that keeps its request counted as open until it ends,
+/// counts its bytes, and writes the request's access log line when it is
+/// done (or dropped).
 struct Counted {
     body: GatewayBody,
     _open: Open,
+    log: Option<Box<Logged>>,
+}
+
+/// A request's access log line, waiting for its answer's end.
+struct Logged {
+    proxy: Arc<Proxy>,
+    time: std::time::SystemTime,
+    started: tokio::time::Instant,
+    client: std::net::IpAddr,
+    method: Method,
+    host: Option<Bytes>,
+    path: Bytes,
+    status: u16,
+    bytes_in: u64,
+    bytes_out: u64,
+    route: Option<Arc<Route>>,
+    replica: Option<String>,
+    tries: u32,
+    decided_by: Option<&'static str>,
+    id: RequestId,
+    user_agent: Option<http::HeaderValue>,
+    referer: Option<http::HeaderValue>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let Some(logged) = self.log.take() else {
+            return;
+        };
+        if let Some(log) = logged.proxy.access_log() {
+            log.log(&Record {
+                time: logged.time,
+                client: logged.client,
+                method: logged.method.as_str(),
+                host: logged.host.as_deref(),
+                path: &logged.path,
+                protocol: "HTTP/2.0",
+                status: logged.status,
+                bytes_in: logged.bytes_in,
+                bytes_out: logged.bytes_out,
+                duration: logged.started.elapsed(),
+                route: logged.route.as_ref().map(|r| r.config.name.as_str()),
+                replica: logged.replica.as_deref(),
+                tries: logged.tries,
+                decided_by: logged.decided_by,
+                request_id: logged.id.as_str(),
+                user_agent: logged.user_agent.as_ref().map(|v| v.as_bytes()),
+                referer: logged.referer.as_ref().map(|v| v.as_bytes()),
+            });
+        }
+    }
 }
 
 impl http_body::Body for Counted {
@@ -76,7 +132,14 @@ impl http_body::Body for Counted {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        if let (std::task::Poll::Ready(Some(Ok(frame))), Some(logged)) = (&polled, &mut this.log)
+            && let Some(data) = frame.data_ref()
+        {
+            logged.bytes_out += data.len() as u64;
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -125,8 +188,12 @@ pub async fn serve(
             let client = Arc::clone(&client);
             let open = Open::new(&activity);
             async move {
-                let response = handle(&proxy, req, &client).await;
-                Ok::<_, Infallible>(response.map(|body| Counted { body, _open: open }))
+                let (response, log) = handle(&proxy, req, &client).await;
+                Ok::<_, Infallible>(response.map(|body| Counted {
+                    body,
+                    _open: open,
+                    log,
+                }))
             }
         })
     };
@@ -153,14 +220,85 @@ pub async fn serve(
 }
 
 /// Answers one HTTP/2 request. Never fails: every error is a response.
-async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Response<GatewayBody> {
+/// With the access log on, the request's line, to be written when the
+/// answer has gone.
+async fn handle(
+    proxy: &Arc<Proxy>,
+    req: Request<Incoming>,
+    client: &Client,
+) -> (Response<GatewayBody>, Option<Box<Logged>>) {
+    let started = tokio::time::Instant::now();
+    let time = std::time::SystemTime::now();
     let (parts, body) = req.into_parts();
+    let id = RequestId::of_request(parts.headers.get("x-request-id").map(|v| v.as_bytes()));
+    let mut logged = proxy.access_log().map(|_| {
+        Box::new(Logged {
+            proxy: Arc::clone(proxy),
+            time,
+            started,
+            client: client.ip(),
+            method: parts.method.clone(),
+            host: None,
+            path: Bytes::copy_from_slice(
+                parts
+                    .uri
+                    .path_and_query()
+                    .map_or(&b"/"[..], |pq| pq.as_str().as_bytes()),
+            ),
+            status: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            route: None,
+            replica: None,
+            tries: 0,
+            decided_by: None,
+            id,
+            user_agent: parts.headers.get(http::header::USER_AGENT).cloned(),
+            referer: parts.headers.get(http::header::REFERER).cloned(),
+        })
+    });
+    let mut trace = Trace::default();
+    let (response, route, decided_by, bytes_in) =
+        answer(proxy, &parts, body, client, &id, &mut trace, &mut logged).await;
+    if let Some(logged) = &mut logged {
+        logged.status = response.status().as_u16();
+        logged.route = route;
+        logged.replica = trace.replica.as_ref().map(|r| r.authority());
+        logged.tries = trace.tries;
+        logged.decided_by = decided_by;
+        logged.bytes_in = bytes_in;
+    }
+    (response, logged)
+}
+
+/// The answer to one HTTP/2 request; the route it took, what decided a
+/// failure, and the body bytes read.
+async fn answer(
+    proxy: &Proxy,
+    parts: &http::request::Parts,
+    body: Incoming,
+    client: &Client,
+    id: &RequestId,
+    trace: &mut Trace,
+    logged: &mut Option<Box<Logged>>,
+) -> (
+    Response<GatewayBody>,
+    Option<Arc<Route>>,
+    Option<&'static str>,
+    u64,
+) {
     let accept = parts.headers.get(ACCEPT).map(|v| v.as_bytes());
     let grpc = crate::proxy::grpc::is_call(&Fields::Map(&parts.headers));
     // What the node answers itself: trailers only to a gRPC call.
-    let refuse = |error: ProxyError| match grpc {
-        true => crate::proxy::grpc::answer(&error),
-        false => error.response(accept),
+    let refuse = |error: ProxyError| {
+        let mut response = match grpc {
+            true => crate::proxy::grpc::answer(&error),
+            false => error.response(accept, id),
+        };
+        response
+            .headers_mut()
+            .insert("x-request-id", id.header_value());
+        (response, None, Some(error.decided_by()), 0)
     };
     if parts.method == Method::CONNECT {
         return refuse(ProxyError::Connect);
@@ -169,6 +307,9 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         Some(authority) => Some(authority.as_str().as_bytes()),
         None => parts.headers.get(HOST).map(|h| h.as_bytes()),
     };
+    if let Some(logged) = logged {
+        logged.host = host.map(Bytes::copy_from_slice);
+    }
     if host.is_some_and(|h| !is_host(h)) {
         return refuse(ProxyError::BadRequest("invalid host"));
     }
@@ -208,20 +349,40 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         upgrade: None,
         body: kind,
         grpc,
+        id,
     };
     let mut body = IncomingBody {
         body: Some(body),
         bound: Some(route.config.body_timeout),
         trailers: None,
+        read: 0,
     };
     // A call the node answers itself is counted by the HTTP status its
     // failure stands for, not the 200 that carries its grpc-status.
     let mut counted = None;
-    let response = match forward(&route, &req, &mut body, client).await {
+    let mut decided_by = None;
+    let mut response = match forward(&route, &req, &mut body, client, trace).await {
         Ok(answer) => {
             let mut response = Response::new(GatewayBody::empty());
             *response.status_mut() = answer.head.status;
-            *response.headers_mut() = answer.head.header_map();
+            let headers = response.headers_mut();
+            crate::proxy::rules::response_fields(
+                answer.head.fields(),
+                &route,
+                id,
+                host,
+                |name, value| {
+                    if let (Ok(name), Ok(value)) = (
+                        http::header::HeaderName::from_bytes(name),
+                        http::HeaderValue::from_bytes(value),
+                    ) {
+                        headers.append(name, value);
+                    }
+                },
+            );
+            if let Some(n) = answer.head.content_length() {
+                headers.insert(CONTENT_LENGTH, http::HeaderValue::from(n));
+            }
             if let AnswerBody::Stream(stream) = answer.body {
                 *response.body_mut() = GatewayBody::Upstream(stream);
             }
@@ -230,15 +391,20 @@ async fn handle(proxy: &Proxy, req: Request<Incoming>, client: &Client) -> Respo
         Err(error) if grpc => {
             tracing::debug!(route = %route.config.name, %error, "call failed");
             counted = Some(error.status());
+            decided_by = Some(error.decided_by());
             crate::proxy::grpc::answer(&error)
         }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
-            error.response(accept)
+            decided_by = Some(error.decided_by());
+            error.response(accept, id)
         }
     };
-    route.metrics.count(counted.unwrap_or(response.status()));
     response
+        .headers_mut()
+        .insert("x-request-id", id.header_value());
+    route.metrics.count(counted.unwrap_or(response.status()));
+    (response, Some(route), decided_by, body.read)
 }
 
 /// The body of an HTTP/2 request, each frame awaited at most `bound`
@@ -248,6 +414,8 @@ pub struct IncomingBody {
     body: Option<Incoming>,
     bound: Option<std::time::Duration>,
     trailers: Option<http::HeaderMap>,
+    /// Body bytes read here (not those read after a detach).
+    read: u64,
 }
 
 impl IncomingBody {
@@ -271,7 +439,10 @@ impl RequestBody for IncomingBody {
             };
             match frame? {
                 Ok(frame) => match frame.into_data() {
-                    Ok(data) => return Some(Ok(data)),
+                    Ok(data) => {
+                        self.read += data.len() as u64;
+                        return Some(Ok(data));
+                    }
                     Err(frame) => {
                         if let Ok(trailers) = frame.into_trailers() {
                             self.trailers = Some(trailers);
@@ -292,6 +463,7 @@ impl RequestBody for IncomingBody {
             body: self.body.take(),
             bound: self.bound,
             trailers: self.trailers.take(),
+            read: 0,
         })
     }
 }

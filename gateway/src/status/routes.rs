@@ -27,8 +27,32 @@ pub struct RouteView {
     pub tries: usize,
     pub replicas: Vec<ReplicaView>,
     pub breaker: BreakerView,
+    /// This node's limits of the route, and what they refused.
+    pub limits: LimitsView,
     /// This node's verdict on the route, as last judged.
     pub verdict: Option<Verdict>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LimitsView {
+    /// `max_body` in bytes; `null`: none.
+    pub max_body: Option<u64>,
+    /// Requests refused with 413 on this node.
+    pub too_large: u64,
+    /// `null`: no rate limit.
+    pub rate: Option<RateView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RateView {
+    pub per_second: f64,
+    pub burst: u32,
+    /// `route` or `client`.
+    pub by: &'static str,
+    /// Requests refused with 429 on this node.
+    pub limited: u64,
+    /// Clients with a bucket now (`by = "client"`).
+    pub clients: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,6 +159,17 @@ fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
         tries: route.upstream.tries(),
         replicas,
         breaker: breaker(route),
+        limits: LimitsView {
+            max_body: config.max_body.value,
+            too_large: route.metrics.too_large.get(),
+            rate: route.rate.as_ref().map(|rate| RateView {
+                per_second: rate.settings.per_second,
+                burst: rate.settings.burst,
+                by: rate.settings.by.name(),
+                limited: route.metrics.rate_limited.get(),
+                clients: rate.clients(),
+            }),
+        },
         verdict: verdicts.iter().find(|v| v.route == config.name).cloned(),
     }
 }

@@ -1,0 +1,271 @@
+//! A route's limits on this node: its rate (a token bucket, for the route
+//! as a whole or per client address) and the size of a request body.
+//!
+//! Like the breaker, a rate limit is per node: each node refills its own
+//! buckets, and a cluster of N nodes takes up to N times the rate. The
+//! decider ([`Bucket::take`]) is pure, with the time passed in.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::request::{BodyError, RequestBody};
+use crate::config::{RateKey, RateSettings};
+
+/// A token bucket: `burst` tokens, refilled at `per_second`; a request
+/// takes one.
+#[derive(Debug, Clone, Copy)]
+pub struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// A full bucket.
+    pub fn full(settings: &RateSettings, now: Instant) -> Bucket {
+        Bucket {
+            tokens: f64::from(settings.burst),
+            at: now,
+        }
+    }
+
+    /// Takes a token at `now`; when there is none, how long until one.
+    pub fn take(&mut self, settings: &RateSettings, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * settings.per_second).min(f64::from(settings.burst));
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(Duration::from_secs_f64(
+            (1.0 - self.tokens) / settings.per_second,
+        ))
+    }
+
+    /// Whether the bucket is full again at `now`: it can be forgotten.
+    fn refilled(&self, settings: &RateSettings, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens + elapsed * settings.per_second >= f64::from(settings.burst)
+    }
+}
+
+/// Client buckets kept before the full ones are forgotten.
+const CLIENTS_KEPT: usize = 16 * 1024;
+/// Past this many clients with buckets not yet full, all are forgotten: a
+/// flood of addresses must not grow the node without bound.
+const CLIENTS_MAX: usize = 1024 * 1024;
+
+/// A route's rate limit on this node.
+#[derive(Debug)]
+pub struct RateLimit {
+    pub settings: RateSettings,
+    route: Mutex<Option<Bucket>>,
+    clients: Mutex<HashMap<IpAddr, Bucket>>,
+}
+
+impl RateLimit {
+    pub fn new(settings: RateSettings) -> RateLimit {
+        RateLimit {
+            settings,
+            route: Mutex::new(None),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Admits a request from `client` at `now`, or says how long until
+    /// one would be.
+    pub fn admit(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        let settings = &self.settings;
+        match settings.by {
+            RateKey::Route => {
+                let mut bucket = self.route.lock().unwrap_or_else(|e| e.into_inner());
+                bucket
+                    .get_or_insert_with(|| Bucket::full(settings, now))
+                    .take(settings, now)
+            }
+            RateKey::Client => {
+                let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+                if clients.len() >= CLIENTS_KEPT && !clients.contains_key(&client) {
+                    clients.retain(|_, bucket| !bucket.refilled(settings, now));
+                    if clients.len() >= CLIENTS_MAX {
+                        clients.clear();
+                    }
+                }
+                clients
+                    .entry(client)
+                    .or_insert_with(|| Bucket::full(settings, now))
+                    .take(settings, now)
+            }
+        }
+    }
+
+    /// Clients with a bucket now.
+    pub fn clients(&self) -> usize {
+        self.clients.lock().map_or(0, |c| c.len())
+    }
+}
+
+/// Whole seconds for `Retry-After`, rounded up, at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+/// A request body past the route's `max_body`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body is larger than this route takes ({max} bytes)")]
+pub struct TooLarge {
+    pub max: u64,
+}
+
+/// A request body that ends in [`TooLarge`] as soon as it passes `max`:
+/// the piece that passes it is never given on.
+pub struct Limited<'a, B> {
+    body: &'a mut B,
+    max: u64,
+    seen: u64,
+}
+
+impl<'a, B: RequestBody> Limited<'a, B> {
+    pub fn new(body: &'a mut B, max: u64) -> Limited<'a, B> {
+        Limited { body, max, seen: 0 }
+    }
+}
+
+impl<B: RequestBody> RequestBody for Limited<'_, B> {
+    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        let piece = self.body.next().await?;
+        if let Ok(data) = &piece {
+            self.seen += data.len() as u64;
+            if self.seen > self.max {
+                return Some(Err(BodyError(Box::new(TooLarge { max: self.max }))));
+            }
+        }
+        Some(piece)
+    }
+
+    fn trailers(&mut self) -> Option<http::HeaderMap> {
+        self.body.trailers()
+    }
+
+    /// Never: a body that left this task would no longer be counted.
+    fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
+        None
+    }
+
+    fn rewind(&mut self) -> bool {
+        self.seen = 0;
+        self.body.rewind()
+    }
+
+    fn kept(&self) -> bool {
+        self.body.kept()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(per_second: f64, burst: u32, by: RateKey) -> RateSettings {
+        RateSettings {
+            per_second,
+            burst,
+            by,
+        }
+    }
+
+    #[test]
+    fn a_bucket_gives_its_burst_then_refills_on_time() {
+        let s = settings(2.0, 3, RateKey::Route);
+        let t0 = Instant::now();
+        let mut bucket = Bucket::full(&s, t0);
+        for _ in 0..3 {
+            assert_eq!(bucket.take(&s, t0), Ok(()));
+        }
+        assert_eq!(bucket.take(&s, t0), Err(Duration::from_millis(500)));
+        // Half a token after 250 ms: still none, 250 ms to go.
+        let wait = bucket
+            .take(&s, t0 + Duration::from_millis(250))
+            .unwrap_err();
+        assert!((wait.as_secs_f64() - 0.25).abs() < 1e-9, "{wait:?}");
+        assert_eq!(bucket.take(&s, t0 + Duration::from_millis(500)), Ok(()));
+        assert!(bucket.take(&s, t0 + Duration::from_millis(500)).is_err());
+        // Never more than the burst, however long it rested.
+        let later = t0 + Duration::from_secs(3600);
+        for _ in 0..3 {
+            assert_eq!(bucket.take(&s, later), Ok(()));
+        }
+        assert!(bucket.take(&s, later).is_err());
+    }
+
+    #[test]
+    fn per_client_buckets_are_separate_and_the_route_bucket_is_shared() {
+        let t0 = Instant::now();
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let by_client = RateLimit::new(settings(1.0, 1, RateKey::Client));
+        assert!(by_client.admit(a, t0).is_ok());
+        assert!(by_client.admit(a, t0).is_err());
+        assert!(by_client.admit(b, t0).is_ok(), "b has its own bucket");
+        let by_route = RateLimit::new(settings(1.0, 1, RateKey::Route));
+        assert!(by_route.admit(a, t0).is_ok());
+        assert!(by_route.admit(b, t0).is_err(), "one bucket for the route");
+        assert!(by_route.admit(b, t0 + Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn full_client_buckets_are_forgotten() {
+        let t0 = Instant::now();
+        let limit = RateLimit::new(settings(1000.0, 1, RateKey::Client));
+        for i in 0..CLIENTS_KEPT as u32 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(i));
+            assert!(limit.admit(ip, t0).is_ok());
+        }
+        assert_eq!(limit.clients(), CLIENTS_KEPT);
+        // A second later every bucket is full again: the next new client
+        // finds them forgotten.
+        let later = t0 + Duration::from_secs(1);
+        assert!(limit.admit("192.0.2.1".parse().unwrap(), later).is_ok());
+        assert_eq!(limit.clients(), 1);
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+    }
+
+    struct Pieces(std::collections::VecDeque<Bytes>);
+
+    impl RequestBody for Pieces {
+        async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+            self.0.pop_front().map(Ok)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_piece_that_passes_the_limit_is_never_given() {
+        let mut inner = Pieces(
+            [&b"aaaa"[..], b"bbbb", b"cc"]
+                .map(Bytes::from_static)
+                .into(),
+        );
+        let mut body = Limited::new(&mut inner, 9);
+        assert_eq!(&body.next().await.unwrap().unwrap()[..], b"aaaa");
+        assert_eq!(&body.next().await.unwrap().unwrap()[..], b"bbbb");
+        let error = body.next().await.unwrap().unwrap_err();
+        assert!(error.0.downcast_ref::<TooLarge>().is_some(), "{error}");
+        let mut exact = Pieces([&b"aaaa"[..], b"bbbb"].map(Bytes::from_static).into());
+        let mut body = Limited::new(&mut exact, 8);
+        assert!(body.next().await.unwrap().is_ok());
+        assert!(body.next().await.unwrap().is_ok());
+        assert!(body.next().await.is_none());
+    }
+}

@@ -1,0 +1,227 @@
+//! Header rules an operator sets (`request_headers`, `response_headers`),
+//! the request ID, and the pass over an upstream's response head that
+//! applies them.
+//!
+//! A rule can never name a header the node writes itself: the framing,
+//! the hop-by-hop headers, `Host`, the `X-Forwarded-*` and `X-Request-Id`
+//! ([`is_reserved`]); the configuration refuses such a rule with its line.
+//! So a rule cannot reopen a smuggling path, nor lie about the client.
+//!
+//! ## Request IDs
+//! A client's `X-Request-Id` is kept when it is 1 to [`MAX_ID`] visible
+//! characters from a safe set ([`RequestId::from_client`]); otherwise the
+//! node makes one (32 hex digits, 128 random bits). The ID goes upstream,
+//! back to the client (replacing any the replica sent), into the access
+//! log and onto the node's own pages. `traceparent` and `tracestate` are
+//! end-to-end headers and cross untouched.
+
+use crate::config::HeaderRules;
+
+/// Headers the node writes itself; no rule sets or removes them.
+const RESERVED: [&str; 16] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-request-id",
+];
+
+/// Whether a header is the node's own, which no rule may touch.
+pub fn is_reserved(name: &http::header::HeaderName) -> bool {
+    RESERVED.contains(&name.as_str())
+}
+
+/// Whether a rule set removes or replaces a header of this name.
+pub fn overridden(rules: &HeaderRules, name: &[u8]) -> bool {
+    rules
+        .remove
+        .iter()
+        .any(|n| n.as_str().as_bytes().eq_ignore_ascii_case(name))
+        || rules
+            .set
+            .iter()
+            .any(|(n, _)| n.as_str().as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The longest request ID kept from a client.
+pub const MAX_ID: usize = 128;
+
+/// A request's ID, held inline: no allocation per request.
+#[derive(Clone, Copy)]
+pub struct RequestId {
+    bytes: [u8; MAX_ID],
+    len: u8,
+}
+
+impl std::fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl RequestId {
+    /// The client's `X-Request-Id` when it is one to keep: 1 to
+    /// [`MAX_ID`] letters, digits or `-_.:+/=@`.
+    pub fn from_client(value: &[u8]) -> Option<RequestId> {
+        let valid = !value.is_empty()
+            && value.len() <= MAX_ID
+            && value
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:+/=@".contains(b));
+        valid.then(|| {
+            let mut bytes = [0; MAX_ID];
+            bytes[..value.len()].copy_from_slice(value);
+            RequestId {
+                bytes,
+                len: value.len() as u8,
+            }
+        })
+    }
+
+    /// A new ID: 128 random bits as 32 lower-case hex digits.
+    pub fn generate() -> RequestId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut n = fastrand::u128(..);
+        let mut bytes = [0; MAX_ID];
+        for b in bytes[..32].iter_mut() {
+            *b = HEX[(n & 0xf) as usize];
+            n >>= 4;
+        }
+        RequestId { bytes, len: 32 }
+    }
+
+    /// The client's ID if valid, else a new one.
+    pub fn of_request(value: Option<&[u8]>) -> RequestId {
+        value
+            .and_then(RequestId::from_client)
+            .unwrap_or_else(RequestId::generate)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever stored.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("-")
+    }
+
+    pub fn header_value(&self) -> http::header::HeaderValue {
+        http::header::HeaderValue::from_bytes(self.as_bytes())
+            .unwrap_or(http::header::HeaderValue::from_static("-"))
+    }
+}
+
+/// What the client gets of an upstream's response head besides its
+/// status: calls `emit` with each header the replica sent that neither the
+/// route's rules nor the request ID replace (`Location` and
+/// `Content-Location` moved back under the route's prefix), then with the
+/// rules' own headers and the request ID.
+pub fn response_fields<'a>(
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    route: &super::Route,
+    request_id: &RequestId,
+    host: Option<&[u8]>,
+    mut emit: impl FnMut(&[u8], &[u8]),
+) {
+    let rules = &route.config.response_headers;
+    let plain = rules.is_empty() && route.rewrite.is_none();
+    for (name, value) in fields {
+        if name.eq_ignore_ascii_case(b"x-request-id") {
+            continue;
+        }
+        if plain {
+            emit(name, value);
+            continue;
+        }
+        if overridden(rules, name) {
+            continue;
+        }
+        let moved = route.rewrite.as_ref().filter(|_| {
+            name.eq_ignore_ascii_case(b"location") || name.eq_ignore_ascii_case(b"content-location")
+        });
+        match moved.and_then(|rewrite| rewrite.location_back(value, host)) {
+            Some(location) => emit(name, &location),
+            None => emit(name, value),
+        }
+    }
+    for (name, value) in &rules.set {
+        emit(name.as_str().as_bytes(), value.as_bytes());
+    }
+    emit(b"x-request-id", request_id.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_id_is_kept_only_when_safe() {
+        for kept in [
+            &b"abc"[..],
+            b"0f8fad5b-d9cb-469f-a165-70867728950e",
+            b"req:1/2+3=4@x_y.z",
+            &[b'a'; MAX_ID],
+        ] {
+            let id = RequestId::of_request(Some(kept));
+            assert_eq!(id.as_bytes(), kept);
+        }
+        for refused in [
+            &b""[..],
+            b"a b",
+            b"a\"b",
+            b"<script>",
+            b"a\xffb",
+            b"a,b",
+            &[b'a'; MAX_ID + 1],
+        ] {
+            let id = RequestId::of_request(Some(refused));
+            assert_ne!(id.as_bytes(), refused);
+            assert_eq!(id.as_bytes().len(), 32);
+        }
+    }
+
+    #[test]
+    fn generated_ids_are_hex_and_differ() {
+        let a = RequestId::generate();
+        let b = RequestId::generate();
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a.as_bytes().iter().all(u8::is_ascii_hexdigit));
+        assert_ne!(a.as_str(), b.as_str());
+        assert!(a.header_value().to_str().is_ok());
+    }
+
+    #[test]
+    fn the_nodes_own_headers_are_reserved() {
+        for name in [
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "host",
+            "x-forwarded-for",
+            "x-request-id",
+            "upgrade",
+        ] {
+            assert!(is_reserved(&http::header::HeaderName::from_static(name)));
+        }
+        for name in [
+            "x-frame-options",
+            "cache-control",
+            "server",
+            "authorization",
+        ] {
+            assert!(!is_reserved(&http::header::HeaderName::from_static(name)));
+        }
+    }
+}
