@@ -399,8 +399,10 @@ impl Node {
     /// keep their replica health and pooled connections; requests in
     /// flight finish on the routes they started with. The connect checks
     /// take the new period from their next round, and the cluster keys are
-    /// read again. Logs one line, naming what needs a restart.
-    pub fn apply(&self, config: Config) -> ReloadPlan {
+    /// read again. The node's flag and environment overrides win over it,
+    /// as at start. Logs one line, naming what needs a restart.
+    pub fn apply(&self, mut config: Config) -> ReloadPlan {
+        config.apply(&self.options.overrides);
         let mut current = self.lock();
         let plan = config::diff(&self.running(&current), &config);
         let table = build_table(&config.routes, Some(&self.proxy.table()), &self.ctx);

@@ -52,6 +52,11 @@ fn every_configuration_field_is_in_the_reference_under_its_section() {
             "runtime" => "## `[runtime]`",
             "runtime.breaker" => "### `[runtime.breaker]`",
             "route.tls" => "### A route's `tls`",
+            "global.request_headers"
+            | "global.response_headers"
+            | "route.request_headers"
+            | "route.response_headers" => "### Header rules",
+            "route.rate" => "### Limits",
             "route" => "## `[[route]]`",
             "certificate" => "## `[[certificate]]`",
             other => panic!("a table the reference has no section for: {other}"),
