@@ -203,9 +203,9 @@ impl Record<'_> {
         out.extend_from_slice(self.route.unwrap_or("-").as_bytes());
         out.extend_from_slice(b" replica=");
         out.extend_from_slice(self.replica.unwrap_or("-").as_bytes());
-        let _ = write!(
+        let _ = writeln!(
             out,
-            " tries={} decided_by={} request_id={} duration_ms={:.3}\n",
+            " tries={} decided_by={} request_id={} duration_ms={:.3}",
             self.tries,
             self.decided_by.unwrap_or("-"),
             self.request_id,

@@ -39,7 +39,7 @@ column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
 start_pinned() {
   taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
   taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
-  PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
+  PICKET_LOG=warn PICKET_ACCESS_LOG=${PICKET_ACCESS_LOG:-off} taskset -c 0 "$picket" run --config "$work/picket.toml" &
   sleep 1
   nginx_worker=$(pgrep -P "$(cat "$work/proxy.pid")" | head -1)
   picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)

@@ -36,7 +36,7 @@ replicas = ["127.0.0.1:$upstream_port"]
 TOML
 
 taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
-PICKET_LOG=warn taskset -c 0 "$picket" run --config "$work/picket.toml" &
+PICKET_LOG=warn PICKET_ACCESS_LOG=off taskset -c 0 "$picket" run --config "$work/picket.toml" &
 sleep 1
 picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
 taskset -c 1 wrk -t1 -c64 -d"$((seconds + 2))s" "http://127.0.0.1:$picket_port/" > "$work/wrk.out" &

@@ -5,6 +5,11 @@
 # and the ratios of the medians.
 #
 #   bash tests/bench/proxy.sh [rounds] [seconds]
+#   ACCESS_LOG=1 bash tests/bench/proxy.sh [rounds] [seconds]
+#
+# With ACCESS_LOG=1 both proxies write an access log line per request to a
+# file: nginx its default (combined, unbuffered), Picket its default (JSON
+# lines); the lines written and dropped are reported at the end.
 #
 # Pinning: the proxy under test on CPU 0; the upstream (nginx, one worker,
 # a 100-byte body) and wrk (-t1 -c64, keep-alive) on CPU 1.
@@ -31,6 +36,12 @@ upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104
 
 upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 
+nginx_log="access_log off;"
+if [ "${ACCESS_LOG:-0}" = 1 ]; then
+  nginx_log="access_log $work/nginx-access.log;"
+  export PICKET_ACCESS_LOG="$work/picket-access.log"
+fi
+
 cat > "$work/proxy.conf" <<NGINX
 worker_processes 1;
 daemon off;
@@ -38,7 +49,7 @@ pid $work/proxy.pid;
 error_log $work/proxy.err warn;
 events { worker_connections 4096; }
 http {
-  access_log off;
+  $nginx_log
   keepalive_requests 1000000;
   upstream backend {
     server 127.0.0.1:$upstream_port;
@@ -132,3 +143,7 @@ echo
 awk -v a="$p_rps" -v b="$n_rps" -v d="$d_rps" -v pp="$p_p99" -v np="$n_p99" -v pc="$p_cpu" -v nc="$n_cpu" 'BEGIN {
   printf "picket/nginx requests/s: %.2f×; picket/direct: %.2f×; nginx/direct: %.2f×\n", a / b, a / d, b / d
   printf "picket/nginx p99: %.2f×; CPU per request: picket %.2f µs, nginx %.2f µs (%.2f×)\n", pp / np, pc, nc, pc / nc }'
+if [ "${ACCESS_LOG:-0}" = 1 ]; then
+  dropped=$(curl -sf "http://127.0.0.1:$picket_admin/metrics" | awk '/^picket_access_log_dropped_lines_total/ { print $2 }')
+  echo "access log lines: nginx $(wc -l < "$work/nginx-access.log"), picket $(wc -l < "$work/picket-access.log") (dropped: ${dropped:-0})"
+fi

@@ -34,7 +34,7 @@ done
     echo "replicas = [\"127.0.0.1:1841$((i % 4))\"]"
   done
 } > "$work/picket.toml"
-PICKET_LOG=warn "$picket" run --config "$work/picket.toml" &
+PICKET_LOG=warn PICKET_ACCESS_LOG=off "$picket" run --config "$work/picket.toml" &
 sleep 1
 pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
 echo "after start: $(grep VmRSS /proc/$pid/status)"

@@ -670,10 +670,12 @@ async fn every_field_takes_effect_on_reload_or_is_named_as_needing_a_restart() {
         // field: a change to a key is a change to it.
         let differ: BTreeSet<String> = differ
             .into_iter()
-            .map(|p| match MAPS.iter().find(|m| p.starts_with(&format!("{m}."))) {
-                Some(map) => map.to_string(),
-                None => p,
-            })
+            .map(
+                |p| match MAPS.iter().find(|m| p.starts_with(&format!("{m}."))) {
+                    Some(map) => map.to_string(),
+                    None => p,
+                },
+            )
             .collect();
         assert_eq!(
             differ,
