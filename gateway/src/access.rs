@@ -2,12 +2,14 @@
 //! state-change log (which goes to stderr).
 //!
 //! ## Never in the way
-//! A request's line is formatted on the request's own thread and handed to
-//! a bounded queue with `try_send`: when the queue is full (a disk that
-//! stalls, a stdout nobody reads), the line is dropped and counted
+//! A request's line is formatted on the request's own thread and appended
+//! to a batch; a full batch ([`BATCH`] bytes) is handed to a bounded queue
+//! with `try_send`. When the queue is full (a disk that stalls, a stdout
+//! nobody reads), the batch is dropped and its lines counted
 //! (`picket_access_log_dropped_lines`), never waited for. One thread of
-//! its own writes the queue out, in batches: a blocking write never holds
-//! a worker of the proxy.
+//! its own writes the queue out, and what has gathered every [`FLUSH`]: a
+//! blocking write never holds a worker of the proxy, and a busy node makes
+//! one write per batch, not one per request (nor a thread wake-up).
 //!
 //! ## Rotation
 //! A file is appended to, and opened again on SIGUSR1 (as nginx does on
@@ -31,8 +33,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::config::{AccessLogFormat, AccessLogTarget};
 use crate::metrics::AccessLogMetrics;
 
-/// Lines the queue holds before it drops.
-pub const QUEUE: usize = 16 * 1024;
+/// Bytes of lines gathered before they are handed to the writer.
+pub const BATCH: usize = 64 * 1024;
+/// Batches the queue holds before it drops: 4 MiB of lines.
+pub const QUEUE: usize = 64;
+/// The longest a line waits in a batch that is not full.
+pub const FLUSH: Duration = Duration::from_millis(200);
 
 /// One request as the access log tells it.
 #[derive(Debug)]
@@ -141,6 +147,16 @@ fn unix_parts(time: SystemTime) -> (i64, u32) {
     }
 }
 
+/// A duration in milliseconds with three decimals, in integers.
+struct Millis(Duration);
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let micros = self.0.as_micros();
+        write!(f, "{}.{:03}", micros / 1000, micros % 1000)
+    }
+}
+
 const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];
@@ -155,7 +171,7 @@ impl Record<'_> {
             "{{\"time\":\"{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{millis:03}Z\""
         );
         json_string(out, "request_id", Some(self.request_id.as_bytes()));
-        json_string(out, "client", Some(self.client.to_string().as_bytes()));
+        let _ = write!(out, ",\"client\":\"{}\"", self.client);
         json_string(out, "method", Some(self.method.as_bytes()));
         json_string(out, "host", self.host);
         json_string(out, "path", Some(self.path));
@@ -163,11 +179,7 @@ impl Record<'_> {
         json_number(out, "status", self.status);
         json_number(out, "bytes_in", self.bytes_in);
         json_number(out, "bytes_out", self.bytes_out);
-        json_number(
-            out,
-            "duration_ms",
-            format_args!("{:.3}", self.duration.as_secs_f64() * 1000.0),
-        );
+        json_number(out, "duration_ms", Millis(self.duration));
         json_string(out, "route", self.route.map(str::as_bytes));
         json_string(out, "replica", self.replica.map(str::as_bytes));
         json_number(out, "tries", self.tries);
@@ -205,11 +217,11 @@ impl Record<'_> {
         out.extend_from_slice(self.replica.unwrap_or("-").as_bytes());
         let _ = writeln!(
             out,
-            " tries={} decided_by={} request_id={} duration_ms={:.3}",
+            " tries={} decided_by={} request_id={} duration_ms={}",
             self.tries,
             self.decided_by.unwrap_or("-"),
             self.request_id,
-            self.duration.as_secs_f64() * 1000.0
+            Millis(self.duration)
         );
     }
 }
@@ -256,12 +268,40 @@ fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Lines gathered, not yet handed to the writer.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    lines: u64,
+}
+
+enum Message {
+    Batch(Batch),
+    /// Write everything, then say so.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// The batch being gathered, and the queue to the writer: a batch is
+/// handed over under the lock, so that the writer, taking the queue and
+/// then the batch under it, writes lines in order.
+struct Gathering {
+    batch: Batch,
+    queue: SyncSender<Message>,
+}
+
+thread_local! {
+    /// Where a line is formatted, outside the lock.
+    static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The access log of a node.
 pub struct AccessLog {
-    queue: SyncSender<Vec<u8>>,
+    gathering: Arc<std::sync::Mutex<Gathering>>,
     format: AccessLogFormat,
     reopen: Arc<AtomicBool>,
     metrics: AccessLogMetrics,
+    /// Bytes that make a batch full.
+    batch: usize,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -293,17 +333,19 @@ impl AccessLog {
                 path: path.clone(),
             },
         };
-        Self::with_sink(sink, format, metrics, QUEUE).map(Some)
+        Self::with_sink(sink, format, metrics, QUEUE, BATCH).map(Some)
     }
 
-    /// A log into any writer, with a queue of `queue` lines (tests).
+    /// A log into any writer, with a queue of `queue` batches of `batch`
+    /// bytes (tests).
     pub fn to_writer(
         writer: Box<dyn Write + Send>,
         format: AccessLogFormat,
         metrics: AccessLogMetrics,
         queue: usize,
+        batch: usize,
     ) -> std::io::Result<Arc<AccessLog>> {
-        Self::with_sink(Sink::Writer(writer), format, metrics, queue)
+        Self::with_sink(Sink::Writer(writer), format, metrics, queue, batch)
     }
 
     fn with_sink(
@@ -311,12 +353,18 @@ impl AccessLog {
         format: AccessLogFormat,
         metrics: AccessLogMetrics,
         queue: usize,
+        batch: usize,
     ) -> std::io::Result<Arc<AccessLog>> {
         let (tx, rx) = std::sync::mpsc::sync_channel(queue);
         let reopen = Arc::new(AtomicBool::new(false));
+        let gathering = Arc::new(std::sync::Mutex::new(Gathering {
+            batch: Batch::default(),
+            queue: tx,
+        }));
         let writer = Writer {
             sink,
             queue: rx,
+            gathering: Arc::clone(&gathering),
             reopen: Arc::clone(&reopen),
             metrics: metrics.clone(),
             failing: false,
@@ -325,26 +373,73 @@ impl AccessLog {
             .name("picket-access-log".into())
             .spawn(move || writer.run())?;
         Ok(Arc::new(AccessLog {
-            queue: tx,
+            gathering,
             format,
             reopen,
             metrics,
+            batch,
         }))
     }
 
-    /// Logs a request; never waits.
+    /// Logs a request; never waits for the writer.
     pub fn log(&self, record: &Record<'_>) {
-        let mut line = Vec::with_capacity(320);
-        match self.format {
-            AccessLogFormat::Json => record.write_json(&mut line),
-            AccessLogFormat::Combined => record.write_combined(&mut line),
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            match self.format {
+                AccessLogFormat::Json => record.write_json(line),
+                AccessLogFormat::Combined => record.write_combined(line),
+            }
+            let mut gathering = self.lock();
+            gathering.batch.bytes.extend_from_slice(line);
+            gathering.batch.lines += 1;
+            if gathering.batch.bytes.len() >= self.batch {
+                let full = std::mem::take(&mut gathering.batch);
+                self.hand(&gathering.queue, full);
+            }
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gathering> {
+        self.gathering.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands a full batch to the writer, or drops it when the queue is
+    /// full.
+    fn hand(&self, queue: &SyncSender<Message>, batch: Batch) {
+        let lines = batch.lines;
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            queue.try_send(Message::Batch(batch))
+        {
+            self.metrics.dropped.inc_by(lines);
         }
-        match self.queue.try_send(line) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.metrics.dropped.inc();
+    }
+
+    /// Writes out every line logged so far, waiting at most `within`
+    /// (at shutdown): a full queue is waited for, a stuck writer is not.
+    pub fn flush(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let batch = std::mem::take(&mut self.lock().batch);
+        let lines = batch.lines;
+        let (done, wait) = std::sync::mpsc::channel();
+        for mut message in [Message::Batch(batch), Message::Flush(done)] {
+            loop {
+                let sent = self.lock().queue.try_send(message);
+                match sent {
+                    Ok(()) => break,
+                    Err(TrySendError::Full(back)) if tokio::time::Instant::now() < deadline => {
+                        message = back;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) => {
+                        if let Message::Batch(_) = back {
+                            self.metrics.dropped.inc_by(lines);
+                        }
+                        return;
+                    }
+                }
             }
         }
+        let _ = wait.recv_timeout(deadline.saturating_duration_since(tokio::time::Instant::now()));
     }
 
     /// Asks for the file to be opened again (SIGUSR1); within a second.
@@ -356,7 +451,8 @@ impl AccessLog {
 /// The writer thread.
 struct Writer {
     sink: Sink,
-    queue: Receiver<Vec<u8>>,
+    queue: Receiver<Message>,
+    gathering: Arc<std::sync::Mutex<Gathering>>,
     reopen: Arc<AtomicBool>,
     metrics: AccessLogMetrics,
     /// The last write failed: logged once until one succeeds.
@@ -365,7 +461,6 @@ struct Writer {
 
 impl Writer {
     fn run(mut self) {
-        let mut batch = Vec::with_capacity(64 * 1024);
         loop {
             if self.reopen.swap(false, Ordering::AcqRel) {
                 match self.sink.reopen() {
@@ -376,38 +471,56 @@ impl Writer {
                     }
                 }
             }
-            let first = match self.queue.recv_timeout(Duration::from_secs(1)) {
-                Ok(line) => line,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            batch.clear();
-            batch.extend_from_slice(&first);
-            let mut lines = 1;
-            while batch.len() < 256 * 1024 {
-                match self.queue.try_recv() {
-                    Ok(line) => {
-                        batch.extend_from_slice(&line);
-                        lines += 1;
+            match self.queue.recv_timeout(FLUSH) {
+                Ok(Message::Batch(batch)) => self.write(&batch),
+                Ok(Message::Flush(done)) => {
+                    let _ = done.send(());
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // What gathered meanwhile: the batches queued first,
+                    // then the one not yet full, taken together under the
+                    // lock so that lines stay in order.
+                    let (queued, batch) = {
+                        let mut gathering =
+                            self.gathering.lock().unwrap_or_else(|e| e.into_inner());
+                        let queued: Vec<Message> = self.queue.try_iter().collect();
+                        (queued, std::mem::take(&mut gathering.batch))
+                    };
+                    for message in queued {
+                        match message {
+                            Message::Batch(batch) => self.write(&batch),
+                            Message::Flush(done) => {
+                                let _ = done.send(());
+                            }
+                        }
                     }
-                    Err(_) => break,
+                    if batch.lines > 0 {
+                        self.write(&batch);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn write(&mut self, batch: &Batch) {
+        if batch.lines == 0 {
+            return;
+        }
+        match self.sink.write_all(&batch.bytes) {
+            Ok(()) => {
+                self.metrics.written.inc_by(batch.lines);
+                if self.failing {
+                    self.failing = false;
+                    tracing::info!("access log writes again");
                 }
             }
-            match self.sink.write_all(&batch) {
-                Ok(()) => {
-                    self.metrics.written.inc_by(lines);
-                    if self.failing {
-                        self.failing = false;
-                        tracing::info!("access log writes again");
-                    }
-                }
-                Err(error) => {
-                    self.metrics.failed.inc();
-                    self.metrics.dropped.inc_by(lines);
-                    if !self.failing {
-                        self.failing = true;
-                        tracing::warn!(%error, "cannot write the access log; its lines are dropped until it can");
-                    }
+            Err(error) => {
+                self.metrics.failed.inc();
+                self.metrics.dropped.inc_by(batch.lines);
+                if !self.failing {
+                    self.failing = true;
+                    tracing::warn!(%error, "cannot write the access log; its lines are dropped until it can");
                 }
             }
         }
@@ -509,8 +622,14 @@ mod tests {
             entered: entered_tx,
             go: go_rx,
         };
-        let log = AccessLog::to_writer(Box::new(stuck), AccessLogFormat::Json, metrics.clone(), 4)
-            .unwrap();
+        let log = AccessLog::to_writer(
+            Box::new(stuck),
+            AccessLogFormat::Json,
+            metrics.clone(),
+            4,
+            1,
+        )
+        .unwrap();
         log.log(&record(b"/first", None));
         entered
             .recv_timeout(Duration::from_secs(5))
@@ -535,5 +654,47 @@ mod tests {
         let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 5);
         assert!(text.lines().next().unwrap().contains("\"path\":\"/first\""));
+    }
+
+    #[test]
+    fn lines_gather_into_batches_and_flush_writes_them_in_order() {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let metrics = AccessLogMetrics::default();
+        let log = AccessLog::to_writer(
+            Box::new(Shared(Arc::clone(&written))),
+            AccessLogFormat::Json,
+            metrics.clone(),
+            64,
+            1024,
+        )
+        .unwrap();
+        let paths: Vec<String> = (0..50).map(|i| format!("/{i}")).collect();
+        for path in &paths {
+            log.log(&record(path.as_bytes(), None));
+        }
+        log.flush(Duration::from_secs(5));
+        assert_eq!(metrics.written.get(), 50);
+        assert_eq!(metrics.dropped.get(), 0);
+        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        let seen: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(seen, paths, "every line, in order");
     }
 }

@@ -637,6 +637,11 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         .await
         .map_err(io::Error::other)?
         .map_err(|_| io::Error::other("the admin thread panicked"))?;
+    // The last lines of the access log, before the process ends (a
+    // second at most: its writer never holds the node).
+    if let Some(log) = node.proxy.access_log() {
+        log.flush(Duration::from_secs(1));
+    }
     tracing::info!("node stopped");
     Ok(())
 }

@@ -763,3 +763,138 @@ async fn sigusr1_reopens_the_access_log_for_rotation() {
             .contains("\"before\"")
     );
 }
+
+#[test]
+fn picket_check_names_the_line_of_each_bad_day_two_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    let cases = [
+        (
+            "[node]\naccess_log_format = \"xml\"\n",
+            2,
+            "access_log_format",
+        ),
+        (
+            "[node]\naccess_log = \"no/such/dir/a.log\"\n",
+            2,
+            "its directory does not exist",
+        ),
+        ("[global]\nmax_body = \"ten megs\"\n", 2, "max_body"),
+        ("[global]\nmax_body = 0\n", 2, "max_body"),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nstrip_prefix = true\n",
+            4,
+            "strip_prefix needs",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nadd_prefix = \"v2/\"\n",
+            4,
+            "add_prefix",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nadd_prefix = \"/a/../b\"\n",
+            4,
+            "add_prefix",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrate = { per_second = 0 }\n",
+            4,
+            "per_second",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrate = { burst = 3 }\n",
+            4,
+            "needs per_second",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrate = { per_second = 1, burst = 0 }\n",
+            4,
+            "burst",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrate = { per_second = 1, by = \"ip\" }\n",
+            4,
+            "rate.by",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrequest_headers = { set = { \"bad name\" = \"1\" } }\n",
+            4,
+            "not a header name",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrequest_headers = { set = { \"x-a\" = \"1\" }, remove = [\"X-A\"] }\n",
+            4,
+            "both set and removed",
+        ),
+    ];
+    for (text, line, says) in cases {
+        std::fs::write(&file, text).unwrap();
+        let output = std::process::Command::new(picket_tests::binaries::picket())
+            .arg("check")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{text}");
+        assert!(
+            stderr.contains(&format!("bad.toml:{line}:")) && stderr.contains(says),
+            "{text}: {stderr}"
+        );
+    }
+    std::fs::write(
+        &file,
+        "[[route]]\nname = \"r\"\npath_prefix = \"/api\"\nreplicas = [\"127.0.0.1:9\"]\n\
+         strip_prefix = true\nadd_prefix = \"/v2\"\nmax_body = \"10MiB\"\n\
+         rate = { per_second = 0.5, by = \"client\" }\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(picket_tests::binaries::picket())
+        .arg("check")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    for shown in [
+        "strip_prefix = true",
+        "add_prefix = \"/v2\"",
+        "max_body = 10485760",
+        "rate = { per_second = 0.5, burst = 1, by = \"client\" }",
+        "access_log = \"stdout\"",
+    ] {
+        assert!(stdout.contains(shown), "{shown} in {stdout}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_limits_answer_413_and_429() {
+    let (addr, seen) = replica(ok("x")).await;
+    let node = TestNode::start(&route(
+        "r",
+        "/",
+        &[addr],
+        "max_body = 10\nrate = { per_second = 0.1, burst = 2 }\n",
+    ));
+    let tcp = tokio::net::TcpStream::connect(node.proxy).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let post = |body: &'static [u8]| {
+        let mut req = Request::new(Full::new(Bytes::from_static(body)));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = "http://h2.test/up".parse().unwrap();
+        req
+    };
+    let large = sender.send_request(post(&[b'a'; 11])).await.unwrap();
+    assert_eq!(large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let small = sender.send_request(post(b"0123456789")).await.unwrap();
+    assert_eq!(small.status(), StatusCode::OK);
+    let limited = sender.send_request(post(b"x")).await.unwrap();
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(limited.headers()["retry-after"], "10");
+    assert!(limited.headers().contains_key("x-request-id"));
+    assert_eq!(seen.lock().unwrap().len(), 1, "only the small body went up");
+    node.stop().await;
+}
