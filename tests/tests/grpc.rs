@@ -302,3 +302,41 @@ async fn a_stream_that_has_started_is_never_cut_by_a_bound() {
     }
     node.stop().await;
 }
+
+#[tokio::test]
+async fn max_body_holds_for_every_kind_of_call_and_never_stalls_a_stream() {
+    let Some(python) = python() else { return };
+    let server = GrpcServer::start(&python, "s", &[]);
+    let node = TestNode::start(&route(
+        "grpc",
+        "/",
+        &[server.addr],
+        "protocol = \"h2c\"\nmax_body = 200\n",
+    ));
+    let long = "x".repeat(60);
+    let results = calls(
+        &python,
+        node.proxy,
+        json!([
+            // Within the limit: a bidirectional stream is not held until
+            // its requests end (it would never end).
+            {"kind": "Bidi", "requests": ["1", "2", "3"], "timeout": 10},
+            // Past it in one message: refused as the node's own answer.
+            {"kind": "Unary", "request": "y".repeat(300)},
+            // Past it over a stream that has started: the rest is not
+            // forwarded and the call fails.
+            {"kind": "Bidi", "requests": [long, long, long, long, long], "timeout": 10},
+        ]),
+    )
+    .await;
+    assert_eq!(code(&results[0]), OK, "{}", results[0]);
+    assert_eq!(answers(&results[0]), ["s:1", "s:2", "s:3"]);
+    assert_eq!(code(&results[1]), 8, "RESOURCE_EXHAUSTED: {}", results[1]);
+    assert_ne!(code(&results[2]), OK, "{}", results[2]);
+    assert!(
+        answers(&results[2]).len() < 5,
+        "the stream ended before its last message: {}",
+        results[2]
+    );
+    node.stop().await;
+}

@@ -152,9 +152,11 @@ impl<B: RequestBody> RequestBody for Limited<'_, B> {
         self.body.trailers()
     }
 
-    /// Never: a body that left this task would no longer be counted.
+    /// The rest of the body keeps the limit: what it may still give.
     fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
-        None
+        let mut rest = self.body.detach()?;
+        rest.limit(self.max.saturating_sub(self.seen), self.max);
+        Some(rest)
     }
 
     fn rewind(&mut self) -> bool {

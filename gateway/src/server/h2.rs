@@ -356,6 +356,8 @@ async fn answer(
         bound: Some(route.config.body_timeout),
         trailers: None,
         read: 0,
+        max: None,
+        route_max: 0,
     };
     // A call the node answers itself is counted by the HTTP status its
     // failure stands for, not the 200 that carries its grpc-status.
@@ -416,6 +418,10 @@ pub struct IncomingBody {
     trailers: Option<http::HeaderMap>,
     /// Body bytes read here (not those read after a detach).
     read: u64,
+    /// The most bytes it may still give (`max_body`, once detached).
+    max: Option<u64>,
+    /// The route's `max_body`, for the error.
+    route_max: u64,
 }
 
 impl IncomingBody {
@@ -423,6 +429,14 @@ impl IncomingBody {
     /// started, and a stream that has started is never cut by a bound.
     pub fn unbound(&mut self) {
         self.bound = None;
+    }
+
+    /// The body ends in [`crate::proxy::limits::TooLarge`] past `max`
+    /// more bytes: a detached body keeps its route's `max_body`.
+    pub fn limit(&mut self, max: u64, route_max: u64) {
+        self.read = 0;
+        self.max = Some(max);
+        self.route_max = route_max;
     }
 }
 
@@ -441,6 +455,12 @@ impl RequestBody for IncomingBody {
                 Ok(frame) => match frame.into_data() {
                     Ok(data) => {
                         self.read += data.len() as u64;
+                        if self.max.is_some_and(|max| self.read > max) {
+                            let max = self.route_max;
+                            return Some(Err(BodyError(Box::new(
+                                crate::proxy::limits::TooLarge { max },
+                            ))));
+                        }
                         return Some(Ok(data));
                     }
                     Err(frame) => {
@@ -464,6 +484,8 @@ impl RequestBody for IncomingBody {
             bound: self.bound,
             trailers: self.trailers.take(),
             read: 0,
+            max: None,
+            route_max: 0,
         })
     }
 }
