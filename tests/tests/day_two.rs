@@ -363,14 +363,20 @@ async fn lines_with(log: &Path, id: &str) -> serde_json::Value {
     found().unwrap()
 }
 
-/// An HTTP/2 (h2c) request to the node.
-async fn h2_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response<Bytes> {
+/// An HTTP/2 (prior knowledge) connection to the node.
+async fn h2_sender(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) =
+    let (sender, connection) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
             .unwrap();
     tokio::spawn(connection);
+    sender
+}
+
+/// An HTTP/2 (h2c) request to the node.
+async fn h2_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response<Bytes> {
+    let mut sender = h2_sender(addr).await;
     let mut req = Request::new(Full::new(Bytes::new()));
     *req.uri_mut() = format!("http://h2.test{path}").parse().unwrap();
     for (name, value) in headers {
@@ -875,12 +881,7 @@ async fn over_http2_limits_answer_413_and_429() {
         &[addr],
         "max_body = 10\nrate = { per_second = 0.1, burst = 2 }\n",
     ));
-    let tcp = tokio::net::TcpStream::connect(node.proxy).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let mut sender = h2_sender(node.proxy).await;
     let post = |body: &'static [u8]| {
         let mut req = Request::new(Full::new(Bytes::from_static(body)));
         *req.method_mut() = Method::POST;
