@@ -132,8 +132,9 @@ enum Command {
         /// Where node 1's status API listens; nodes 2 and 3 take the next ports.
         #[arg(long, env = "PICKET_ADMIN", default_value = "127.0.0.1:9900")]
         admin: SocketAddr,
-        /// Where node 1's gossip listens; nodes 2 and 3 take the next ports.
-        #[arg(long, default_value = "127.0.0.1:7946")]
+        /// Where node 1's gossip listens (UDP); nodes 2 and 3 take the next
+        /// ports. Not 7946, which a Docker engine in a swarm holds.
+        #[arg(long, default_value = "127.0.0.1:17946")]
         gossip: SocketAddr,
         /// Where node 1's QUIC feed listens; nodes 2 and 3 take the next ports.
         #[arg(long, default_value = "127.0.0.1:9901")]
@@ -426,9 +427,22 @@ fn run_demo(first: demo::Ports) -> anyhow::Result<()> {
                 &format!("demo-{}", i + 1),
                 &demo::config_text(&upstreams, i, first, &key.0),
             )?;
-            let listeners = Listeners::bind(ports.proxy, ports.admin)?
-                .with_gossip(ports.gossip)?
-                .with_feed(ports.feed)?;
+            // A busy port is named with the flag that moves it.
+            let busy = |what: &str, flag: &str, addr: SocketAddr| {
+                format!("demo node {}: binding its {what} on {addr}; `{flag}` moves node 1's (the others take the next ports)", i + 1)
+            };
+            let listeners = Listeners::bind(ports.proxy, ports.admin)
+                .with_context(|| {
+                    format!(
+                        "{} or its status API on {}; `--admin` moves that",
+                        busy("proxy", "--listen", ports.proxy),
+                        ports.admin
+                    )
+                })?
+                .with_gossip(ports.gossip)
+                .with_context(|| busy("gossip (UDP)", "--gossip", ports.gossip))?
+                .with_feed(ports.feed)
+                .with_context(|| busy("QUIC feed (UDP)", "--feed", ports.feed))?;
             let options = Options {
                 config_path: None,
                 overrides: Overrides::default(),

@@ -132,6 +132,10 @@ fn examples() -> Vec<(String, String)> {
             .replace("/run/secrets/picket-tls/tls.key", "tls/example.com.key")
     };
     found.push((
+        "docs/picket.example.toml".into(),
+        std::fs::read_to_string(root().join("docs/picket.example.toml")).unwrap(),
+    ));
+    found.push((
         "deploy/swarm/picket.toml".into(),
         shipped(&std::fs::read_to_string(root().join("deploy/swarm/picket.toml")).unwrap()),
     ));

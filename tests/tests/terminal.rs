@@ -241,3 +241,30 @@ fn once_json_prints_the_cluster_view_and_exits() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn a_busy_demo_port_is_named_with_the_flag_that_moves_it() {
+    let (listen, admin, feed) = (
+        three_free_ports(11),
+        three_free_ports(12),
+        three_free_ports(13),
+    );
+    // The gossip port is held, as a swarm's engine holds 7946.
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let gossip = held.local_addr().unwrap();
+    let output = Command::new(binaries::picket())
+        .args(["demo", "--listen", &listen.to_string()])
+        .args(["--admin", &admin.to_string()])
+        .args(["--gossip", &gossip.to_string()])
+        .args(["--feed", &feed.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("picket demo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("binding its gossip (UDP) on {gossip}"))
+            && stderr.contains("`--gossip` moves"),
+        "{stderr}"
+    );
+}
