@@ -261,7 +261,8 @@ impl Sink {
     }
 }
 
-fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+/// Opens (or creates) an access log file for appending.
+pub fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)

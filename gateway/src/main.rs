@@ -348,10 +348,7 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
         anyhow::bail!(problem);
     }
     if let picket::config::AccessLogTarget::File(path) = &config.node.access_log.value {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
+        picket::access::open(path)
             .with_context(|| format!("opening the access log {}", path.display()))?;
     }
     let proxy_env = picket::upstream::ProxyEnv::from_env();

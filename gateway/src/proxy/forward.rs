@@ -51,7 +51,7 @@ use crate::h1::request::BodyKind;
 use crate::h1::response::{BodyFraming, ResponseHead};
 use crate::upstream::h2::{H2Body, H2Conn, io_error};
 use crate::upstream::{
-    Attempt, Conn, ConnError, Connection, Io, Release, Target, Tried, UpstreamBody,
+    Attempt, Conn, ConnError, Connection, Io, Release, Replica, Target, Tried, UpstreamBody,
 };
 
 /// An upstream's answer: its head, and its body still on the wire.
@@ -126,7 +126,7 @@ pub struct Trace {
     /// Replicas tried.
     pub tries: u32,
     /// The replica of the last attempt.
-    pub replica: Option<Target>,
+    pub replica: Option<Arc<Replica>>,
 }
 
 /// Forwards `req` on `route`, reading its body from `body`, within the
@@ -296,7 +296,7 @@ async fn attempts<B: RequestBody>(
             }
         };
         trace.tries = tried.len() as u32;
-        trace.replica = Some(attempt.replica.key.target.clone());
+        trace.replica = Some(Arc::clone(&attempt.replica));
         if let Some(raced) = (tried.len() - before).checked_sub(1).filter(|n| *n > 0) {
             route.metrics.retry_connect.inc_by(raced as u64);
         }

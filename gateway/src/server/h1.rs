@@ -395,7 +395,6 @@ fn log_request(
         started,
         id,
     } = *request;
-    let replica = trace.replica.as_ref().map(|r| r.authority());
     log.log(&Record {
         time,
         client: client.ip(),
@@ -411,7 +410,7 @@ fn log_request(
         bytes_out: served.bytes_out,
         duration: started.elapsed(),
         route,
-        replica: replica.as_deref(),
+        replica: trace.replica.as_ref().map(|r| r.label.as_str()),
         tries: trace.tries,
         decided_by: served.decided_by,
         request_id: id.as_str(),

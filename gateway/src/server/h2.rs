@@ -87,7 +87,7 @@ struct Logged {
     bytes_in: u64,
     bytes_out: u64,
     route: Option<Arc<Route>>,
-    replica: Option<String>,
+    replica: Option<Arc<crate::upstream::Replica>>,
     tries: u32,
     decided_by: Option<&'static str>,
     id: RequestId,
@@ -113,7 +113,7 @@ impl Drop for Counted {
                 bytes_out: logged.bytes_out,
                 duration: logged.started.elapsed(),
                 route: logged.route.as_ref().map(|r| r.config.name.as_str()),
-                replica: logged.replica.as_deref(),
+                replica: logged.replica.as_ref().map(|r| r.label.as_str()),
                 tries: logged.tries,
                 decided_by: logged.decided_by,
                 request_id: logged.id.as_str(),
@@ -263,7 +263,7 @@ async fn handle(
     if let Some(logged) = &mut logged {
         logged.status = response.status().as_u16();
         logged.route = route;
-        logged.replica = trace.replica.as_ref().map(|r| r.authority());
+        logged.replica = trace.replica.take();
         logged.tries = trace.tries;
         logged.decided_by = decided_by;
         logged.bytes_in = bytes_in;
@@ -367,24 +367,7 @@ async fn answer(
         Ok(answer) => {
             let mut response = Response::new(GatewayBody::empty());
             *response.status_mut() = answer.head.status;
-            let headers = response.headers_mut();
-            crate::proxy::rules::response_fields(
-                answer.head.fields(),
-                &route,
-                id,
-                host,
-                |name, value| {
-                    if let (Ok(name), Ok(value)) = (
-                        http::header::HeaderName::from_bytes(name),
-                        http::HeaderValue::from_bytes(value),
-                    ) {
-                        headers.append(name, value);
-                    }
-                },
-            );
-            if let Some(n) = answer.head.content_length() {
-                headers.insert(CONTENT_LENGTH, http::HeaderValue::from(n));
-            }
+            *response.headers_mut() = answer_headers(&answer.head, &route, id, host);
             if let AnswerBody::Stream(stream) = answer.body {
                 *response.body_mut() = GatewayBody::Upstream(stream);
             }
@@ -407,6 +390,36 @@ async fn answer(
         .insert("x-request-id", id.header_value());
     route.metrics.count(counted.unwrap_or(response.status()));
     (response, Some(route), decided_by, body.read)
+}
+
+/// The headers of a replica's answer as the client gets them: the head's
+/// own map (its values shared, not copied) when the route changes nothing,
+/// else through the route's rules and rewriting. `X-Request-Id` is the
+/// request's, set by the caller.
+fn answer_headers(
+    head: &crate::h1::response::ResponseHead,
+    route: &Route,
+    id: &RequestId,
+    host: Option<&[u8]>,
+) -> http::HeaderMap {
+    if route.config.response_headers.is_empty() && route.rewrite.is_none() {
+        let mut headers = head.header_map();
+        headers.remove("x-request-id");
+        return headers;
+    }
+    let mut headers = http::HeaderMap::new();
+    crate::proxy::rules::response_fields(head.fields(), route, id, host, |name, value| {
+        if let (Ok(name), Ok(value)) = (
+            http::header::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            headers.append(name, value);
+        }
+    });
+    if let Some(n) = head.content_length() {
+        headers.insert(CONTENT_LENGTH, http::HeaderValue::from(n));
+    }
+    headers
 }
 
 /// The body of an HTTP/2 request, each frame awaited at most `bound`
