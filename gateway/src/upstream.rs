@@ -132,6 +132,8 @@ pub struct Replica {
     gateway_errors: AtomicU32,
     ejections: Counter,
     readmissions: Counter,
+    /// Its idle connections, from its pool on first use.
+    idle: std::sync::OnceLock<Arc<pool::IdleStack>>,
 }
 
 impl Replica {
@@ -164,6 +166,7 @@ impl Replica {
             gateway_errors: AtomicU32::new(0),
             ejections,
             readmissions,
+            idle: std::sync::OnceLock::new(),
         })
     }
 

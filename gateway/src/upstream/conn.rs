@@ -394,7 +394,7 @@ impl H1Body {
         // are an answer nobody asked for: the connection is not reused.
         if self.reusable && conn.buf.is_empty() && conn.is_usable() {
             conn.served += 1;
-            release.upstream.pool.checkin(&release.replica.key, conn);
+            release.upstream.pool.checkin(&release.replica, conn);
         }
     }
 

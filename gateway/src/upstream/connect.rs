@@ -141,7 +141,7 @@ impl Upstream {
         tried: &mut Tried,
     ) -> Result<Attempt, ConnectFailure> {
         let first = self.next_untried(tried).ok_or(ConnectFailure::NoReplica)?;
-        if let Some(conn) = self.pool.checkout(&first.key) {
+        if let Some(conn) = self.pool.checkout(&first) {
             return Ok(Attempt {
                 replica: first,
                 conn,
@@ -299,12 +299,18 @@ impl Upstream {
                 Ok(conn) => {
                     crate::resources::LOCAL.ok();
                     upstream.observe(&replica, Observation::ConnectOk);
-                    // An HTTP/2 connection is shared from the start.
-                    if let Conn::H2(shared) = &conn {
-                        upstream.pool.share(&replica.key, shared.clone());
-                    }
+                    // An HTTP/2 connection is shared from the start, the
+                    // asking request's stream reserved before others see it.
+                    let conn = match conn {
+                        Conn::H2(mut shared) => {
+                            let mine = shared.reserve();
+                            upstream.pool.share(&replica.key, shared.clone());
+                            Conn::H2(mine.unwrap_or(shared))
+                        }
+                        conn => conn,
+                    };
                     if let Err(Ok(conn)) = tx.send(Ok(conn)) {
-                        upstream.pool.put(&replica.key, conn);
+                        upstream.pool.put(&replica, conn);
                     }
                 }
                 Err(failure) => {

@@ -49,11 +49,25 @@ struct Shared {
     last_used_ms: AtomicU64,
 }
 
-/// A multiplexed HTTP/2 connection to a replica; clones share it.
-#[derive(Clone)]
+/// A multiplexed HTTP/2 connection to a replica; clones share it. A handle
+/// the pool checked out holds the stream it reserved until it sends on it
+/// (or is dropped): requests that check out at the same moment cannot
+/// overfill a connection the replica limits.
 pub struct H2Conn {
     send: SendRequest<Bytes>,
     shared: Arc<Shared>,
+    reserved: Option<StreamSlot>,
+}
+
+impl Clone for H2Conn {
+    /// Another handle on the connection, reserving nothing.
+    fn clone(&self) -> H2Conn {
+        H2Conn {
+            send: self.send.clone(),
+            shared: Arc::clone(&self.shared),
+            reserved: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for H2Conn {
@@ -113,22 +127,38 @@ pub async fn handshake(io: Io) -> Result<H2Conn, ConnectFailure> {
         return Err(ConnectFailure::NoHttp2("HTTP/2 handshake: no PING".into()));
     };
     ping.ping(h2::Ping::opaque()).await.map_err(failed)?;
-    Ok(H2Conn { send, shared })
+    Ok(H2Conn {
+        send,
+        shared,
+        reserved: None,
+    })
 }
 
 impl H2Conn {
-    /// Whether the connection can take another request now.
-    pub fn has_room(&mut self) -> bool {
+    /// A handle holding one stream of the connection for a request, when
+    /// it has room for another now.
+    pub fn reserve(&mut self) -> Option<H2Conn> {
         if self.shared.closed.load(Ordering::Acquire) {
-            return false;
+            return None;
         }
         let limit = MAX_STREAMS.min(self.send.current_max_send_streams());
-        if self.shared.open.load(Ordering::Acquire) >= limit {
-            return false;
-        }
+        self.shared
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < limit).then_some(open + 1)
+            })
+            .ok()?;
+        let slot = StreamSlot(Arc::clone(&self.shared));
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
-        matches!(self.send.poll_ready(&mut cx), Poll::Ready(Ok(())))
+        if !matches!(self.send.poll_ready(&mut cx), Poll::Ready(Ok(()))) {
+            return None;
+        }
+        Some(H2Conn {
+            send: self.send.clone(),
+            shared: Arc::clone(&self.shared),
+            reserved: Some(slot),
+        })
     }
 
     pub fn is_closed(&self) -> bool {
@@ -165,8 +195,13 @@ impl H2Conn {
         ),
         h2::Error,
     > {
-        self.shared.open.fetch_add(1, Ordering::AcqRel);
-        let slot = StreamSlot(Arc::clone(&self.shared));
+        let slot = match self.reserved.take() {
+            Some(slot) => slot,
+            None => {
+                self.shared.open.fetch_add(1, Ordering::AcqRel);
+                StreamSlot(Arc::clone(&self.shared))
+            }
+        };
         let used = Instant::now().saturating_duration_since(self.shared.opened);
         self.shared.last_used_ms.store(
             u64::try_from(used.as_millis()).unwrap_or(u64::MAX),

@@ -6,12 +6,19 @@
 //! longer than [`IDLE_TIMEOUT`], or closed by the upstream, are dropped on
 //! checkout and by [`Pools::sweep`].
 //!
+//! Each replica has its idle HTTP/1.1 connections in a stack per worker
+//! thread, found once through the pool and then held by the replica: a
+//! request checks out and in on its own worker's stack, under a lock no
+//! other worker takes, and takes from another worker's only when its own is
+//! empty. Nothing on the request path is shared across workers.
+//!
 //! HTTP/2 connections are shared rather than lent: one stays in the pool
 //! while it carries requests, and a checkout hands out a handle on the
 //! first with room for another stream. One unused for [`IDLE_TIMEOUT`] is
 //! dropped (and closed with GOAWAY).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
@@ -19,9 +26,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::ReplicaKey;
 use super::conn::{Conn, Connection};
 use super::h2::H2Conn;
+use super::{Replica, ReplicaKey};
 use crate::config::Bounds;
 
 /// How long an idle connection is kept. Shorter than the keep-alive timeout
@@ -29,19 +36,117 @@ use crate::config::Bounds;
 /// out a connection the upstream is closing.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Idle connections kept per replica.
+/// Idle connections kept per replica, over all its stacks.
 pub const MAX_IDLE_PER_REPLICA: usize = 512;
 
-struct Idle {
-    conn: Connection,
+struct Idle<C> {
+    conn: C,
     since: Instant,
+}
+
+/// What a stack asks of a connection it holds.
+pub trait Reusable {
+    /// Still open, with nothing unasked for waiting in it.
+    fn is_usable(&mut self) -> bool;
+}
+
+impl Reusable for Connection {
+    fn is_usable(&mut self) -> bool {
+        Connection::is_usable(self)
+    }
+}
+
+/// The idle HTTP/1.1 connections to one replica: one stack per worker
+/// thread, each under its own lock.
+pub struct IdleStack<C = Connection> {
+    shards: Box<[Mutex<Vec<Idle<C>>>]>,
+    /// Connections each stack keeps at most.
+    per_shard: usize,
+}
+
+impl<C> std::fmt::Debug for IdleStack<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdleStack")
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The stack of the calling thread: threads are numbered as they first ask.
+fn shard_of_thread() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SHARD.with(|shard| *shard)
+}
+
+impl<C: Reusable> IdleStack<C> {
+    /// One stack per worker of the runtime it is made in.
+    fn new() -> IdleStack<C> {
+        let workers = tokio::runtime::Handle::try_current()
+            .map_or(1, |runtime| runtime.metrics().num_workers())
+            .clamp(1, 64);
+        IdleStack::with_shards(workers)
+    }
+
+    fn with_shards(shards: usize) -> IdleStack<C> {
+        IdleStack {
+            shards: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            per_shard: MAX_IDLE_PER_REPLICA.div_ceil(shards),
+        }
+    }
+
+    fn shard(&self, i: usize) -> std::sync::MutexGuard<'_, Vec<Idle<C>>> {
+        self.shards[i % self.shards.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most recently used connection that is still open: the calling
+    /// worker's own first, then another's.
+    fn checkout(&self, now: Instant) -> Option<C> {
+        let own = shard_of_thread();
+        (0..self.shards.len()).find_map(|i| {
+            let mut list = self.shard(own + i);
+            while let Some(mut entry) = list.pop() {
+                if now.duration_since(entry.since) < IDLE_TIMEOUT && entry.conn.is_usable() {
+                    return Some(entry.conn);
+                }
+            }
+            None
+        })
+    }
+
+    fn checkin(&self, conn: C, now: Instant) {
+        let mut list = self.shard(shard_of_thread());
+        if list.len() < self.per_shard {
+            list.push(Idle { conn, since: now });
+        }
+    }
+
+    fn len(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.shard(i).len()).sum()
+    }
+
+    /// Drops what expired or was closed; whether any is left.
+    fn sweep(&self, now: Instant) -> bool {
+        let mut left = false;
+        for i in 0..self.shards.len() {
+            let mut list = self.shard(i);
+            list.retain_mut(|e| now.duration_since(e.since) < IDLE_TIMEOUT && e.conn.is_usable());
+            left |= !list.is_empty();
+        }
+        left
+    }
 }
 
 /// The idle connections of every route whose bounds are `bounds`.
 pub struct Pool {
     pub bounds: Bounds,
     /// Keyed by replicas of the configuration: a fast unkeyed hash is safe.
-    idle: Mutex<FxHashMap<ReplicaKey, Vec<Idle>>>,
+    /// Taken once per replica; its stack is then the replica's.
+    idle: Mutex<FxHashMap<ReplicaKey, Arc<IdleStack>>>,
     /// HTTP/2 connections, by replica.
     shared: Mutex<FxHashMap<ReplicaKey, Vec<H2Conn>>>,
     /// HTTP/2 connects under way, by replica: the requests that find no
@@ -113,21 +218,31 @@ impl Pool {
     /// A connection to a replica for one request: a handle on an HTTP/2
     /// connection with room for another stream, else the most recently
     /// used idle HTTP/1.1 connection that is still open.
-    pub fn checkout(&self, key: &ReplicaKey) -> Option<Conn> {
-        if key.protocol != crate::config::Protocol::Http1
-            && let Some(shared) = self.checkout_shared(key)
+    pub fn checkout(&self, replica: &Replica) -> Option<Conn> {
+        if replica.key.protocol != crate::config::Protocol::Http1
+            && let Some(shared) = self.checkout_shared(&replica.key)
         {
             return Some(Conn::H2(shared));
         }
-        self.checkout_idle(key).map(Conn::H1)
+        self.stack(replica).checkout(Instant::now()).map(Conn::H1)
+    }
+
+    /// The replica's idle stack, found in the pool on its first use.
+    fn stack<'r>(&self, replica: &'r Replica) -> &'r Arc<IdleStack> {
+        replica.idle.get_or_init(|| {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(
+                idle.entry(replica.key.clone())
+                    .or_insert_with(|| Arc::new(IdleStack::new())),
+            )
+        })
     }
 
     fn checkout_shared(&self, key: &ReplicaKey) -> Option<H2Conn> {
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         let list = shared.get_mut(key)?;
         list.retain(|c| !c.is_closed());
-        list.iter_mut()
-            .find_map(|c| c.has_room().then(|| c.clone()))
+        list.iter_mut().find_map(H2Conn::reserve)
     }
 
     /// Keeps an HTTP/2 connection for the requests to come.
@@ -138,58 +253,35 @@ impl Pool {
             None => shared.entry(key.clone()).or_default(),
         };
         if !list.iter().any(|c| c.same(&conn)) && list.len() < MAX_IDLE_PER_REPLICA {
-            list.push(conn);
+            // A clone: the pool's handle reserves no stream.
+            list.push(conn.clone());
         }
     }
 
     /// Returns a connection: an HTTP/1.1 one whose last response has
     /// ended, or an HTTP/2 one to share.
-    pub fn put(&self, key: &ReplicaKey, conn: Conn) {
+    pub fn put(&self, replica: &Replica, conn: Conn) {
         match conn {
-            Conn::H1(conn) => self.checkin(key, conn),
-            Conn::H2(conn) => self.share(key, conn),
+            Conn::H1(conn) => self.checkin(replica, conn),
+            Conn::H2(conn) => self.share(&replica.key, conn),
         }
-    }
-
-    fn checkout_idle(&self, key: &ReplicaKey) -> Option<Connection> {
-        let now = Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(key)?;
-        while let Some(mut entry) = list.pop() {
-            if now.duration_since(entry.since) < IDLE_TIMEOUT && entry.conn.is_usable() {
-                return Some(entry.conn);
-            }
-        }
-        None
     }
 
     /// Returns a connection whose last response has ended.
-    pub fn checkin(&self, key: &ReplicaKey, conn: Connection) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = match idle.get_mut(key) {
-            Some(list) => list,
-            None => idle.entry(key.clone()).or_default(),
-        };
-        if list.len() < MAX_IDLE_PER_REPLICA {
-            list.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
-        }
+    pub fn checkin(&self, replica: &Replica, conn: Connection) {
+        self.stack(replica).checkin(conn, Instant::now());
     }
 
     /// Idle connections to a replica.
     pub fn idle(&self, key: &ReplicaKey) -> usize {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.get(key).map_or(0, Vec::len)
+        idle.get(key).map_or(0, |stack| stack.len())
     }
 
     fn sweep(&self, now: Instant) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|_, list| {
-            list.retain_mut(|e| now.duration_since(e.since) < IDLE_TIMEOUT && e.conn.is_usable());
-            !list.is_empty()
-        });
+        // A stack stays while it holds connections or a replica holds it.
+        idle.retain(|_, stack| stack.sweep(now) || Arc::strong_count(stack) > 1);
         drop(idle);
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         shared.retain(|_, list| {
@@ -259,5 +351,84 @@ impl Pools {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection that is usable while its flag says so.
+    struct Fake(u32, bool);
+
+    impl Reusable for Fake {
+        fn is_usable(&mut self) -> bool {
+            self.1
+        }
+    }
+
+    #[test]
+    fn a_worker_takes_its_own_most_recent_connection_first() {
+        let stack = IdleStack::with_shards(4);
+        let now = Instant::now();
+        stack.checkin(Fake(1, true), now);
+        stack.checkin(Fake(2, true), now);
+        assert_eq!(stack.checkout(now).map(|c| c.0), Some(2));
+        assert_eq!(stack.checkout(now).map(|c| c.0), Some(1));
+        assert!(stack.checkout(now).is_none());
+    }
+
+    #[test]
+    fn a_worker_with_none_takes_another_workers() {
+        let stack = Arc::new(IdleStack::with_shards(2));
+        let now = Instant::now();
+        let other = Arc::clone(&stack);
+        std::thread::spawn(move || other.checkin(Fake(7, true), now))
+            .join()
+            .expect("the other thread checked in");
+        assert_eq!(stack.len(), 1);
+        assert_eq!(stack.checkout(now).map(|c| c.0), Some(7));
+        assert_eq!(stack.len(), 0);
+    }
+
+    #[test]
+    fn threads_check_in_on_stacks_of_their_own() {
+        let stack = Arc::new(IdleStack::with_shards(64));
+        let now = Instant::now();
+        let mine = shard_of_thread();
+        let other = Arc::clone(&stack);
+        let theirs = std::thread::spawn(move || {
+            other.checkin(Fake(7, true), now);
+            shard_of_thread()
+        })
+        .join()
+        .expect("the other thread checked in");
+        assert_ne!(mine, theirs, "threads are numbered apart");
+        assert_eq!(stack.shard(theirs).len(), 1);
+    }
+
+    #[test]
+    fn expired_and_closed_connections_are_never_handed_out() {
+        let stack = IdleStack::with_shards(1);
+        let then = Instant::now();
+        stack.checkin(Fake(1, true), then);
+        stack.checkin(Fake(2, false), then + IDLE_TIMEOUT);
+        // Closed by the upstream: skipped; idle past the timeout: dropped.
+        assert!(stack.checkout(then + IDLE_TIMEOUT).is_none());
+        stack.checkin(Fake(3, true), then);
+        stack.checkin(Fake(4, false), then);
+        assert!(stack.sweep(then + Duration::from_secs(1)));
+        assert_eq!(stack.len(), 1);
+        assert!(!stack.sweep(then + IDLE_TIMEOUT));
+    }
+
+    #[test]
+    fn a_replica_keeps_at_most_its_share_of_idle_connections() {
+        let stack = IdleStack::with_shards(1);
+        let now = Instant::now();
+        for i in 0..(MAX_IDLE_PER_REPLICA + 10) {
+            stack.checkin(Fake(u32::try_from(i).unwrap_or(u32::MAX), true), now);
+        }
+        assert_eq!(stack.len(), MAX_IDLE_PER_REPLICA);
     }
 }
