@@ -85,6 +85,35 @@ impl ClientConn {
         self.io.read_buf(&mut self.buf).await
     }
 
+    /// Reads the first bytes of a request, the buffer empty: while the
+    /// client has sent nothing, the connection holds no read buffer, head
+    /// buffer or header list (nginx frees its buffers the same way), so
+    /// that an idle keep-alive client costs little more than its socket.
+    /// TLS sessions keep their own buffers and read as before.
+    async fn fill_idle(&mut self) -> io::Result<usize> {
+        let ClientIo::Plain(tcp) = &self.io else {
+            return self.fill().await;
+        };
+        loop {
+            // Known readiness answers at once; the read below learns
+            // whether there is anything.
+            tcp.readable().await?;
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            match tcp.try_read_buf(&mut self.buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.buf.is_empty() {
+                        self.buf = BytesMut::new();
+                    }
+                    self.out = Vec::new();
+                    self.fields = Vec::new();
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Reads until the protocol is known: the HTTP/2 preface, or anything
     /// else. `None` when the client goes away or stays silent.
     pub async fn sniff(&mut self) -> Option<Protocol> {
@@ -98,7 +127,7 @@ impl ClientConn {
                 return Some(Protocol::Http2);
             }
             tokio::select! {
-                read = self.fill() => match read {
+                read = self.fill_idle() => match read {
                     Ok(0) | Err(_) => return None,
                     Ok(_) => {}
                 },
@@ -133,6 +162,10 @@ impl AsyncRead for Rewind {
             let n = this.prefix.len().min(buf.remaining());
             buf.put_slice(&this.prefix[..n]);
             this.prefix.advance(n);
+            if this.prefix.is_empty() {
+                // Releases the read buffer it was cut from.
+                this.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.io).poll_read(cx, buf)
@@ -276,8 +309,15 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
             }
         }
         let idle = conn.buf.is_empty();
+        let read = async {
+            if idle {
+                conn.fill_idle().await
+            } else {
+                conn.fill().await
+            }
+        };
         tokio::select! {
-            read = conn.fill() => match read {
+            read = read => match read {
                 Ok(0) | Err(_) => return Read::Gone,
                 Ok(_) => {}
             },
