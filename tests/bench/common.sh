@@ -23,8 +23,15 @@ http {
 NGINX
 }
 
-# CPU time (user and system) of process $1, in clock ticks.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU time (user and system) of the processes whose pids are in $1
+# (space-separated), in clock ticks.
+cpu_ticks() {
+  local pid total=0
+  for pid in $1; do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
 
 # The median of the numbers on stdin.
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -32,15 +39,21 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 # The median of column $1 of ';'-separated rows on stdin.
 column() { tr ';' '\n' | awk -v c="$1" 'NF { print $c }' | median; }
 
-# Starts, in the background, the upstream nginx on CPU 1 and both proxies
-# on CPU 0 from $work/{upstream,proxy}.conf and $work/picket.toml (with
-# $picket the binary); sets nginx_worker and picket_pid, the processes
-# whose CPU time is measured.
+# CPUs of the proxies under test, and of the upstream and the load
+# generator.
+proxy_cpus=${PROXY_CPUS:-0}
+load_cpus=${LOAD_CPUS:-1}
+
+# Starts, in the background, the upstream nginx on $load_cpus and both
+# proxies on $proxy_cpus from $work/{upstream,proxy}.conf and
+# $work/picket.toml (with $picket the binary); sets nginx_worker (every
+# worker process of the proxying nginx) and picket_pid, the processes whose
+# CPU time is measured.
 start_pinned() {
-  taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
-  taskset -c 0 nginx -c "$work/proxy.conf" -p "$work" &
-  PICKET_LOG=warn PICKET_ACCESS_LOG=${PICKET_ACCESS_LOG:-off} taskset -c 0 "$picket" run --config "$work/picket.toml" &
+  taskset -c "$load_cpus" nginx -c "$work/upstream.conf" -p "$work" &
+  taskset -c "$proxy_cpus" nginx -c "$work/proxy.conf" -p "$work" &
+  PICKET_LOG=warn PICKET_ACCESS_LOG=${PICKET_ACCESS_LOG:-off} taskset -c "$proxy_cpus" "$picket" run --config "$work/picket.toml" &
   sleep 1
-  nginx_worker=$(pgrep -P "$(cat "$work/proxy.pid")" | head -1)
+  nginx_worker=$(pgrep -P "$(cat "$work/proxy.pid")" | tr '\n' ' ')
   picket_pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
 }

@@ -7,20 +7,39 @@
 #   bash tests/bench/proxy.sh [rounds] [seconds]
 #   ACCESS_LOG=1 bash tests/bench/proxy.sh [rounds] [seconds]
 #
+#   CLOSE=1 bash tests/bench/proxy.sh [rounds] [seconds]
+#   WORKERS=2 bash tests/bench/proxy.sh [rounds] [seconds]
+#
 # With ACCESS_LOG=1 both proxies write an access log line per request to a
 # file: nginx its default (combined, unbuffered), Picket its default (JSON
 # lines); the lines written and dropped are reported at the end.
 #
-# Pinning: the proxy under test on CPU 0; the upstream (nginx, one worker,
-# a 100-byte body) and wrk (-t1 -c64, keep-alive) on CPU 1.
+# With CLOSE=1 every request comes on a new client connection
+# (`Connection: close`): connection churn. Connections to the upstream are
+# kept alive as usual.
+#
+# With WORKERS=n the proxies serve with n workers (Picket `workers = n`,
+# nginx `worker_processes n`, HAProxy `nbthread n`) and every process,
+# proxies, upstream and wrk alike, may run on CPUs 0 to n-1. HAProxy joins
+# the comparison when it is installed.
+#
+# Pinning (one worker): the proxy under test on CPU 0; the upstream (nginx,
+# one worker, a 100-byte body) and wrk (-t1 -c64, keep-alive) on CPU 1.
 # Needs: nginx, wrk, taskset; builds picket in release.
 set -euo pipefail
 
 rounds=${1:-5}
 seconds=${2:-10}
 connections=${CONNECTIONS:-64}
+workers=${WORKERS:-1}
+if [ "$workers" -gt 1 ]; then
+  export PROXY_CPUS="0-$((workers - 1))" LOAD_CPUS="0-$((workers - 1))"
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
+close=()
+[ "${CLOSE:-0}" = 1 ] && close=(-H "Connection: close")
+haproxy_bin=$(command -v haproxy || true)
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
@@ -32,7 +51,7 @@ done
 (cd "$root" && cargo build --release --locked -p picket >&2)
 picket="$target/release/picket"
 
-upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104
+upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104; haproxy_port=18105
 
 upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 
@@ -43,7 +62,7 @@ if [ "${ACCESS_LOG:-0}" = 1 ]; then
 fi
 
 cat > "$work/proxy.conf" <<NGINX
-worker_processes 1;
+worker_processes $workers;
 daemon off;
 pid $work/proxy.pid;
 error_log $work/proxy.err warn;
@@ -73,7 +92,7 @@ cat > "$work/picket.toml" <<TOML
 name = "bench"
 listen = "127.0.0.1:$picket_port"
 admin = "127.0.0.1:$picket_admin"
-workers = 1
+workers = $workers
 
 [[route]]
 name = "bench"
@@ -82,7 +101,34 @@ TOML
 
 start_pinned
 
-for port in $upstream_port $nginx_port $picket_port; do
+targets="direct nginx picket"
+if [ -n "$haproxy_bin" ]; then
+  targets="direct nginx haproxy picket"
+  # Keep-alive both ways, connections to the upstream shared by every
+  # client, X-Forwarded-For added: what the others do.
+  cat > "$work/haproxy.cfg" <<HAPROXY
+global
+  nbthread $workers
+  maxconn 20000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+  option forwardfor
+frontend bench
+  bind 127.0.0.1:$haproxy_port
+  default_backend upstream
+backend upstream
+  server u 127.0.0.1:$upstream_port
+HAPROXY
+  taskset -c "$proxy_cpus" "$haproxy_bin" -db -f "$work/haproxy.cfg" &
+  sleep 0.5
+  haproxy_pid=$(pgrep -f "$haproxy_bin -db -f $work/haproxy.cfg" | head -1)
+fi
+
+for port in $upstream_port $nginx_port $picket_port ${haproxy_bin:+$haproxy_port}; do
   curl -sf -o /dev/null "http://127.0.0.1:$port/" || { echo "bench: nothing answers on $port" >&2; exit 1; }
 done
 
@@ -91,7 +137,7 @@ ticks=$(getconf CLK_TCK)
 # One wrk run: prints "rps p50_us p99_us requests".
 load() {
   local out
-  out=$(taskset -c 1 wrk -t1 -c"$connections" -d"${seconds}s" --latency "http://127.0.0.1:$1/")
+  out=$(taskset -c "$load_cpus" wrk -t1 -c"$connections" -d"${seconds}s" --latency "${close[@]}" "http://127.0.0.1:$1/")
   echo "$out" | awk '
     function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return v*1000; if (v ~ /s$/) return v*1000000; return v }
     /Requests\/sec/ { rps = $2 }
@@ -108,12 +154,13 @@ declare -A all
 for round in $(seq 1 "$rounds"); do
   # The order alternates, so that neither proxy always runs right after the
   # other on this shared, noisy machine.
-  order="direct nginx picket"
-  [ $((round % 2)) = 0 ] && order="picket nginx direct"
+  order=$targets
+  [ $((round % 2)) = 0 ] && order=$(echo "$targets" | tr ' ' '\n' | tac | tr '\n' ' ')
   for target in $order; do
     case $target in
       direct) port=$upstream_port; pid="" ;;
       nginx) port=$nginx_port; pid=$nginx_worker ;;
+      haproxy) port=$haproxy_port; pid=$haproxy_pid ;;
       picket) port=$picket_port; pid=$picket_pid ;;
     esac
     before=0; [ -n "$pid" ] && before=$(cpu_ticks "$pid")
@@ -131,7 +178,7 @@ done
 echo
 echo "| target | median requests/s | median p50 µs | median p99 µs | median CPU µs/request |"
 echo "|---|---|---|---|---|"
-for target in direct nginx picket; do
+for target in $targets; do
   row=${all[$target]}
   cpu=$(echo "$row" | column 4); [ "$target" = direct ] && cpu="-"
   echo "| $target | $(echo "$row" | column 1) | $(echo "$row" | column 2) | $(echo "$row" | column 3) | $cpu |"
@@ -143,6 +190,11 @@ echo
 awk -v a="$p_rps" -v b="$n_rps" -v d="$d_rps" -v pp="$p_p99" -v np="$n_p99" -v pc="$p_cpu" -v nc="$n_cpu" 'BEGIN {
   printf "picket/nginx requests/s: %.2f×; picket/direct: %.2f×; nginx/direct: %.2f×\n", a / b, a / d, b / d
   printf "picket/nginx p99: %.2f×; CPU per request: picket %.2f µs, nginx %.2f µs (%.2f×)\n", pp / np, pc, nc, pc / nc }'
+if [ -n "$haproxy_bin" ]; then
+  h_rps=$(echo "${all[haproxy]}" | column 1); h_p99=$(echo "${all[haproxy]}" | column 3); h_cpu=$(echo "${all[haproxy]}" | column 4)
+  awk -v a="$p_rps" -v b="$h_rps" -v pp="$p_p99" -v hp="$h_p99" -v pc="$p_cpu" -v hc="$h_cpu" 'BEGIN {
+    printf "picket/haproxy requests/s: %.2f×; p99: %.2f×; CPU per request: haproxy %.2f µs (%.2f×)\n", a / b, pp / hp, hc, pc / hc }'
+fi
 if [ "${ACCESS_LOG:-0}" = 1 ]; then
   dropped=$(curl -sf "http://127.0.0.1:$picket_admin/metrics" | awk '/^picket_access_log_dropped_lines_total/ { print $2 }')
   echo "access log lines: nginx $(wc -l < "$work/nginx-access.log"), picket $(wc -l < "$work/picket-access.log") (dropped: ${dropped:-0})"
