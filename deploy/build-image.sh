@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# Builds the static `picket` binary (glibc, statically linked) and the
-# `picket:TAG` image from scratch around it.
+# Builds the static `picket` and `picket-tui` binaries (glibc, statically
+# linked) and the `picket:TAG` image from scratch around them.
 #
 #   bash deploy/build-image.sh [tag]
+#
+# The image carries the binaries stripped of symbols and line tables; the
+# debug info is kept beside the build as `picket.debug` and
+# `picket-tui.debug` (in `target/x86_64-unknown-linux-gnu/release/`), each
+# linked from its binary by a GNU debuglink: a debugger or `addr2line -e
+# picket.debug` turns a stripped binary's addresses back into lines.
 set -euo pipefail
 tag=${1:-latest}
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 triple=x86_64-unknown-linux-gnu
-# --target keeps build scripts and proc macros dynamic; only the binary is static.
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$triple" -p picket)
+release="$target/$triple/release"
+# --target keeps build scripts and proc macros dynamic; only the binaries are static.
+(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$triple" -p picket -p picket-tui)
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
-cp "$target/$triple/release/picket" "$context/picket"
+for bin in picket picket-tui; do
+  objcopy --only-keep-debug "$release/$bin" "$release/$bin.debug"
+  objcopy --strip-all --add-gnu-debuglink="$release/$bin.debug" "$release/$bin" "$context/$bin"
+done
 cp "$root/deploy/Dockerfile" "$context/Dockerfile"
 docker build -q -t "picket:$tag" "$context"
-echo "built picket:$tag"
+echo "built picket:$tag: $(docker image inspect -f '{{.Size}}' "picket:$tag" | awk '{ printf "%.1f MB", $1 / 1e6 }')"

@@ -124,3 +124,9 @@ pub fn picket_static() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     static_binary("picket", "picket", &BUILT)
 }
+
+/// `picket-tui`, linked statically, for the same image.
+pub fn picket_tui_static() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    static_binary("picket-tui", "picket-tui", &BUILT)
+}

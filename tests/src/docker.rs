@@ -5,7 +5,6 @@
 
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,11 +12,14 @@ use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, UnixStream};
 use tokio::task::JoinHandle;
 
-/// The image of the test upstream, tagged `:1` and `:2` (two images of
-/// one program, for a service running two versions). Both carry a
-/// healthcheck (exec form: a scratch image has no shell) that containers
-/// turn off unless they ask for one.
-pub const IMAGE: &str = "picket-test-upstream";
+/// The repository of the test upstream's images, tagged `t<pid>-1` and
+/// `t<pid>-2` (two images of one program, for a service running two
+/// versions). Both carry a healthcheck (exec form: a scratch image has no
+/// shell) that containers turn off unless they ask for one.
+const UPSTREAM: &str = "picket-test-upstream";
+/// The repository of the Picket image of `deploy/Dockerfile` as tests build
+/// it, tagged `t<pid>`.
+const PICKET: &str = "picket-test";
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -44,35 +46,117 @@ pub fn available() -> bool {
     crate::has_program("docker") && docker(&["info", "--format", "{{.ServerVersion}}"]).is_ok()
 }
 
-/// Builds the test upstream's images once per test process.
-pub fn images() -> &'static str {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let binary = crate::binaries::test_upstream_static();
-        let context = tempfile::tempdir().expect("a build context");
-        std::fs::copy(&binary, context.path().join("upstream")).expect("copy the static binary");
-        for version in ["1", "2"] {
-            let dockerfile = format!(
-                "FROM scratch\nCOPY upstream /upstream\nLABEL picket-test-version={version}\n\
-                 HEALTHCHECK --interval=1s --timeout=1s --retries=1 CMD [\"/upstream\", \"--check\"]\n\
-                 ENTRYPOINT [\"/upstream\"]\n"
-            );
-            std::fs::write(context.path().join("Dockerfile"), dockerfile).expect("write the Dockerfile");
-            let tag = format!("{IMAGE}:{version}");
-            let path = context.path().to_str().expect("UTF-8 path");
-            docker(&["build", "-q", "-t", &tag, path]).expect("build the test image");
-        }
-    });
-    IMAGE
+/// The images this test process built, and how many holds are on them.
+struct Built {
+    holds: usize,
+    tags: Vec<String>,
 }
 
-/// How a verdict shows the test upstream's image `:version`: its tag and
-/// the start of its image ID on this engine (`sha256:` and 12 hex digits).
-pub fn image_label(version: &str) -> String {
-    let tag = format!("{}:{version}", images());
-    let id = docker(&["image", "inspect", "--format", "{{.Id}}", &tag]).expect("the image's ID");
-    let start = id.get(..19).expect("a sha256 image ID");
-    format!("{tag}@{start}")
+static BUILT: Mutex<Built> = Mutex::new(Built {
+    holds: 0,
+    tags: Vec::new(),
+});
+
+fn built() -> std::sync::MutexGuard<'static, Built> {
+    BUILT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A hold on the images of this test process, under tags of its own: built
+/// on the first hold, removed from the engine when the last hold is let go
+/// (containers and services hold one while they exist).
+#[derive(Debug)]
+pub struct Images(());
+
+impl Images {
+    /// Holds the test upstream's images, building them if no one holds them.
+    pub fn hold() -> Images {
+        let mut built = built();
+        if built.holds == 0 {
+            build_upstream_images(&mut built);
+        }
+        built.holds += 1;
+        Images(())
+    }
+
+    /// The test upstream's image `version` (`"1"` or `"2"`).
+    pub fn upstream(&self, version: &str) -> String {
+        format!("{UPSTREAM}:t{}-{version}", std::process::id())
+    }
+
+    /// How a verdict shows the test upstream's image `version`: its tag and
+    /// the start of its image ID on this engine (`sha256:` and 12 hex
+    /// digits).
+    pub fn label(&self, version: &str) -> String {
+        let tag = self.upstream(version);
+        let id =
+            docker(&["image", "inspect", "--format", "{{.Id}}", &tag]).expect("the image's ID");
+        let start = id.get(..19).expect("a sha256 image ID");
+        format!("{tag}@{start}")
+    }
+
+    /// The Picket image of `deploy/Dockerfile`, around static `picket` and
+    /// `picket-tui` binaries; built on first use.
+    pub fn picket(&self) -> String {
+        let tag = format!("{PICKET}:t{}", std::process::id());
+        let mut built = built();
+        if !built.tags.contains(&tag) {
+            let context = tempfile::tempdir().expect("a build context");
+            for (binary, name) in [
+                (crate::binaries::picket_static(), "picket"),
+                (crate::binaries::picket_tui_static(), "picket-tui"),
+            ] {
+                std::fs::copy(&binary, context.path().join(name)).expect("copy a static binary");
+            }
+            let dockerfile =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
+            std::fs::copy(&dockerfile, context.path().join("Dockerfile"))
+                .expect("copy the Dockerfile");
+            let path = context.path().to_str().expect("UTF-8 path");
+            docker(&["build", "-q", "-t", &tag, path]).expect("build the Picket image");
+            built.tags.push(tag.clone());
+        }
+        tag
+    }
+}
+
+fn build_upstream_images(built: &mut Built) {
+    let binary = crate::binaries::test_upstream_static();
+    let context = tempfile::tempdir().expect("a build context");
+    std::fs::copy(&binary, context.path().join("upstream")).expect("copy the static binary");
+    for version in ["1", "2"] {
+        let dockerfile = format!(
+            "FROM scratch\nCOPY upstream /upstream\nLABEL picket-test-version={version}\n\
+             HEALTHCHECK --interval=1s --timeout=1s --retries=1 CMD [\"/upstream\", \"--check\"]\n\
+             ENTRYPOINT [\"/upstream\"]\n"
+        );
+        std::fs::write(context.path().join("Dockerfile"), dockerfile)
+            .expect("write the Dockerfile");
+        let tag = format!("{UPSTREAM}:t{}-{version}", std::process::id());
+        let path = context.path().to_str().expect("UTF-8 path");
+        docker(&["build", "-q", "-t", &tag, path]).expect("build the test image");
+        built.tags.push(tag);
+    }
+}
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        let mut built = built();
+        built.holds -= 1;
+        if built.holds == 0 {
+            // A service's task containers may outlive it by a moment.
+            for tag in std::mem::take(&mut built.tags) {
+                let mut tries = 0;
+                while let Err(error) = docker(&["rmi", &tag]) {
+                    tries += 1;
+                    if tries == 40 {
+                        eprintln!("removing the test image {tag}: {error}");
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+            }
+        }
+    }
 }
 
 /// A network of the test's own.
@@ -111,32 +195,144 @@ impl Network {
     }
 }
 
-/// The local engine in a swarm for the test's lifetime: made a one-node
-/// swarm (on loopback) if it was in none, and taken out again when dropped.
+/// The label a test puts on the node of a swarm it made.
+const SWARM_LABEL: &str = "picket-test-swarm";
+
+/// Holds on the swarm this test process made, and the networks the engine
+/// had before: those it adds (`docker_gwbridge`) go with the swarm.
+static SWARM: Mutex<(usize, Vec<String>)> = Mutex::new((0, Vec::new()));
+
+/// A hold on a one-node swarm (on loopback) that the tests made: made on
+/// the first hold, left, with the bridge network the engine made for it,
+/// when the last is let go. The tests never touch a swarm they did not
+/// make: an engine already in one (an operator's) is refused, loudly, and
+/// in CI the test fails. A swarm a killed test run left behind carries
+/// [`SWARM_LABEL`] on its node and is taken over.
 #[derive(Debug)]
-pub struct Swarm {
-    made: bool,
-}
+pub struct Swarm(());
 
 impl Swarm {
-    pub fn join() -> Swarm {
+    /// A hold on a swarm of the tests' own; `None` (after saying why, or a
+    /// panic in CI) when the engine is in a swarm the tests did not make.
+    pub fn hold() -> Option<Swarm> {
+        let mut swarm = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+        if swarm.0 == 0 {
+            let state = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"])
+                .expect("the engine's swarm state");
+            match state.as_str() {
+                "inactive" => {
+                    swarm.1 = networks();
+                    docker(&["swarm", "init", "--advertise-addr", "127.0.0.1"])
+                        .expect("swarm init");
+                    let labelled =
+                        docker(&["info", "--format", "{{.Swarm.NodeID}}"]).and_then(|node| {
+                            docker(&["node", "update", "--label-add", SWARM_LABEL, &node])
+                        });
+                    if let Err(error) = labelled {
+                        leave(&swarm.1);
+                        panic!("labelling the test swarm's node: {error}");
+                    }
+                }
+                "active" if ours() => {
+                    swarm.1 = networks()
+                        .into_iter()
+                        .filter(|n| n != "docker_gwbridge")
+                        .collect();
+                }
+                other => {
+                    let what = format!(
+                        "an engine in no swarm (this one's swarm is {other:?}, and not one \
+                         the tests made: they never deploy to, or leave, a swarm of someone else)"
+                    );
+                    crate::require(&what, false);
+                    return None;
+                }
+            }
+        }
+        swarm.0 += 1;
+        Some(Swarm(()))
+    }
+}
+
+/// A swarm made to stand for an operator's: like [`Swarm`], but without
+/// the tests' label, so that the tests' own holds refuse it. Left, with
+/// the bridge network the engine made for it, when dropped. `None` when
+/// the engine is already in a swarm.
+#[derive(Debug)]
+pub struct ForeignSwarm {
+    networks: Vec<String>,
+    _held: std::sync::MutexGuard<'static, (usize, Vec<String>)>,
+}
+
+impl ForeignSwarm {
+    pub fn make() -> Option<ForeignSwarm> {
+        // Waits for the tests' own swarm, if one is held, to be left.
+        let held = loop {
+            let held = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+            if held.0 == 0 {
+                break held;
+            }
+            drop(held);
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        };
         let state = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"])
             .expect("the engine's swarm state");
-        match state.as_str() {
-            "active" => Swarm { made: false },
-            "inactive" => {
-                docker(&["swarm", "init", "--advertise-addr", "127.0.0.1"]).expect("swarm init");
-                Swarm { made: true }
-            }
-            other => panic!("the engine's swarm is {other}"),
+        if !crate::require("an engine in no swarm", state == "inactive") {
+            return None;
         }
+        let networks = networks();
+        docker(&["swarm", "init", "--advertise-addr", "127.0.0.1"]).expect("swarm init");
+        Some(ForeignSwarm {
+            networks,
+            _held: held,
+        })
     }
+}
+
+impl Drop for ForeignSwarm {
+    fn drop(&mut self) {
+        leave(&self.networks);
+    }
+}
+
+/// Leaves the swarm, and removes the bridge network the engine made for it
+/// unless it was there before (in `before`).
+fn leave(before: &[String]) {
+    let _ = docker(&["swarm", "leave", "--force"]);
+    let bridge = "docker_gwbridge".to_string();
+    if !before.contains(&bridge)
+        && networks().contains(&bridge)
+        && let Err(error) = docker(&["network", "rm", &bridge])
+    {
+        eprintln!("removing {bridge} after the test swarm: {error}");
+    }
+}
+
+/// Whether the engine's swarm is one the tests made.
+fn ours() -> bool {
+    docker(&[
+        "node",
+        "inspect",
+        "self",
+        "--format",
+        "{{json .Spec.Labels}}",
+    ])
+    .is_ok_and(|labels| labels.contains(&format!("\"{SWARM_LABEL}\"")))
+}
+
+/// The engine's networks, by name.
+fn networks() -> Vec<String> {
+    docker(&["network", "ls", "--format", "{{.Name}}"])
+        .map(|names| names.lines().map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 impl Drop for Swarm {
     fn drop(&mut self) {
-        if self.made {
-            let _ = docker(&["swarm", "leave", "--force"]);
+        let mut swarm = SWARM.lock().unwrap_or_else(|e| e.into_inner());
+        swarm.0 -= 1;
+        if swarm.0 == 0 {
+            leave(&swarm.1);
         }
     }
 }
@@ -146,14 +342,15 @@ impl Drop for Swarm {
 #[derive(Debug)]
 pub struct Service {
     pub name: String,
+    _images: Images,
 }
 
 impl Service {
     pub fn create(network: &Network, replicas: u32) -> Service {
-        images();
+        let images = Images::hold();
         let name = format!("{}-{}", network.name, NEXT.fetch_add(1, Ordering::SeqCst));
         let replicas = replicas.to_string();
-        let image = format!("{IMAGE}:1");
+        let image = images.upstream("1");
         docker(&[
             "service",
             "create",
@@ -174,7 +371,10 @@ impl Service {
             &name,
         ])
         .expect("create a test service");
-        Service { name }
+        Service {
+            name,
+            _images: images,
+        }
     }
 
     pub fn scale(&self, replicas: u32) {
@@ -229,23 +429,21 @@ pub struct Spec<'a> {
 #[derive(Debug)]
 pub struct Container {
     pub name: String,
+    _images: Images,
 }
 
 impl Container {
     /// Starts the test upstream on port 8080 of `network`, answering as its
     /// name.
     pub fn run(network: &Network, spec: &Spec<'_>) -> Container {
-        images();
+        let images = Images::hold();
         let name = format!("{}-{}", network.name, NEXT.fetch_add(1, Ordering::SeqCst));
         let label = format!("com.docker.compose.service={}", spec.service);
-        let image = format!(
-            "{IMAGE}:{}",
-            if spec.version.is_empty() {
-                "1"
-            } else {
-                spec.version
-            }
-        );
+        let image = images.upstream(if spec.version.is_empty() {
+            "1"
+        } else {
+            spec.version
+        });
         let mut args: Vec<String> = [
             "run",
             "-d",
@@ -276,7 +474,10 @@ impl Container {
         ]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         docker(&args).expect("run a test container");
-        Container { name }
+        Container {
+            name,
+            _images: images,
+        }
     }
 
     fn act(&self, action: &str) {
@@ -321,24 +522,6 @@ impl Drop for Container {
     fn drop(&mut self) {
         let _ = docker(&["rm", "-f", &self.name]);
     }
-}
-
-/// The Picket image of `deploy/Dockerfile`, built once per test process
-/// around a static `picket`; returns its tag.
-pub fn picket_image() -> &'static str {
-    const TAG: &str = "picket:test";
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let binary = crate::binaries::picket_static();
-        let context = tempfile::tempdir().expect("a build context");
-        std::fs::copy(&binary, context.path().join("picket")).expect("copy the static binary");
-        let dockerfile =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
-        std::fs::copy(&dockerfile, context.path().join("Dockerfile")).expect("copy the Dockerfile");
-        let path = context.path().to_str().expect("UTF-8 path");
-        docker(&["build", "-q", "-t", TAG, path]).expect("build the Picket image");
-    });
-    TAG
 }
 
 /// A TCP relay to the engine's socket that the test can cut and restore:

@@ -3,11 +3,16 @@
 //! ports moved to free ones, plus a service of the test upstream to route
 //! to), traffic through the published port, HTTPS through the published
 //! TLS port with the certificate of the stack's secrets, that certificate
-//! rotated as docs/install.md says, the verdict in the status API
-//! and in `picket-tui --once --json`, the socket proxy refusing a create,
+//! rotated as docs/install.md says, the verdict in the status API, in
+//! `picket-tui --once --json` and in the image's own `picket-tui` run
+//! inside a node, the socket proxy refusing a create,
 //! rolling updates of a two-replica service under load (stop-first and
 //! start-first: nothing fails, nothing waits a second), the service scaled
 //! to 0, the stack removed and the swarm left.
+//!
+//! Everything it makes has a name of its run's own (the stack, its secrets,
+//! the images) and is removed at its end. It never touches a swarm it did
+//! not make: on an engine already in one it refuses, loudly.
 //!
 //! Without an engine this test is skipped outside CI and fails in it.
 
@@ -23,7 +28,10 @@ use picket_tests::docker::{self, docker};
 use picket_tests::tls::{self, TestCa};
 use picket_tests::{binaries, require};
 
-const STACK: &str = "picket";
+/// The stack's name: this run's own, never an operator's `picket`.
+fn stack_name() -> String {
+    format!("picket-t{}", std::process::id())
+}
 const SOON: Duration = Duration::from_secs(90);
 
 fn free_port() -> u16 {
@@ -79,13 +87,14 @@ fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 /// The stack removed, its secrets deleted, when the test ends.
 struct Deployed {
+    stack: String,
     secrets: Vec<String>,
 }
 
 impl Drop for Deployed {
     fn drop(&mut self) {
-        let _ = docker(&["stack", "rm", STACK]);
-        let label = format!("label=com.docker.stack.namespace={STACK}");
+        let _ = docker(&["stack", "rm", &self.stack]);
+        let label = format!("label=com.docker.stack.namespace={}", self.stack);
         for _ in 0..120 {
             let networks = docker(&["network", "ls", "-q", "--filter", &label]);
             let containers = docker(&["ps", "-aq", "--filter", &label]);
@@ -107,20 +116,34 @@ fn verdict(admin: SocketAddr, route: &str) -> Option<serde_json::Value> {
     (status == 200).then(|| serde_json::from_str(&body).ok())?
 }
 
-#[test]
-fn the_swarm_stack_deploys_routes_judges_and_goes() {
-    if !require("a Docker engine", docker::available())
-        || !require(
+/// The two tests of this file take turns: one stands up a swarm that is
+/// not the tests', which the other must refuse.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn engine() -> bool {
+    require("a Docker engine", docker::available())
+        && require(
             "the engine's socket at /var/run/docker.sock",
             Path::new("/var/run/docker.sock").exists(),
         )
-    {
+}
+
+#[test]
+fn the_swarm_stack_deploys_routes_judges_and_goes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !engine() {
         return;
     }
-    let image = docker::picket_image();
-    let upstream = format!("{}:1", docker::images());
+    // Dropped last: the swarm after the images, the images after the stack.
+    let Some(_swarm) = docker::Swarm::hold() else {
+        return;
+    };
+    let images = docker::Images::hold();
+    let image = images.picket();
+    let upstream = images.upstream("1");
     let tui = binaries::picket_tui();
-    let _swarm = docker::Swarm::join();
+    let stack_name = stack_name();
+    let stack_name = stack_name.as_str();
 
     // The stack as shipped, with this test's image and free ports, and a
     // service to route to.
@@ -154,7 +177,11 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         );
     let config = std::fs::read_to_string(deploy.join("picket.toml"))
         .unwrap()
-        .replace("service = \"shop_web\"", &format!("service = \"{STACK}_web\""))
+        .replace("service = \"shop_web\"", &format!("service = \"{stack_name}_web\""))
+        .replace(
+            "network = \"picket_upstreams\"",
+            &format!("network = \"{stack_name}_upstreams\""),
+        )
         // The socket proxy, reached through the node on its internal
         // network: what the stack lets through and what it refuses.
         + "\n[[route]]\nname = \"engine\"\npath_prefix = \"/containers\"\nupstream = \"http://socket-proxy:2375\"\n";
@@ -175,6 +202,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     let ca = TestCa::new("deploy-swarm CA");
     let first = ca.write_leaf(dir.path(), "first", &["shop.example"]);
     let mut deployed = Deployed {
+        stack: stack_name.to_string(),
         secrets: Vec::new(),
     };
     for (name, file) in [
@@ -186,8 +214,14 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         deployed.secrets.push(secret(name));
     }
     let stack_file = dir.path().join("stack.yml");
-    docker(&["stack", "deploy", "-c", stack_file.to_str().unwrap(), STACK])
-        .unwrap_or_else(|e| panic!("{e}\n{stack}"));
+    docker(&[
+        "stack",
+        "deploy",
+        "-c",
+        stack_file.to_str().unwrap(),
+        stack_name,
+    ])
+    .unwrap_or_else(|e| panic!("{e}\n{stack}"));
 
     let (proxy, https, admin) = (
         SocketAddr::from(([127, 0, 0, 1], proxy)),
@@ -249,7 +283,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
             "source={},target=picket-tls.key,uid=65534,gid=65534,mode=0400",
             rotated("picket-tls-key")
         ),
-        &format!("{STACK}_picket"),
+        &format!("{stack_name}_picket"),
     ])
     .unwrap();
     until("the new certificate over HTTPS", || {
@@ -289,6 +323,34 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         .unwrap();
     assert_eq!(web.heart, picket_proto::Heart::Green, "{view:#?}");
 
+    // The image carries picket-tui: run inside a node, against that
+    // node's own feed, it shows the same.
+    let node_container = docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={stack_name}_picket"),
+    ])
+    .unwrap();
+    let node_container = node_container.lines().next().expect("a node's container");
+    let inside = docker(&[
+        "exec",
+        node_container,
+        "/picket-tui",
+        "--insecure",
+        "--once",
+        "--json",
+        "127.0.0.1:9901",
+    ])
+    .unwrap_or_else(|e| panic!("picket-tui inside the node: {e}"));
+    let view: picket_proto::ClusterView = serde_json::from_str(&inside).unwrap();
+    let web = view.members[0]
+        .verdicts
+        .iter()
+        .find(|v| v.route == "web")
+        .unwrap();
+    assert_eq!(web.heart, picket_proto::Heart::Green, "{view:#?}");
+
     // The socket proxy lets a read through and refuses a create.
     let mut last = None;
     let found = until_or_none(|| {
@@ -311,7 +373,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     // stop-first then start-first. A task being stopped leaves the rotation
     // at the engine's kill event, before its address stops answering:
     // nothing fails, nothing waits a second.
-    docker(&["service", "scale", "-d", &format!("{STACK}_web=2")]).unwrap();
+    docker(&["service", "scale", "-d", &format!("{stack_name}_web=2")]).unwrap();
     until("web green with 2 of 2 ready", || {
         verdict(admin, "web").filter(|v| {
             let v = &v["nodes"][0]["verdict"];
@@ -345,7 +407,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
             "1",
             "--update-delay",
             "2s",
-            &format!("{STACK}_web"),
+            &format!("{stack_name}_web"),
         ])
         .unwrap();
         until("web green again with 2 of 2 ready", || {
@@ -379,10 +441,115 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     }
 
     // No replica left: red.
-    docker(&["service", "scale", "-d", &format!("{STACK}_web=0")]).unwrap();
+    docker(&["service", "scale", "-d", &format!("{stack_name}_web=0")]).unwrap();
     until("web red with none ready", || {
         verdict(admin, "web").filter(|v| {
             v["nodes"][0]["verdict"]["heart"] == "red" && v["nodes"][0]["verdict"]["ready"] == 0
         })
     });
+}
+
+/// On an engine in a swarm the tests did not make, holding an operator's
+/// stack named `picket` and its secret `picket-gossip-key`, the deploy test
+/// refuses to run: skipped loudly outside CI, failed in it, and the
+/// operator's stack and secret are still there after either.
+#[test]
+fn the_deploy_test_leaves_a_swarm_it_did_not_make_alone() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !engine() {
+        return;
+    }
+    // An operator's swarm, stack and secret: made here, so that this test
+    // too touches only what it made.
+    let Some(_operators) = docker::ForeignSwarm::make() else {
+        return;
+    };
+    let images = docker::Images::hold();
+    let dir = tempfile::tempdir().unwrap();
+    let stack = dir.path().join("stack.yml");
+    std::fs::write(
+        &stack,
+        format!(
+            "version: \"3.8\"\nservices:\n  picket:\n    image: {}\n    \
+             command: [\"--listen\", \"0.0.0.0:8080\", \"--name\", \"operator\"]\n    \
+             healthcheck: {{ disable: true }}\n",
+            images.upstream("1")
+        ),
+    )
+    .unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, "the operator's key").unwrap();
+    struct Operators;
+    impl Drop for Operators {
+        fn drop(&mut self) {
+            let _ = docker(&["stack", "rm", "picket"]);
+            for _ in 0..120 {
+                let left = docker(&[
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    "label=com.docker.stack.namespace=picket",
+                ]);
+                if left.is_ok_and(|ids| ids.is_empty()) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let _ = docker(&["secret", "rm", "picket-gossip-key"]);
+        }
+    }
+    let _operators_stack = Operators;
+    docker(&[
+        "secret",
+        "create",
+        "picket-gossip-key",
+        key.to_str().unwrap(),
+    ])
+    .unwrap();
+    docker(&["stack", "deploy", "-c", stack.to_str().unwrap(), "picket"]).unwrap();
+
+    let still_there = || {
+        let services = docker(&[
+            "service",
+            "ls",
+            "--format",
+            "{{.Name}}",
+            "--filter",
+            "label=com.docker.stack.namespace=picket",
+        ])
+        .unwrap();
+        assert_eq!(services, "picket_picket", "the operator's stack");
+        let secrets = docker(&["secret", "ls", "--format", "{{.Name}}"]).unwrap();
+        assert!(
+            secrets.lines().any(|s| s == "picket-gossip-key"),
+            "the operator's secret: {secrets}"
+        );
+    };
+    still_there();
+    for ci in ["false", "true"] {
+        let run = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "the_swarm_stack_deploys_routes_judges_and_goes",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("CI", ci)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(
+            said.contains("not one the tests made"),
+            "CI={ci}: the refusal is said:\n{said}"
+        );
+        // Skipped, loudly, outside CI; failed in it.
+        assert_eq!(run.status.success(), ci == "false", "CI={ci}:\n{said}");
+        if ci == "false" {
+            assert!(said.contains("SKIPPED"), "{said}");
+        }
+        still_there();
+    }
 }

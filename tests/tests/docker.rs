@@ -174,7 +174,8 @@ async fn healthchecks_pauses_and_images() {
         .iter()
         .map(|i| (i.image.as_str(), i.replicas))
         .collect();
-    let (one, two) = (docker::image_label("1"), docker::image_label("2"));
+    let images = docker::Images::hold();
+    let (one, two) = (images.label("1"), images.label("2"));
     assert_eq!(
         counts,
         [(one.as_str(), 2), (two.as_str(), 1)],
