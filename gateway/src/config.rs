@@ -13,6 +13,7 @@
 
 mod diff;
 mod error;
+pub mod fields;
 pub mod raw;
 mod render;
 mod validate;

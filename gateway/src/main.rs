@@ -18,7 +18,7 @@ use picket::{demo, shutdown, socket_proxy};
 /// Each node proxies traffic, bounds how long it waits for every upstream,
 /// and keeps replicas that fail to connect out of its own rotation.
 #[derive(Debug, Parser)]
-#[command(name = "picket", version)]
+#[command(name = "picket", version, after_help = ENVIRONMENT)]
 struct Cli {
     /// Log format: `human` lines, or one JSON object per line.
     #[arg(long, global = true, env = "PICKET_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
@@ -34,6 +34,32 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// Every environment variable the binary reads, for `--help`.
+const ENVIRONMENT: &str = "\
+Environment:
+  PICKET_CONFIG                      run: the configuration file (--config)
+  PICKET_NODE_NAME                   the node's name (--name)
+  PICKET_LISTEN, PICKET_LISTEN_TLS   where the proxy listens, plain and HTTPS
+  PICKET_ADMIN                       the status API and metrics (--admin)
+  PICKET_ADVERTISE                   the gossip address peers reach (--advertise)
+  PICKET_WORKERS                     threads serving traffic (--workers)
+  PICKET_ACCESS_LOG                  \"stdout\", \"off\" or a file (--access-log)
+  PICKET_CLUSTER_KEY                 the cluster key(s), instead of [cluster] key_file
+  PICKET_RUNTIME_BREAKER_THRESHOLD, PICKET_RUNTIME_BREAKER_COOLDOWN,
+  PICKET_RUNTIME_BREAKER_DISABLED    the breaker in front of runtime APIs
+  PICKET_LOG, PICKET_LOG_FORMAT      which logs, and how (--log, --log-format)
+  SSL_CERT_FILE                      extra CA certificates for https:// upstreams (--extra-ca)
+  HTTP_PROXY, HTTPS_PROXY, NO_PROXY  forward proxies for external hosts (lower case too)
+  DOCKER_HOST                        the Docker engine, without [runtime] endpoint
+  POD_NAMESPACE                      Kubernetes: the namespace, without [runtime] namespace
+  KUBECONFIG, KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT
+                                     Kubernetes: the API server, without [runtime] api
+  PICKET_SOCKET_PROXY_LISTEN, PICKET_DOCKER_SOCKET, PICKET_SOCKET_PROXY_HEADER_TIMEOUT,
+  PICKET_SOCKET_PROXY_IDLE_TIMEOUT, PICKET_SOCKET_PROXY_MAX_CONNECTIONS,
+  PICKET_SOCKET_PROXY_WORKERS        socket-proxy: its flags
+
+A flag wins over its variable; both win over the configuration file.";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum LogFormat {
@@ -168,8 +194,10 @@ struct NodeFlags {
     #[arg(long, env = "PICKET_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: Option<u16>,
     /// A PEM file of extra CA certificates trusted for `https://` upstreams,
-    /// besides the Mozilla roots built in.
-    #[arg(long, env = "SSL_CERT_FILE")]
+    /// besides the Mozilla roots built in (default: SSL_CERT_FILE, when
+    /// set). Read by hand rather than bound by clap: a machine-wide
+    /// SSL_CERT_FILE would show in every usage line as if it were asked for.
+    #[arg(long)]
     extra_ca: Option<PathBuf>,
     /// Consecutive unanswered calls that open a runtime API endpoint's
     /// breaker (default: the file's `[runtime] breaker.threshold`, else 2).
@@ -366,7 +394,13 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
     let options = Options {
         config_path: Some(path),
         overrides,
-        tls: picket::tls::client_config(flags.extra_ca.as_deref())?,
+        tls: picket::tls::client_config(
+            flags
+                .extra_ca
+                .clone()
+                .or_else(|| std::env::var_os("SSL_CERT_FILE").map(PathBuf::from))
+                .as_deref(),
+        )?,
         drain: node::DEFAULT_DRAIN,
         proxy_env,
         gossip_transport: None,

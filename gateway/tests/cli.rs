@@ -301,6 +301,109 @@ fn help_explains_every_flag() {
     for command in ["run", "check", "demo"] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
+    // Every variable the binary reads, those without a flag included.
+    for env in [
+        "PICKET_CONFIG",
+        "PICKET_NODE_NAME",
+        "PICKET_LISTEN",
+        "PICKET_LISTEN_TLS",
+        "PICKET_ADMIN",
+        "PICKET_ADVERTISE",
+        "PICKET_WORKERS",
+        "PICKET_ACCESS_LOG",
+        "PICKET_CLUSTER_KEY",
+        "PICKET_RUNTIME_BREAKER_THRESHOLD",
+        "PICKET_RUNTIME_BREAKER_COOLDOWN",
+        "PICKET_RUNTIME_BREAKER_DISABLED",
+        "PICKET_LOG",
+        "PICKET_LOG_FORMAT",
+        "SSL_CERT_FILE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "DOCKER_HOST",
+        "POD_NAMESPACE",
+        "KUBECONFIG",
+        "PICKET_SOCKET_PROXY_LISTEN",
+        "PICKET_DOCKER_SOCKET",
+    ] {
+        assert!(help.contains(env), "--help lacks {env}:\n{help}");
+    }
+}
+
+#[test]
+fn a_machine_wide_ssl_cert_file_is_not_shown_as_a_required_flag() {
+    let out = Command::new(PICKET)
+        .arg("check")
+        .env("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Usage: picket check"), "{stderr}");
+    assert!(!stderr.contains("--extra-ca"), "{stderr}");
+}
+
+/// Every unknown key of a file at once, each with the field it was likely
+/// meant to be; a bare number for a duration says how to write one; a
+/// route named twice is one problem.
+#[test]
+fn check_reports_every_unknown_field_with_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("picket.toml");
+    std::fs::write(
+        &file,
+        "[node]\nlistn = \"0.0.0.0:8080\"\nworkrs = 2\n\n\
+         [[route]]\nname = \"api\"\nreplicas = [\"10.0.0.7:8080\"]\nconect-timeout = \"1s\"\n\
+         breaker = { enabled = true, failurs = 3, wobble = 1 }\n",
+    )
+    .unwrap();
+    let out = check(&file, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let at = |rest: &str| format!("{}:{rest}", file.display());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            at("2:1: unknown field `listn` in node: did you mean `listen`?").as_str(),
+            at("3:1: unknown field `workrs` in node: did you mean `workers`?").as_str(),
+            at("8:1: unknown field `conect-timeout` in route: did you mean `connect_timeout`?")
+                .as_str(),
+            at("9:29: unknown field `failurs` in route.breaker: did you mean `failures`?").as_str(),
+            at("9:42: unknown field `wobble` in route.breaker").as_str(),
+        ],
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &file,
+        "[global]\nconnect_timeout = 5\n\n[[route]]\nname = \"api\"\nreplicas = [\"10.0.0.7:8080\"]\n",
+    )
+    .unwrap();
+    let out = check(&file, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&at(
+            "2:19: invalid type: integer `5`, expected a string: connect_timeout is a duration: \
+             a string with its unit, such as \"5s\" or \"250ms\""
+        )),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        &file,
+        "[[route]]\nname = \"api\"\nreplicas = [\"10.0.0.7:8080\"]\n\n\
+         [[route]]\nname = \"api\"\nreplicas = [\"10.0.0.8:8080\"]\n",
+    )
+    .unwrap();
+    let out = check(&file, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        at("6:8: route name \"api\" is already used by the route at line 1"),
+        "one problem for a route named twice"
+    );
 }
 
 fn free_port() -> SocketAddr {

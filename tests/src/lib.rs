@@ -14,7 +14,6 @@ pub mod docker;
 pub mod fake_docker;
 pub mod fake_kube;
 pub mod faults;
-pub mod fields;
 pub mod forward_proxy;
 pub mod grpc;
 pub mod logs;

@@ -9,8 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use picket::config::fields;
 use picket::config::raw::RawConfig;
-use picket_tests::{binaries, fields};
+use picket_tests::binaries;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

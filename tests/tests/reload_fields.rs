@@ -9,10 +9,10 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use picket::config::fields;
 use picket::config::raw::RawConfig;
 use picket::config::{Config, NEEDS_RESTART, ReloadPlan};
 use picket::node::InForce;
-use picket_tests::fields;
 use picket_tests::node::TestNode;
 use tracing_subscriber::util::SubscriberInitExt as _;
 

@@ -1,10 +1,14 @@
-//! The fields a `Deserialize` type reads, found by asking it: a
-//! deserializer that hands every struct all of its fields, one sample
-//! value each, and writes down their dotted paths. The configuration
-//! reference is checked against this list, so it cannot drift from the
-//! structs that read the file.
+//! The fields the file may hold, found by asking the structs that read it:
+//! a deserializer that hands every struct all of its fields, one sample
+//! value each, and writes down their dotted paths ([`paths`]). From them,
+//! [`unknown`] finds every key of a file that is no field, each with the
+//! field it was probably meant to be; serde alone stops at the first. The
+//! configuration reference is checked against the same list, so neither
+//! can drift from the structs.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::ops::Range;
 use std::rc::Rc;
 
 use serde::de::value::BorrowedStrDeserializer;
@@ -12,18 +16,103 @@ use serde::de::{
     self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor,
 };
 
-/// Every field path of `T`, such as `node.feed` or `route.breaker.enabled`.
+/// Every field path of `T`, such as `node.feed` or `route.breaker.enabled`
+/// (a table of an array of tables is named without an index). Empty if
+/// `T` cannot be traced (a shape the tracer does not know).
 pub fn paths<T: DeserializeOwned>() -> Vec<String> {
     let found = Rc::new(RefCell::new(Vec::new()));
     let tracer = Tracer {
         path: String::new(),
         found: Rc::clone(&found),
     };
-    T::deserialize(tracer).unwrap_or_else(|e| panic!("tracing the fields: {e}"));
+    if T::deserialize(tracer).is_err() {
+        return Vec::new();
+    }
     let mut paths = found.borrow().clone();
     paths.sort();
     paths.dedup();
     paths
+}
+
+/// A key of the file that is no field: where it is, and what to say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unknown {
+    pub span: Range<usize>,
+    pub message: String,
+}
+
+/// Every key of `text` that is not among `known` (from [`paths`]), in the
+/// order of the file; keys inside a map field (header names under `set`)
+/// are the user's and never unknown. Nothing when `text` is not TOML: the
+/// parser says why.
+pub fn unknown(text: &str, known: &[String]) -> Vec<Unknown> {
+    let Ok(document) = toml::de::DeTable::parse(text) else {
+        return Vec::new();
+    };
+    let known: BTreeSet<&str> = known.iter().map(String::as_str).collect();
+    let mut found = Vec::new();
+    walk(document.get_ref(), "", &known, &mut found);
+    found.sort_by_key(|u| u.span.start);
+    found
+}
+
+fn walk(table: &toml::de::DeTable<'_>, at: &str, known: &BTreeSet<&str>, found: &mut Vec<Unknown>) {
+    for (key, value) in table {
+        let name: &str = key.get_ref();
+        let path = if at.is_empty() {
+            name.to_string()
+        } else {
+            format!("{at}.{name}")
+        };
+        if !known.contains(path.as_str()) {
+            let table = if at.is_empty() { "the file" } else { at };
+            let mut message = format!("unknown field `{name}` in {table}");
+            if let Some(close) = closest(name, at, known) {
+                message.push_str(&format!(": did you mean `{close}`?"));
+            }
+            found.push(Unknown {
+                span: key.span(),
+                message,
+            });
+            continue;
+        }
+        // A field whose fields are known: a table, or an array of tables.
+        let prefix = format!("{path}.");
+        if !known.iter().any(|k| k.starts_with(&prefix)) {
+            continue;
+        }
+        match value.get_ref() {
+            toml::de::DeValue::Table(inner) => walk(inner, &path, known, found),
+            toml::de::DeValue::Array(items) => {
+                for item in items {
+                    if let toml::de::DeValue::Table(inner) = item.get_ref() {
+                        walk(inner, &path, known, found);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The field of table `at` nearest to `name`, when it is near enough to be
+/// a slip: a typo, a missing or swapped letter, `-` for `_`.
+fn closest<'k>(name: &str, at: &str, known: &BTreeSet<&'k str>) -> Option<&'k str> {
+    let prefix = if at.is_empty() {
+        String::new()
+    } else {
+        format!("{at}.")
+    };
+    let normalised = name.replace('-', "_").to_ascii_lowercase();
+    known
+        .iter()
+        .copied()
+        .filter_map(|path| path.strip_prefix(prefix.as_str()))
+        .filter(|field| !field.contains('.'))
+        .map(|field| (strsim::damerau_levenshtein(&normalised, field), field))
+        .filter(|(distance, field)| *distance <= (field.len() / 4).max(1))
+        .min()
+        .map(|(_, field)| field)
 }
 
 #[derive(Debug)]

@@ -83,10 +83,29 @@ pub(super) const DEFAULT_ADMIN: &str = "127.0.0.1:9900";
 /// read (relative to its directory) and checked at `now` (Unix seconds).
 pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>> {
     let positions = Positions::new(text);
-    let raw: RawConfig = toml::from_str(text).map_err(|e| {
-        let span = e.span().unwrap_or(0..0);
-        vec![positions.problem(span, e.message().trim().to_string())]
-    })?;
+    // Every unknown key at once, each with the field it was likely meant
+    // to be; then what serde says, unless it is one of those again.
+    let mut unknown: Vec<Problem> = super::fields::unknown(text, known_fields())
+        .into_iter()
+        .map(|u| positions.problem(u.span, u.message))
+        .collect();
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(raw) if unknown.is_empty() => raw,
+        Ok(_) => return Err(unknown),
+        Err(e) => {
+            let message = e.message().trim();
+            if unknown.is_empty() || !message.starts_with("unknown field") {
+                let span = e.span().unwrap_or(0..0);
+                let message = match duration_hint(text, span.clone(), message) {
+                    Some(hint) => format!("{message}: {hint}"),
+                    None => message.to_string(),
+                };
+                unknown.push(positions.problem(span, message));
+                unknown.sort_by_key(|p| (p.line, p.column));
+            }
+            return Err(unknown);
+        }
+    };
     let mut v = Validator {
         positions,
         problems: Vec::new(),
@@ -122,6 +141,48 @@ pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>
         v.problems.sort_by_key(|p| (p.line, p.column));
         Err(v.problems)
     }
+}
+
+/// The field paths of the file, traced once from [`RawConfig`].
+fn known_fields() -> &'static [String] {
+    static KNOWN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(super::fields::paths::<RawConfig>)
+}
+
+/// Fields whose values are durations, written as strings with a unit.
+const DURATION_FIELDS: &[&str] = &[
+    "header_timeout",
+    "idle_timeout",
+    "connect_timeout",
+    "first_answer_timeout",
+    "eject_for",
+    "check_every",
+    "check_timeout",
+    "body_timeout",
+    "cooldown",
+    "gossip_interval",
+];
+
+/// What to add when a duration was given as a bare number: serde only says
+/// it wanted a string.
+fn duration_hint(text: &str, span: std::ops::Range<usize>, message: &str) -> Option<String> {
+    if !message.starts_with("invalid type") || !message.contains("expected a string") {
+        return None;
+    }
+    let line_start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+    // The key just before ` = `, also inside an inline table.
+    let before = text
+        .get(line_start..span.start)?
+        .trim_end()
+        .strip_suffix('=')?;
+    let before = before.trim_end();
+    let key = before
+        .rsplit(|c: char| c.is_whitespace() || c == '{' || c == ',')
+        .next()?;
+    let value = text.get(span)?.trim();
+    DURATION_FIELDS.contains(&key).then(|| {
+        format!("{key} is a duration: a string with its unit, such as \"{value}s\" or \"250ms\"")
+    })
 }
 
 struct Validator<'a> {
@@ -1576,7 +1637,9 @@ impl Validator<'_> {
             let raw = route.get_ref();
             let line = self.positions.problem(route.span(), "").line;
             let name = raw.name.get_ref().as_str();
-            if let Some(first) = names.insert(name, line) {
+            // A route given twice is one problem, not one per clash.
+            let named_twice = names.insert(name, line);
+            if let Some(first) = named_twice {
                 self.problem(
                     raw.name.span(),
                     format!("route name {name:?} is already used by the route at line {first}"),
@@ -1591,7 +1654,9 @@ impl Validator<'_> {
                 .path_prefix
                 .as_ref()
                 .map_or("/", |p| p.get_ref().as_str());
-            if let Some((other, first)) = matches.insert((host, prefix), (name, line)) {
+            if let Some((other, first)) = matches.insert((host, prefix), (name, line))
+                && named_twice.is_none()
+            {
                 self.problem(
                     raw.name.span(),
                     format!(
