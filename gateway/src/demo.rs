@@ -7,7 +7,10 @@
 //! - `web`: three healthy replicas that say which one answered;
 //! - `slow`: one replica that takes 30 s to answer (first-answer bound 2 s:
 //!   the client gets 504 at 2 s);
-//! - `refused`: one replica whose port refuses connections (502 at once).
+//! - `refused`: one replica whose port refuses connections (502 at once);
+//! - `flaky`: one replica that listens for [`FLAP`], then refuses for as
+//!   long, and so on: its hearts turn red and green again, and the TUI's
+//!   history of the route fills.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,12 +25,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+/// How long the flaky replica listens, and then refuses.
+pub const FLAP: Duration = Duration::from_secs(20);
+
 /// The addresses of the demo upstreams.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
     pub web: Vec<SocketAddr>,
     pub slow: SocketAddr,
     pub refused: SocketAddr,
+    pub flaky: SocketAddr,
 }
 
 /// How a demo replica answers.
@@ -46,17 +53,56 @@ pub async fn start_upstreams() -> std::io::Result<Upstreams> {
     let slow = serve("slow-1".into(), Behaviour::Slow(Duration::from_secs(30))).await?;
     // A port that was just free: nothing listens there, so connects are refused.
     let refused = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
-    Ok(Upstreams { web, slow, refused })
+    let flaky = flap("flaky-1".into()).await?;
+    Ok(Upstreams {
+        web,
+        slow,
+        refused,
+        flaky,
+    })
+}
+
+/// A healthy replica that listens for [`FLAP`], then closes its port and
+/// its connections for as long, and so on.
+async fn flap(name: String) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let mut listener = Some(listener);
+        loop {
+            if let Some(up) = listener.take() {
+                let serving = tokio::spawn(accept(up, name.clone(), Behaviour::Healthy));
+                tokio::time::sleep(FLAP).await;
+                // Dropping the accept loop closes the port and, with it,
+                // every connection it served.
+                serving.abort();
+            }
+            tokio::time::sleep(FLAP).await;
+            // The port was free a moment ago; if something took it, try
+            // again after another period.
+            listener = TcpListener::bind(addr).await.ok();
+        }
+    });
+    Ok(addr)
 }
 
 async fn serve(name: String, behaviour: Behaviour) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
+    tokio::spawn(accept(listener, name, behaviour));
+    Ok(addr)
+}
+
+/// Serves every connection of `listener` until dropped: its connections
+/// are its own tasks' children and end with it.
+async fn accept(listener: TcpListener, name: String, behaviour: Behaviour) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    continue;
+                };
             let name = name.clone();
             let service = service_fn(move |req: Request<Incoming>| {
                 let name = name.clone();
@@ -73,10 +119,11 @@ async fn serve(name: String, behaviour: Behaviour) -> std::io::Result<SocketAddr
                     Ok::<_, Infallible>(response)
                 }
             });
-            tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+                connections.spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
-    });
-    Ok(addr)
+    }
 }
 
 /// Where one demo node listens.
@@ -148,6 +195,11 @@ first_answer_timeout = "2s"
 name = "refused"
 path_prefix = "/refused"
 replicas = ["{refused}"]
+
+[[route]]
+name = "flaky"
+path_prefix = "/flaky"
+replicas = ["{flaky}"]
 "#,
         n = i + 1,
         gossip = ports(first, i).gossip,
@@ -156,6 +208,7 @@ replicas = ["{refused}"]
         web = web.join(", "),
         slow = upstreams.slow,
         refused = upstreams.refused,
+        flaky = upstreams.flaky,
     )
 }
 
@@ -170,6 +223,7 @@ pub fn banner(first: Ports) -> String {
          \n  curl -i http://{proxy}/          # web: three replicas, answered in turn\n\
          \x20 curl -i http://{proxy}/slow      # slow: 504 after its 2 s first-answer bound\n\
          \x20 curl -i http://{proxy}/refused   # refused: 502 at once\n\
+         \x20 curl -i http://{proxy}/flaky     # flaky: up 20 s, down 20 s; watch its history\n\
          \x20 curl http://{admin}/v1/cluster   # every node's verdicts, liveness and age\n\
          \x20 curl http://{admin}/v1/routes/web   # web on every node: node 3 disagrees\n\
          \x20 curl http://{admin3}/v1/routes   # node 3's own view, with its ejected replica\n\

@@ -134,10 +134,16 @@ async fn the_feed_certificate_is_pinned_and_a_configured_one_is_checked_against_
     let node = TestNode::start(&node_text_with("n1", FEED, "", ""));
     let (addr, pin) = feed_of(&node).await;
     let wrong = "00".repeat(32);
-    let refused = Session::open(&addr, &Trust::Pin(wrong)).await.unwrap_err();
-    assert!(
-        refused.to_string().contains("invalid peer certificate"),
-        "{refused}"
+    let refused = Session::open(&addr, &Trust::Pin(wrong.clone()))
+        .await
+        .unwrap_err();
+    // Said as a mismatch, with the fingerprint the node showed.
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "the node's feed certificate is not the one pinned: its fingerprint is {pin}, \
+             --pin said {wrong} (a node's fingerprint is in its /v1/node and its start log)"
+        )
     );
     let colons: String = pin
         .as_bytes()

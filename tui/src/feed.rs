@@ -46,6 +46,11 @@ pub enum FeedError {
     Tls(String),
     #[error("connecting: {0}")]
     Connect(String),
+    #[error(
+        "the node's feed certificate is not the one pinned: its fingerprint is {received}, \
+         --pin said {pinned} (a node's fingerprint is in its /v1/node and its start log)"
+    )]
+    PinMismatch { pinned: String, received: String },
     #[error("the connection: {0}")]
     Connection(String),
     #[error("a frame: {0}")]
@@ -71,11 +76,13 @@ pub fn normalise(fingerprint: &str) -> String {
         .collect()
 }
 
-/// Accepts exactly the pinned certificate, or, insecure, any.
+/// Accepts exactly the pinned certificate, or, insecure, any; keeps the
+/// fingerprint it was shown, so that a refusal can name it.
 #[derive(Debug)]
 struct Pinned {
     pin: Option<String>,
     provider: Arc<CryptoProvider>,
+    shown: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl ServerCertVerifier for Pinned {
@@ -87,13 +94,15 @@ impl ServerCertVerifier for Pinned {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match &self.pin {
-            Some(pin) if *pin != fingerprint(end_entity.as_ref()) => {
-                Err(rustls::Error::InvalidCertificate(
-                    rustls::CertificateError::ApplicationVerificationFailure,
-                ))
-            }
-            _ => Ok(ServerCertVerified::assertion()),
+        let shown = fingerprint(end_entity.as_ref());
+        let matches = self.pin.as_ref().is_none_or(|pin| *pin == shown);
+        *self.shown.lock().unwrap_or_else(|e| e.into_inner()) = Some(shown);
+        if matches {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
         }
     }
 
@@ -135,6 +144,14 @@ impl ServerCertVerifier for Pinned {
 /// The QUIC client configuration for `trust`: TLS 1.3, the feed's ALPN,
 /// keep-alives, and an idle timeout that notices a vanished node.
 pub fn client_config(trust: &Trust) -> Result<quinn::ClientConfig, FeedError> {
+    client_config_shown(trust).map(|(config, _)| config)
+}
+
+/// The fingerprint a pinned or insecure handshake was shown, once shown.
+type Shown = Arc<std::sync::Mutex<Option<String>>>;
+
+fn client_config_shown(trust: &Trust) -> Result<(quinn::ClientConfig, Shown), FeedError> {
+    let shown = Shown::default();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -154,6 +171,7 @@ pub fn client_config(trust: &Trust) -> Result<quinn::ClientConfig, FeedError> {
             .with_custom_certificate_verifier(Arc::new(Pinned {
                 pin: Some(normalise(pin)),
                 provider,
+                shown: Arc::clone(&shown),
             }))
             .with_no_client_auth(),
         Trust::Insecure => builder
@@ -161,6 +179,7 @@ pub fn client_config(trust: &Trust) -> Result<quinn::ClientConfig, FeedError> {
             .with_custom_certificate_verifier(Arc::new(Pinned {
                 pin: None,
                 provider,
+                shown: Arc::clone(&shown),
             }))
             .with_no_client_auth(),
     };
@@ -174,7 +193,15 @@ pub fn client_config(trust: &Trust) -> Result<quinn::ClientConfig, FeedError> {
             IDLE,
         ))));
     config.transport_config(Arc::new(transport));
-    Ok(config)
+    Ok((config, shown))
+}
+
+/// Nothing answered at `addr`: most often a TCP port given for the feed.
+fn no_answer(addr: &str) -> FeedError {
+    FeedError::Connect(format!(
+        "no answer from {addr}; the feed is QUIC over UDP, on a node's `[node] feed` port \
+         (9901 unless set; its /v1/node names it), not the status API's TCP port"
+    ))
 }
 
 /// Resolves `host:port`.
@@ -225,14 +252,27 @@ impl Session {
         };
         let mut endpoint =
             quinn::Endpoint::client(local).map_err(|e| FeedError::Connect(e.to_string()))?;
-        endpoint.set_default_client_config(client_config(trust)?);
+        let (config, shown) = client_config_shown(trust)?;
+        endpoint.set_default_client_config(config);
         let connecting = endpoint
             .connect(remote, &server_name(addr))
             .map_err(|e| FeedError::Connect(e.to_string()))?;
         let connection = tokio::time::timeout(CONNECT_WAIT, connecting)
             .await
-            .map_err(|_| FeedError::Connect(format!("no answer from {addr} in {CONNECT_WAIT:?}")))?
-            .map_err(|e| FeedError::Connect(e.to_string()))?;
+            .map_err(|_| no_answer(addr))?
+            .map_err(|e| {
+                let received = shown.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match (trust, received, e) {
+                    (Trust::Pin(pinned), Some(received), _) if normalise(pinned) != received => {
+                        FeedError::PinMismatch {
+                            pinned: normalise(pinned),
+                            received,
+                        }
+                    }
+                    (_, _, quinn::ConnectionError::TimedOut) => no_answer(addr),
+                    (_, _, e) => FeedError::Connect(e.to_string()),
+                }
+            })?;
         let (mut send, recv) = connection
             .open_bi()
             .await

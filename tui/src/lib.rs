@@ -11,5 +11,6 @@
 
 pub mod app;
 pub mod feed;
+pub mod table;
 pub mod theme;
 pub mod view;

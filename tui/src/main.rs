@@ -38,10 +38,10 @@ struct Cli {
     /// address is on loopback.
     #[arg(long)]
     insecure: bool,
-    /// Print the cluster view the node holds, once, and exit.
-    #[arg(long, requires = "json")]
+    /// Print the cluster view the node holds, once, as a table, and exit.
+    #[arg(long)]
     once: bool,
-    /// With --once: as JSON.
+    /// With --once: as JSON, for scripts.
     #[arg(long, requires = "once")]
     json: bool,
 }
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let trust = trust(&cli).await?;
     if cli.once {
-        return once(&cli.address, &trust).await;
+        return once(&cli.address, &trust, cli.json).await;
     }
     watch(cli.address, trust).await
 }
@@ -104,16 +104,20 @@ async fn trust(cli: &Cli) -> anyhow::Result<Trust> {
     Ok(Trust::Insecure)
 }
 
-/// `--once --json`: the view the node holds, printed once.
-async fn once(address: &str, trust: &Trust) -> anyhow::Result<()> {
+/// `--once`: the view the node holds, printed once: a table, or JSON.
+async fn once(address: &str, trust: &Trust, json: bool) -> anyhow::Result<()> {
     let mut session = Session::open(address, trust).await?;
     let view = tokio::time::timeout(Duration::from_secs(10), session.next_view())
         .await
         .context("no view from the node in 10 s")??;
     session.close().await;
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &view)?;
-    writeln!(out)?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, &view)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(picket_tui::table::table(&view).as_bytes())?;
+    }
     Ok(())
 }
 

@@ -4,8 +4,12 @@
 //! | symbol | meaning |
 //! |--------|---------|
 //! | `♥` green  | the node judges the route green (every replica ready) |
-//! | `♥` orange | orange: some replicas ready, not all (drawn in the terminal's yellow, which most palettes render amber) |
-//! | `♡` red    | red, a broken heart: nothing ready, the host refuses, or the circuit is open |
+//! | `❣` orange | orange, a heart with a drop below: some replicas ready, not all (drawn in the terminal's yellow, which most palettes render amber) |
+//! | `♡` red    | red, an empty heart: nothing ready, the host refuses, or the circuit is open |
+//!
+//! Each heart has a symbol of its own as well as a colour, so that a
+//! terminal without colour, a screenshot or a colour-blind operator still
+//! tells green, orange and red apart.
 //! | `◐` after a heart | the route's circuit is half-open on that node (trial requests) |
 //! | `○` after a heart | the circuit is open (an open loop: nothing passes) |
 //! | nothing after a heart | the circuit is closed, or the breaker is disabled |
@@ -22,6 +26,7 @@ use picket_proto::{Circuit, Heart, Liveness};
 use ratatui::style::{Color, Modifier, Style};
 
 pub const HEART: &str = "♥";
+pub const PARTIAL_HEART: &str = "❣";
 pub const BROKEN_HEART: &str = "♡";
 pub const HALF_OPEN: &str = "◐";
 pub const OPEN: &str = "○";
@@ -38,8 +43,9 @@ pub const RED: Color = Color::Red;
 
 /// The symbol and legend the help overlay shows, one row each.
 pub const HELP_SYMBOLS: &[(&str, &str)] = &[
-    ("♥", "green: every replica ready (orange ♥: some ready)"),
-    ("♡", "red (broken): none ready, refused, or circuit open"),
+    ("♥", "green: every replica ready"),
+    ("❣", "orange: some replicas ready, not all"),
+    ("♡", "red (empty): none ready, refused, or circuit open"),
     ("◐ ○", "after a heart: circuit half-open, open"),
     ("·", "no verdict from that node"),
     ("≠", "live nodes disagree on the route"),
@@ -48,7 +54,8 @@ pub const HELP_SYMBOLS: &[(&str, &str)] = &[
 
 pub fn heart_symbol(heart: Heart) -> &'static str {
     match heart {
-        Heart::Green | Heart::Orange => HEART,
+        Heart::Green => HEART,
+        Heart::Orange => PARTIAL_HEART,
         Heart::Red => BROKEN_HEART,
     }
 }

@@ -40,7 +40,7 @@ pub fn render(frame: &mut Frame, app: &App) {
     .areas(frame.area());
     render_status(frame, status, app);
 
-    let detail_height = detail::height(app, middle.height, grid::height_needed(app));
+    let detail_height = detail::height(app, middle.height, middle.width, grid::height_needed(app));
     let [matrix, detail] =
         Layout::vertical([Constraint::Min(0), Constraint::Length(detail_height)]).areas(middle);
     grid::render(frame.buffer_mut(), matrix, app);
@@ -54,14 +54,29 @@ pub fn render(frame: &mut Frame, app: &App) {
     }
 }
 
-/// Which node, over which link, and how fresh the data is.
+/// Which node, over which link, and how fresh the data is. Laid out for
+/// 80 columns: when the whole line does not fit, the disagreement loses
+/// words first, then the node's address goes, then the counts' words.
+/// When even that does not fit (a stale link's error), the full line is
+/// cut at the edge: its start says what matters.
 fn render_status(frame: &mut Frame, area: Rect, app: &App) {
+    let width = usize::from(area.width);
+    let line = (0..=3)
+        .map(|terse| status_line(app, terse))
+        .find(|line| line.width() <= width)
+        .unwrap_or_else(|| status_line(app, 0));
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+/// The status line, `terse` from 0 (everything) to 3 (the fewest words).
+fn status_line(app: &App, terse: u8) -> Line<'static> {
     let mut spans = vec![Span::styled("picket", theme::title())];
     if let Some(view) = app.view() {
         spans.push(Span::raw(format!(" {} ", view.cluster)));
     }
-    let node = app.view().map(|v| v.node.as_str());
+    let node = app.view().map(|v| v.node.clone());
     match (app.link(), node) {
+        (Some(_), Some(node)) if terse > 1 => spans.push(Span::raw(format!(" {node}  "))),
         (Some(link), Some(node)) => spans.push(Span::raw(format!(" {node} @ {}  ", link.addr()))),
         (Some(link), None) => spans.push(Span::raw(format!(" {}  ", link.addr()))),
         (None, Some(node)) => spans.push(Span::raw(format!(" {node}  "))),
@@ -100,18 +115,19 @@ fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     }
     if app.view().is_some() {
         let matrix = app.matrix();
-        spans.push(Span::styled(
-            format!(
-                "  {} routes × {} nodes",
-                matrix.rows().len(),
-                matrix.columns().len()
-            ),
-            theme::muted(),
-        ));
-        let disagreements = match matrix.disagreements() {
-            0 => None,
-            1 => Some("1 route disagrees".to_owned()),
-            n => Some(format!("{n} routes disagree")),
+        let (routes, nodes) = (matrix.rows().len(), matrix.columns().len());
+        let counts = if terse < 3 {
+            format!("  {routes} routes × {nodes} nodes")
+        } else {
+            format!("  {routes}×{nodes}")
+        };
+        spans.push(Span::styled(counts, theme::muted()));
+        let disagreements = match (matrix.disagreements(), terse) {
+            (0, _) => None,
+            (1, 0) => Some("1 route disagrees".to_owned()),
+            (n, 0) => Some(format!("{n} routes disagree")),
+            (1, _) => Some("1 disagrees".to_owned()),
+            (n, _) => Some(format!("{n} disagree")),
         };
         if let Some(text) = disagreements {
             spans.push(Span::styled(
@@ -120,7 +136,7 @@ fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             ));
         }
     }
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    Line::from(spans)
 }
 
 fn render_footer(frame: &mut Frame, area: Rect, app: &App) {

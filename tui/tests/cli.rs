@@ -49,8 +49,8 @@ fn a_pin_must_be_a_sha256_fingerprint() {
 }
 
 #[test]
-fn once_needs_json_and_a_ca_file_must_exist() {
-    let output = run(&["--insecure", "--once", "127.0.0.1:9901"]);
+fn json_needs_once_and_a_ca_file_must_exist() {
+    let output = run(&["--insecure", "--json", "127.0.0.1:9901"]);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let output = run(&["--ca", "/nonexistent/ca.pem", "127.0.0.1:9901"]);
     assert_eq!(output.status.code(), Some(1));
@@ -72,6 +72,12 @@ fn once_against_nothing_fails_in_bounded_time() {
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("connecting"),
+        "{}",
+        stderr(&output)
+    );
+    // Pointed at a TCP port, say, it says what the feed is and where.
+    assert!(
+        stderr(&output).contains("the feed is QUIC over UDP"),
         "{}",
         stderr(&output)
     );

@@ -32,13 +32,38 @@ use picket_proto::{ClusterView, ImageCount, Verdict};
 /// Node names longer than this are cut in the detail pane.
 const MAX_NAME_WIDTH: usize = 16;
 
+/// The columns before a node's reason, past its name: liveness, heart,
+/// circuit marker, ready, circuit and since.
+const BEFORE_REASON: usize = 33;
+
+/// Lines each node takes: one, or two when a reason would not fit beside
+/// the columns (at 80 columns, say) and goes on a line of its own.
+fn lines_per_node(app: &App, row: usize, width: usize) -> usize {
+    let matrix = app.matrix();
+    let Some(view) = app.view() else {
+        return 1;
+    };
+    let name_width = matrix.column_width().clamp(4, MAX_NAME_WIDTH);
+    let longest = (0..matrix.columns().len())
+        .filter_map(|col| matrix.verdict(view, row, col))
+        .map(|v| v.reason.chars().count())
+        .max()
+        .unwrap_or(0);
+    if name_width + 1 + BEFORE_REASON + longest > width {
+        2
+    } else {
+        1
+    }
+}
+
 /// The pane's height: what the matrix leaves when that is all the pane
 /// needs, otherwise what it needs up to the larger of two fifths of
 /// `available` and what the matrix leaves.
-pub(super) fn height(app: &App, available: u16, matrix_needs: u16) -> u16 {
+pub(super) fn height(app: &App, available: u16, width: u16, matrix_needs: u16) -> u16 {
     let Some(row) = app.selected_row() else {
         return 0;
     };
+    let per_node = lines_per_node(app, row, usize::from(width));
     let route = &app.matrix().rows()[row].name;
     let transitions = app.history().len(route);
     let history = if transitions == 0 { 0 } else { 1 + transitions };
@@ -46,7 +71,7 @@ pub(super) fn height(app: &App, available: u16, matrix_needs: u16) -> u16 {
         let order = node_order(app.matrix(), row);
         images_len(&image_groups(view, app.matrix(), row, &order))
     });
-    let needed = 2 + app.matrix().columns().len() + images + history;
+    let needed = 2 + per_node * app.matrix().columns().len() + images + history;
     let needed = u16::try_from(needed).unwrap_or(u16::MAX);
     if matrix_needs.saturating_add(needed) <= available {
         return available - matrix_needs;
@@ -89,10 +114,14 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
     // Images get what the node table leaves, and at least half the rest.
     let order = node_order(matrix, row);
     let groups = image_groups(view, matrix, row, &order);
-    let image_lines = images_len(&groups).min(rest.saturating_sub(1 + order.len()).max(rest / 2));
+    let per_node = lines_per_node(app, row, usize::from(inner.width));
+    let image_lines = images_len(&groups).min(
+        rest.saturating_sub(1 + per_node * order.len())
+            .max(rest / 2),
+    );
     let node_lines = rest - image_lines;
 
-    let mut lines = node_table(app, view, matrix, row, &order, node_lines);
+    let mut lines = node_table(app, view, matrix, row, &order, node_lines, per_node);
     lines.extend(images(&groups, usize::from(inner.width), image_lines));
     if history_lines > 0 {
         lines.push(Line::styled("history", theme::header()));
@@ -122,7 +151,8 @@ fn node_order(matrix: &Matrix, row: usize) -> Vec<usize> {
     nodes
 }
 
-/// A header and a line per node of `nodes`, at most `room` lines.
+/// A header and `per_node` lines per node of `nodes`, at most `room`
+/// lines.
 fn node_table(
     app: &App,
     view: &ClusterView,
@@ -130,6 +160,7 @@ fn node_table(
     row: usize,
     nodes: &[usize],
     room: usize,
+    per_node: usize,
 ) -> Vec<Line<'static>> {
     if room == 0 {
         return Vec::new();
@@ -138,17 +169,21 @@ fn node_table(
     let cells = matrix.cells(row);
     let name_width = matrix.column_width().clamp(4, MAX_NAME_WIDTH);
 
+    let header = if per_node == 1 {
+        "      ready circuit   since      reason"
+    } else {
+        "      ready circuit   since"
+    };
     let mut lines = vec![Line::styled(
-        format!(
-            "{:<name_width$}      ready circuit   since      reason",
-            "node"
-        ),
+        format!("{:<name_width$}{header}", "node"),
         theme::muted(),
     )];
-    let shown = if nodes.len() < room {
+    // The header, then the nodes; when not all fit, a line says how many
+    // more there are.
+    let shown = if per_node * nodes.len() < room {
         nodes.len()
     } else {
-        room.saturating_sub(2)
+        room.saturating_sub(2) / per_node
     };
     let now = app.node_now_unix_ms();
     for &col in &nodes[..shown] {
@@ -170,13 +205,32 @@ fn node_table(
             Span::raw(" "),
         ];
         match matrix.verdict(view, row, col) {
-            Some(verdict) => spans.extend(verdict_spans(verdict, now, dim)),
-            None => spans.push(Span::styled(
-                format!("{}  no verdict", theme::NO_VERDICT),
-                theme::no_verdict(),
-            )),
+            Some(verdict) => {
+                let mut said = verdict_spans(verdict, now, dim);
+                if per_node == 1 {
+                    spans.extend(said);
+                    lines.push(Line::from(spans));
+                } else {
+                    // The reason and what follows it, on a line of their own.
+                    let reason = said.split_off(REASON_SPAN);
+                    spans.extend(said);
+                    lines.push(Line::from(spans));
+                    let mut below = vec![Span::raw("    ")];
+                    below.extend(reason);
+                    lines.push(Line::from(below));
+                }
+            }
+            None => {
+                spans.push(Span::styled(
+                    format!("{}  no verdict", theme::NO_VERDICT),
+                    theme::no_verdict(),
+                ));
+                lines.push(Line::from(spans));
+                if per_node == 2 {
+                    lines.push(Line::raw(""));
+                }
+            }
         }
-        lines.push(Line::from(spans));
     }
     let rest = &nodes[shown..];
     if !rest.is_empty() && room > 1 {
@@ -191,6 +245,9 @@ fn node_table(
     }
     lines
 }
+
+/// Where the reason starts among [`verdict_spans`].
+const REASON_SPAN: usize = 5;
 
 fn verdict_spans(verdict: &Verdict, now: u64, dim: Style) -> Vec<Span<'static>> {
     let mut spans = vec![

@@ -135,8 +135,20 @@ fn header(buf: &mut Buffer, area: Rect, app: &App, geometry: Geometry) {
     let x = area.x + 2;
     buf.set_stringn(x, top, "route", geometry.route_width, theme::header());
     if area.height > 1 {
-        let shown = format!("{}/{}", app.order().len(), matrix.rows().len());
-        buf.set_stringn(x, bottom, shown, geometry.route_width, theme::muted());
+        // How many routes are shown: `all 3`, or `2 of 12` under a filter
+        // (`2/12` when that does not fit); never read as replicas.
+        let (shown, total) = (app.order().len(), matrix.rows().len());
+        let label = if shown == total {
+            format!("all {total}")
+        } else {
+            format!("{shown} of {total}")
+        };
+        let label = if label.chars().count() <= geometry.route_width {
+            label
+        } else {
+            format!("{shown}/{total}")
+        };
+        buf.set_stringn(x, bottom, label, geometry.route_width, theme::muted());
     }
     let mut x = nodes_x(area, geometry);
     let right = usize::from(area.right());
@@ -265,15 +277,19 @@ fn summary(matrix: &Matrix, row: usize, route: &RouteRow, width: usize) -> Line<
     let mut spans = Vec::new();
     let mut used = 0;
     let parts = [
-        (counts.green, theme::HEART, theme::heart_style(Heart::Green)),
+        (
+            counts.green,
+            theme::heart_symbol(Heart::Green),
+            theme::heart_style(Heart::Green),
+        ),
         (
             counts.orange,
-            theme::HEART,
+            theme::heart_symbol(Heart::Orange),
             theme::heart_style(Heart::Orange),
         ),
         (
             counts.red,
-            theme::BROKEN_HEART,
+            theme::heart_symbol(Heart::Red),
             theme::heart_style(Heart::Red),
         ),
         (counts.missing, theme::NO_VERDICT, theme::no_verdict()),

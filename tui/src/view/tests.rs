@@ -56,7 +56,7 @@ fn assert_three_nodes(width: u16, height: u16) {
     );
     // Headers: names, then liveness and data age.
     assert_eq!(text[1], "  route  n1   n2   n3");
-    assert_eq!(text[2], "  3/3    ●0s  ◌4s  ●1s");
+    assert_eq!(text[2], "  all 3  ●0s  ◌4s  ●1s");
     assert_eq!(at(&buffer, 9, 2), ("●", Color::Green));
     assert_eq!(at(&buffer, 14, 2), ("◌", Color::Yellow));
     assert_eq!(at(&buffer, 19, 2), ("●", Color::Green));
@@ -145,13 +145,13 @@ fn a_hundred_nodes_collapse_to_counts() {
         let buffer = draw(&app, width, 24);
         let text = lines(&buffer);
         assert_eq!(text[1], "  route     100 nodes collapsed", "at {width}");
-        assert_eq!(text[2], "  20/20     100●", "at {width}");
+        assert_eq!(text[2], "  all 20    100●", "at {width}");
         assert_eq!(at(&buffer, 15, 2), ("●", Color::Green));
         assert_eq!(text[3], "≠ route-007 99♥ 1♡: n042", "at {width}");
         let orange: Vec<String> = (0..names).map(|n| format!("n{n:03}")).collect();
         assert_eq!(
             text[4],
-            format!("≠ route-011 70♥ 30♥: {} …", orange.join(" ")),
+            format!("≠ route-011 70♥ 30❣: {} …", orange.join(" ")),
             "at {width}"
         );
         assert!(text[4].chars().count() <= usize::from(width), "at {width}");
@@ -175,7 +175,7 @@ fn twenty_nodes_get_columns_at_160_and_counts_at_80() {
         "{wide:#?}"
     );
     assert!(wide[1].ends_with("n019"), "{wide:#?}");
-    assert!(wide[3].starts_with("  route-011 ♥    ♥    ♥"), "{wide:#?}");
+    assert!(wide[3].starts_with("  route-011 ❣    ❣    ❣"), "{wide:#?}");
     // The detail pane has room for 3 of the 20 nodes and says so, and
     // for the route's images below them.
     assert_eq!(wide[20], "… 17 more (0 green)");
@@ -184,7 +184,7 @@ fn twenty_nodes_get_columns_at_160_and_counts_at_80() {
     assert_eq!(narrow[1], "  route     20 nodes collapsed");
     assert_eq!(
         narrow[3],
-        "  route-011 20♥: n000 n001 n002 n003 n004 n005 n006 n007 n008 n009 n010 n011 …"
+        "  route-011 20❣: n000 n001 n002 n003 n004 n005 n006 n007 n008 n009 n010 n011 …"
     );
 }
 
@@ -194,7 +194,7 @@ fn the_filter_hides_rows() {
     app.update(key(KeyCode::Char('/')));
     keys(&mut app, "we");
     let text = lines(&draw(&app, 80, 24));
-    assert_eq!(text[2], "  1/3    ●0s  ◌4s  ●1s");
+    assert_eq!(text[2], "  1 of 3 ●0s  ◌4s  ●1s");
     assert_eq!(text[3], "  web    ♥    ♥    ♥");
     assert!(
         !text
@@ -251,13 +251,13 @@ fn history_shows_transitions_in_the_detail_pane() {
     let at_history = row_of(&text, "history");
     assert_eq!(
         text[at_history + 1],
-        "    5s ago  n3  ♡○→ ♥◐ red → orange, circuit open → half-open"
+        "    5s ago  n3  ♡○→ ❣◐ red → orange, circuit open → half-open"
     );
     assert_eq!(at(&buffer, 16, at_history as u16 + 1), ("♡", Color::Red));
-    assert_eq!(at(&buffer, 20, at_history as u16 + 1), ("♥", Color::Yellow));
+    assert_eq!(at(&buffer, 20, at_history as u16 + 1), ("❣", Color::Yellow));
     assert_eq!(at(&buffer, 21, at_history as u16 + 1), ("◐", Color::Yellow));
     // Orders still disagrees (green and orange): the matrix shows the new heart.
-    assert_eq!(at(&buffer, 19, 3), ("♥", Color::Yellow));
+    assert_eq!(at(&buffer, 19, 3), ("❣", Color::Yellow));
     assert_eq!(at(&buffer, 20, 3), ("◐", Color::Yellow));
 }
 
@@ -499,4 +499,68 @@ fn an_ejection_for_gateway_errors_reads_in_the_detail_pane() {
             .any(|l| l.starts_with("n3") && l.contains(reason)),
         "{text:#?}"
     );
+}
+
+/// At 80 columns a reason that would be cut beside its node's columns goes
+/// on a line of its own, whole; where it fits, it stays beside them.
+#[test]
+fn a_long_reason_gets_a_line_of_its_own_at_80_columns() {
+    let reason = "1 of 2 ready (1 ejected by this node: connect refused)";
+    let mut view = three_nodes();
+    for member in &mut view.members {
+        for verdict in &mut member.verdicts {
+            if verdict.route == "orders" {
+                verdict.reason = reason.into();
+            }
+        }
+    }
+    let app = app_with(view);
+    let narrow = lines(&draw(&app, 80, 24));
+    let at = row_of(&narrow, "n3   ● ♡○");
+    assert_eq!(
+        narrow[at - 1],
+        "node      ready circuit   since",
+        "{narrow:#?}"
+    );
+    assert_eq!(
+        narrow[at], "n3   ● ♡○   0/2 open      12s ago",
+        "{narrow:#?}"
+    );
+    assert_eq!(narrow[at + 1], format!("    {reason}"), "{narrow:#?}");
+    assert!(narrow.iter().all(|l| l.chars().count() <= 80));
+
+    let wide = lines(&draw(&app, 160, 48));
+    let at = row_of(&wide, "n3   ● ♡○");
+    assert_eq!(
+        wide[at],
+        format!("n3   ● ♡○   0/2 open      12s ago    {reason}"),
+        "{wide:#?}"
+    );
+}
+
+/// The status line fits 80 columns: the disagreement's words go first,
+/// then the node's address.
+#[test]
+fn the_status_line_is_laid_out_for_80_columns() {
+    let mut view = three_nodes();
+    view.cluster = "production-eu".into();
+    let app = app_with(view);
+    let text = lines(&draw(&app, 80, 24));
+    assert_eq!(
+        text[0],
+        "picket production-eu  n1  live  3 routes × 3 nodes  ≠ 1 disagrees"
+    );
+    let wide = lines(&draw(&app, 120, 24));
+    assert_eq!(
+        wide[0],
+        "picket production-eu  n1 @ 10.0.0.1:7000  live  3 routes × 3 nodes  ≠ 1 route disagrees"
+    );
+}
+
+/// Without colour each heart still reads: green, orange and red have
+/// symbols of their own.
+#[test]
+fn each_heart_has_a_symbol_of_its_own() {
+    let symbols = [Heart::Green, Heart::Orange, Heart::Red].map(crate::theme::heart_symbol);
+    assert_eq!(symbols, ["♥", "❣", "♡"]);
 }

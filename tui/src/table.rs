@@ -1,0 +1,130 @@
+//! `--once` without `--json`: the cluster view as a plain table for people,
+//! a route per row and a node per column, in symbols that read without
+//! colour (`♥` green, `❣` orange, `♡` red, then `◐` or `○` when the circuit
+//! is half-open or open) with each node's ready/total replicas.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use picket_proto::{ClusterView, Heart, Verdict};
+
+use crate::theme;
+
+/// The table, ending in a newline.
+pub fn table(view: &ClusterView) -> String {
+    let routes: BTreeSet<&str> = view
+        .members
+        .iter()
+        .flat_map(|m| m.verdicts.iter().map(|v| v.route.as_str()))
+        .collect();
+    let cell = |verdict: Option<&Verdict>| match verdict {
+        Some(v) => format!(
+            "{}{} {}/{}",
+            theme::heart_symbol(v.heart),
+            theme::circuit_marker(v.circuit).trim(),
+            v.ready,
+            v.total
+        ),
+        None => theme::NO_VERDICT.to_string(),
+    };
+    let mut rows: Vec<(bool, &str, Vec<String>)> = routes
+        .iter()
+        .map(|route| {
+            let verdicts: Vec<Option<&Verdict>> = view
+                .members
+                .iter()
+                .map(|m| m.verdicts.iter().find(|v| v.route == *route))
+                .collect();
+            let live: BTreeSet<Heart> = view
+                .members
+                .iter()
+                .zip(&verdicts)
+                .filter(|(m, _)| m.liveness != picket_proto::Liveness::Dead)
+                .filter_map(|(_, v)| v.map(|v| v.heart))
+                .collect();
+            let cells = verdicts.into_iter().map(cell).collect();
+            (live.len() > 1, *route, cells)
+        })
+        .collect();
+    rows.sort_by_key(|(disagree, route, _)| (!disagree, *route));
+
+    let disagreeing = rows.iter().filter(|(d, _, _)| *d).count();
+    let mut out = format!(
+        "cluster {} as {} sees it: {} routes × {} nodes",
+        view.cluster,
+        view.node,
+        rows.len(),
+        view.members.len()
+    );
+    match disagreeing {
+        0 => out.push('\n'),
+        1 => out.push_str(", 1 route disagrees\n"),
+        n => {
+            let _ = writeln!(out, ", {n} routes disagree");
+        }
+    }
+    let headers: Vec<String> = view
+        .members
+        .iter()
+        .map(|m| format!("{} {}", m.name, theme::liveness_symbol(m.liveness)))
+        .collect();
+    let route_width = rows
+        .iter()
+        .map(|(_, r, _)| r.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("route".len());
+    let widths: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .map(|(_, _, cells)| cells[i].chars().count())
+                .chain([h.chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut line = format!("  {:<route_width$}", "route");
+    for (header, width) in headers.iter().zip(&widths) {
+        let _ = write!(line, "  {header:<width$}");
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    for (disagree, route, cells) in &rows {
+        let mark = if *disagree { theme::DISAGREEMENT } else { " " };
+        let mut line = format!("{mark} {route:<route_width$}");
+        for (cell, width) in cells.iter().zip(&widths) {
+            let _ = write!(line, "  {cell:<width$}");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push_str(
+        "♥ green  ❣ orange  ♡ red  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::fixture::three_nodes;
+
+    #[test]
+    fn the_view_reads_as_a_table_without_colour() {
+        let text = table(&three_nodes());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "cluster prod as n1 sees it: 3 routes × 3 nodes, 1 route disagrees",
+                "  route   n1 ●   n2 ◌   n3 ●",
+                "≠ orders  ♥ 2/2  ♥ 2/2  ♡○ 0/2",
+                "  api     ♥ 2/2  ♥ 2/2  ♥ 2/2",
+                "  web     ♥ 2/2  ♥ 2/2  ♥ 2/2",
+                "♥ green  ❣ orange  ♡ red  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree",
+            ]
+        );
+    }
+}
