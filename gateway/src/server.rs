@@ -192,8 +192,11 @@ async fn connection(
         Edge::Plain { https_port } => (ClientIo::Plain(stream), Scheme::Http { https_port }, false),
         Edge::Tls(acceptor) => {
             let connections = &proxy.metrics().connections;
+            // Boxed, as HTTP/2 below: an idle connection's task keeps only
+            // what waiting for a request needs.
+            let accept = Box::pin(tokio::time::timeout(limits.header, acceptor.accept(stream)));
             let handshake = tokio::select! {
-                done = tokio::time::timeout(limits.header, acceptor.accept(stream)) => done,
+                done = accept => done,
                 () = shutdown.wait() => return,
             };
             let Some(tls) = handshaken(handshake, peer, limits.header, connections) else {
@@ -206,11 +209,25 @@ async fn connection(
     let client = Client::new(peer.ip(), scheme);
     let mut conn = h1::ClientConn::new(io, limits);
     if h2 {
-        return h2::serve(conn.into_rewind(), proxy, client, shutdown, limits.idle).await;
+        return Box::pin(h2::serve(
+            conn.into_rewind(),
+            proxy,
+            client,
+            shutdown,
+            limits.idle,
+        ))
+        .await;
     }
     match conn.sniff().await {
         Some(h1::Protocol::Http2) => {
-            h2::serve(conn.into_rewind(), proxy, client, shutdown, limits.idle).await
+            Box::pin(h2::serve(
+                conn.into_rewind(),
+                proxy,
+                client,
+                shutdown,
+                limits.idle,
+            ))
+            .await
         }
         Some(h1::Protocol::Http1) => h1::serve(conn, &proxy, &client, shutdown).await,
         None => {}

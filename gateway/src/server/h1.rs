@@ -221,69 +221,89 @@ enum Read {
 }
 
 /// Serves requests on `conn` until either side closes it.
+///
+/// While the connection waits for a request its task holds little: what a
+/// request needs (routing, forwarding, writing the answer, a tunnel, the
+/// lingering close and its buffer) is boxed and allocated only while it
+/// runs, so that ten thousand idle keep-alive clients do not each keep the
+/// largest request's state.
 pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shutdown: Shutdown) {
     loop {
         let parts = match read_request(&mut conn, &mut shutdown).await {
             Read::Request(parts) => parts,
             Read::Gone => return,
-            Read::Refused(error) => {
-                let started = Instant::now();
-                let time = std::time::SystemTime::now();
-                let id = RequestId::generate();
-                proxy.metrics().connections.refused.inc();
-                let status = match error {
-                    ParseError::HeadTooLarge | ParseError::TooManyHeaders => {
-                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
-                    }
-                    ParseError::TransferEncoding => StatusCode::NOT_IMPLEMENTED,
-                    _ => StatusCode::BAD_REQUEST,
-                };
-                let body = format!(
-                    "{} {}\n{error}\n",
-                    status.as_u16(),
-                    status.canonical_reason().unwrap_or("")
-                );
-                let page = Page {
-                    status,
-                    content_type: "text/plain; charset=utf-8",
-                    body: format!("{body}request id: {}\n", id.as_str()).into(),
-                    retry_after: None,
-                    location: None,
-                    request_id: Some(id),
-                };
-                let written = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
-                if let Some(log) = proxy.access_log() {
-                    log.log(&Record {
-                        time,
-                        client: client.ip(),
-                        method: "-",
-                        host: None,
-                        path: b"-",
-                        protocol: "HTTP/1.1",
-                        status: status.as_u16(),
-                        bytes_in: 0,
-                        bytes_out: written.as_ref().map_or(0, |n| *n),
-                        duration: started.elapsed(),
-                        route: None,
-                        replica: None,
-                        tries: 0,
-                        decided_by: Some("bad_request"),
-                        request_id: id.as_str(),
-                        user_agent: None,
-                        referer: None,
-                    });
-                }
-                if written.is_ok() {
-                    linger(conn).await;
-                }
+            Read::Refused(error) => return Box::pin(refuse(conn, error, proxy, client)).await,
+        };
+        let bodiless = parts.body == BodyKind::None;
+        match Box::pin(one(&mut conn, parts, proxy, client)).await {
+            Next::KeepAlive if !shutdown.is_fired() => {}
+            Next::Tunnel { upstream, leftover } => {
+                return Box::pin(tunnel(conn, upstream, leftover)).await;
+            }
+            // Nothing of the client's is left unread, as far as the node
+            // can know: closed at once, as nginx does, rather than waiting
+            // for the client's end (one wake-up and up to 2 s per
+            // connection that churns).
+            Next::KeepAlive | Next::Close if bodiless && conn.buf.is_empty() => {
+                let _ = conn.io.shutdown().await;
                 return;
             }
-        };
-        match one(&mut conn, parts, proxy, client).await {
-            Next::KeepAlive if !shutdown.is_fired() => {}
-            Next::Tunnel { upstream, leftover } => return tunnel(conn, upstream, leftover).await,
-            Next::KeepAlive | Next::Close => return linger(conn).await,
+            Next::KeepAlive | Next::Close => return Box::pin(linger(conn)).await,
         }
+    }
+}
+
+/// Answers a head that could not be parsed (400, 431 or 501), logs it, and
+/// closes the connection.
+async fn refuse(mut conn: ClientConn, error: ParseError, proxy: &Proxy, client: &Client) {
+    let started = Instant::now();
+    let time = std::time::SystemTime::now();
+    let id = RequestId::generate();
+    proxy.metrics().connections.refused.inc();
+    let status = match error {
+        ParseError::HeadTooLarge | ParseError::TooManyHeaders => {
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        }
+        ParseError::TransferEncoding => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let body = format!(
+        "{} {}\n{error}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    let page = Page {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        body: format!("{body}request id: {}\n", id.as_str()).into(),
+        retry_after: None,
+        location: None,
+        request_id: Some(id),
+    };
+    let written = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
+    if let Some(log) = proxy.access_log() {
+        log.log(&Record {
+            time,
+            client: client.ip(),
+            method: "-",
+            host: None,
+            path: b"-",
+            protocol: "HTTP/1.1",
+            status: status.as_u16(),
+            bytes_in: 0,
+            bytes_out: written.as_ref().map_or(0, |n| *n),
+            duration: started.elapsed(),
+            route: None,
+            replica: None,
+            tries: 0,
+            decided_by: Some("bad_request"),
+            request_id: id.as_str(),
+            user_agent: None,
+            referer: None,
+        });
+    }
+    if written.is_ok() {
+        linger(conn).await;
     }
 }
 
@@ -330,16 +350,17 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
 /// How long a closing connection's unread bytes are read and dropped.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Closes a connection the lingering way, as nginx does: our side is shut
-/// first, then what the client still sends (the rest of a body that was
-/// not read) is read and dropped for at most [`LINGER`]. Closed at once,
-/// those unread bytes would reset the connection and could destroy the
-/// answer before the client reads it.
+/// Closes a connection the lingering way, as nginx does when the client
+/// may still be sending (a body not read to its end, bytes past the last
+/// request): our side is shut first, then what the client still sends is
+/// read and dropped for at most [`LINGER`]. Closed at once, those unread
+/// bytes would reset the connection and could destroy the answer before
+/// the client reads it.
 async fn linger(mut conn: ClientConn) {
     if conn.io.shutdown().await.is_err() {
         return;
     }
-    let mut sink = [0u8; 16 * 1024];
+    let mut sink = [0u8; 4 * 1024];
     let _ = tokio::time::timeout(LINGER, async {
         while matches!(conn.io.read(&mut sink).await, Ok(n) if n > 0) {}
     })
