@@ -760,6 +760,49 @@ impl Metrics {
         self.readmissions.remove(&labels);
     }
 
+    /// Drops every series of a route the configuration no longer has, and
+    /// of its replicas (`replicas`: their labels): a removed route leaves
+    /// nothing in `/metrics`.
+    pub fn forget_route(&self, route: &str, replicas: &[String]) {
+        let labels = || RouteLabels {
+            route: route.into(),
+        };
+        for class in CLASSES {
+            self.requests.remove(&ClassLabels {
+                route: route.into(),
+                class: class.into(),
+            });
+        }
+        for reason in ["connect", "answer", "first_answer_timeout"] {
+            self.retries.remove(&RetryLabels {
+                route: route.into(),
+                reason: reason.into(),
+            });
+        }
+        for reason in crate::upstream::health::EjectReason::SLUGS {
+            self.ejection_reasons.remove(&EjectionLabels {
+                route: route.into(),
+                reason: reason.into(),
+            });
+        }
+        for state in CIRCUIT_STATES {
+            let labels = StateLabels {
+                route: route.into(),
+                state: state.into(),
+            };
+            self.breaker_transitions.remove(&labels);
+            self.breaker_state.remove(&labels);
+        }
+        self.first_answer.remove(&labels());
+        self.in_rotation.remove(&labels());
+        self.breaker_refused.remove(&labels());
+        self.rate_limited.remove(&labels());
+        self.too_large.remove(&labels());
+        for replica in replicas {
+            self.forget_replica(route, replica);
+        }
+    }
+
     pub fn replicas_in_rotation(&self, route: &str) -> Gauge {
         self.in_rotation
             .get_or_create(&RouteLabels {

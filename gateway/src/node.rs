@@ -405,11 +405,26 @@ impl Node {
         config.apply(&self.options.overrides);
         let mut current = self.lock();
         let plan = config::diff(&self.running(&current), &config);
-        let table = build_table(&config.routes, Some(&self.proxy.table()), &self.ctx);
+        let old = self.proxy.table();
+        let table = build_table(&config.routes, Some(&old), &self.ctx);
         // Counted before the swap: whoever sees the new routes sees the
         // reload counted.
         self.ctx.metrics.reload(true);
         self.proxy.swap(table);
+        // Series of removed routes go; a route rebuilt under its name keeps
+        // its counters and resets its gauges itself.
+        for route in old.values() {
+            let name = &route.config.name;
+            if plan.removed.contains(name) {
+                let replicas: Vec<String> = route
+                    .upstream
+                    .replicas()
+                    .iter()
+                    .map(|r| r.label.clone())
+                    .collect();
+                self.ctx.metrics.forget_route(name, &replicas);
+            }
+        }
         self.certificates.replace(config.certificates.clone());
         self.checker.set(check_settings(&config));
         let keys = self.reload_keys(&config);

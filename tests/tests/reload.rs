@@ -188,3 +188,57 @@ async fn a_reload_of_check_every_paces_the_very_next_connect_checks() {
     node.stop().await;
     counter.abort();
 }
+
+/// A reload that rebuilds a route whose circuit was open leaves its state
+/// gauges saying closed, and only closed; one that removes a route leaves
+/// none of its series in `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_leaves_no_stale_or_orphaned_series() {
+    let refusing = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let kept = Upstream::start("kept", Behaviour::Echo).await;
+    let breaker = "breaker = { enabled = true, failures = 2, cooldown = \"60s\" }";
+    let text = |timeout: &str| {
+        format!(
+            "{}{}",
+            route(
+                "doomed",
+                "/doomed",
+                &[refusing],
+                &format!("{breaker}\nfirst_answer_timeout = \"{timeout}\"")
+            ),
+            route("kept", "/", &[kept.addr], "")
+        )
+    };
+    let node = TestNode::start(&text("5s"));
+    for _ in 0..3 {
+        let answer = client::get(node.proxy, "x", "/doomed").await.unwrap();
+        assert!(matches!(answer.status.as_u16(), 502 | 503), "{}", answer.status);
+    }
+    let metrics = || node.node().metrics().encode();
+    let state = |state: &str, value: u8| {
+        format!("picket_breaker_state{{route=\"doomed\",state=\"{state}\"}} {value}")
+    };
+    assert!(metrics().contains(&state("open", 1)), "{}", metrics());
+    assert!(metrics().contains(&state("closed", 0)), "{}", metrics());
+
+    // Rebuilt: a fresh circuit, closed.
+    node.node()
+        .apply(picket::config::Config::parse("picket.toml", &text("4s")).unwrap());
+    let after = metrics();
+    assert!(after.contains(&state("closed", 1)), "{after}");
+    assert!(after.contains(&state("open", 0)), "{after}");
+    assert!(after.contains(&state("half_open", 0)), "{after}");
+
+    // Removed: nothing of it is left.
+    node.node().apply(
+        picket::config::Config::parse("picket.toml", &route("kept", "/", &[kept.addr], ""))
+            .unwrap(),
+    );
+    let after = metrics();
+    assert!(!after.contains("route=\"doomed\""), "{after}");
+    assert!(after.contains("route=\"kept\""), "{after}");
+    node.stop().await;
+}

@@ -92,7 +92,11 @@ impl Circuit {
         metrics: BreakerMetrics,
         changes: Arc<Changes>,
     ) -> Circuit {
-        metrics.state[0].set(1);
+        // Closed, and only closed: the gauges of a route rebuilt by a
+        // reload may still say what its old circuit was.
+        for (i, state) in metrics.state.iter().enumerate() {
+            state.set(i64::from(i == usize::from(CLOSED)));
+        }
         Circuit {
             route: route.to_string(),
             node: node.to_string(),

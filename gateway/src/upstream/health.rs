@@ -86,6 +86,19 @@ impl fmt::Display for GrpcHealth {
 }
 
 impl EjectReason {
+    /// Every [`EjectReason::slug`].
+    pub const SLUGS: [&'static str; 9] = [
+        "refused",
+        "timed_out",
+        "unreachable",
+        "tls",
+        "proxy_refused",
+        "silent",
+        "gateway_errors",
+        "not_serving",
+        "no_http2",
+    ];
+
     /// The reason as a metric label.
     pub fn slug(&self) -> &'static str {
         match self {
