@@ -134,7 +134,6 @@ pub struct Transition {
 pub struct Breaker {
     settings: Settings,
     state: State,
-    last: Option<Transition>,
 }
 
 impl Breaker {
@@ -142,7 +141,6 @@ impl Breaker {
         Breaker {
             settings,
             state: State::Closed { failures: 0 },
-            last: None,
         }
     }
 
@@ -154,11 +152,6 @@ impl Breaker {
         self.state
     }
 
-    /// The last change of state, if any.
-    pub fn last_transition(&self) -> Option<Transition> {
-        self.last
-    }
-
     fn go(&mut self, to: State, reason: Reason, now: Instant) -> Transition {
         let transition = Transition {
             from: self.state.phase(),
@@ -167,7 +160,6 @@ impl Breaker {
             at: now,
         };
         self.state = to;
-        self.last = Some(transition);
         transition
     }
 
@@ -289,7 +281,6 @@ mod tests {
                 until: now + COOLDOWN
             }
         );
-        assert_eq!(b.last_transition(), Some(trips[0]));
     }
 
     #[test]

@@ -132,15 +132,11 @@ pub struct Connection {
     buf: BytesMut,
     /// The request head being written; kept to reuse its allocation.
     head: Vec<u8>,
-    /// Requests this connection has carried before the current one.
-    pub served: u32,
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection")
-            .field("served", &self.served)
-            .finish_non_exhaustive()
+        f.debug_struct("Connection").finish_non_exhaustive()
     }
 }
 
@@ -150,7 +146,6 @@ impl Connection {
             io,
             buf: BytesMut::new(),
             head: Vec::new(),
-            served: 0,
         }
     }
 
@@ -393,7 +388,6 @@ impl H1Body {
         // Bytes past the end of the body (read, or waiting in the socket)
         // are an answer nobody asked for: the connection is not reused.
         if self.reusable && conn.buf.is_empty() && conn.is_usable() {
-            conn.served += 1;
             release.upstream.pool.checkin(&release.replica, conn);
         }
     }
