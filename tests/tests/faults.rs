@@ -4,11 +4,10 @@
 //! latency, answers from a replica after it was gone, time to recover.
 //!
 //!   cargo test -p picket-tests --test faults -- --nocapture
+//!   cargo test -p picket-tests --test faults -- under_load::gateway_node_partitioned
 //!
-//! `FAULT=partitioned` (any part of a fault's function name) runs only the
-//! faults that match.
-//!
-//! The faults run one after another in one test, so that they do not
+//! Each fault is a test of its own (`under_load::<fault>`), so that one
+//! failing hides none of the others; they take turns, so that they do not
 //! compete for the machine's two cores.
 
 // The /healthz prober measures wall time on a thread of its own.
@@ -980,31 +979,44 @@ async fn replica_dropping_packets() {
     zero_failed(&report);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faults_under_load_lose_nothing() {
+/// Runs one fault on a runtime of its own, after the fault before it has
+/// ended (a failed one included).
+fn take_turn(fault: impl std::future::Future<Output = ()>) {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // `FAULT=partitioned` runs only the faults whose name has that in it.
-    let only = std::env::var("FAULT").unwrap_or_default();
-    macro_rules! fault {
-        ($($name:ident),* $(,)?) => {$(
-            if stringify!($name).contains(only.as_str()) {
-                $name().await;
-            }
-        )*};
-    }
-    fault!(
-        replica_killed,
-        replica_restarted_in_a_loop,
-        replica_paused,
-        replica_503_while_starting,
-        replica_dropping_packets,
-        rolling_update,
-        docker_replicas_and_engine,
-        gateway_node_killed_and_restarted,
-        gateway_node_partitioned,
-        runtime_api_hanging,
-        runtime_api_gone,
-        reload_storm_during_a_rollout,
-        bad_input_at_every_port,
-    );
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime for the fault")
+        .block_on(fault);
 }
+
+macro_rules! under_load {
+    ($($name:ident),* $(,)?) => {
+        /// Every fault under load loses nothing: a test each.
+        mod under_load {$(
+            #[test]
+            fn $name() {
+                super::take_turn(super::$name());
+            }
+        )*}
+    };
+}
+
+under_load!(
+    replica_killed,
+    replica_restarted_in_a_loop,
+    replica_paused,
+    replica_503_while_starting,
+    replica_dropping_packets,
+    rolling_update,
+    docker_replicas_and_engine,
+    gateway_node_killed_and_restarted,
+    gateway_node_partitioned,
+    runtime_api_hanging,
+    runtime_api_gone,
+    reload_storm_during_a_rollout,
+    bad_input_at_every_port,
+);
