@@ -26,7 +26,11 @@ trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 for tool in nginx python3 taskset; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
 done
-ulimit -n 65536
+# Every socket is a file: the client's and the proxy's limits must hold
+# the connections (each process gets the hard limit; n must stay below it).
+nofile=$(ulimit -Hn)
+ulimit -n "$nofile"
+[ "$n" -lt "$((nofile - 100))" ] || { echo "bench: $n connections need more than the open-files limit ($nofile)" >&2; exit 1; }
 (cd "$root" && cargo build --release --locked -p picket >&2)
 picket="$target/release/picket"
 
@@ -35,16 +39,15 @@ upstream_port=18201; h1_port=18202; h2_port=18203; admin_port=18204
 upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 cat > "$work/proxy.conf" <<NGINX
 worker_processes 1;
-worker_rlimit_nofile 65536;
+worker_rlimit_nofile $nofile;
 daemon off;
 pid $work/proxy.pid;
 error_log $work/proxy.err warn;
-events { worker_connections 30000; }
+events { worker_connections $((nofile - 100)); }
 http {
   access_log off;
   keepalive_timeout 300s;
   keepalive_requests 1000000;
-  http2_idle_timeout 300s;
   upstream backend {
     server 127.0.0.1:$upstream_port;
     keepalive 128;

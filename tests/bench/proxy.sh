@@ -109,7 +109,7 @@ if [ -n "$haproxy_bin" ]; then
   cat > "$work/haproxy.cfg" <<HAPROXY
 global
   nbthread $workers
-  maxconn 20000
+  maxconn 8000
 defaults
   mode http
   timeout connect 5s
