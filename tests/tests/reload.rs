@@ -215,7 +215,11 @@ async fn a_reload_leaves_no_stale_or_orphaned_series() {
     let node = TestNode::start(&text("5s"));
     for _ in 0..3 {
         let answer = client::get(node.proxy, "x", "/doomed").await.unwrap();
-        assert!(matches!(answer.status.as_u16(), 502 | 503), "{}", answer.status);
+        assert!(
+            matches!(answer.status.as_u16(), 502 | 503),
+            "{}",
+            answer.status
+        );
     }
     let metrics = || node.node().metrics().encode();
     let state = |state: &str, value: u8| {
