@@ -313,10 +313,12 @@ async fn a_service_without_selector_is_checked_by_connect() {
             .is_some_and(|v| v.heart == Heart::Green && v.total == 1)
     })
     .await;
-    assert!(
-        node.node().checker().running(),
-        "a checked endpoint starts the connect checks"
-    );
+    // The checks start on the same change as the verdict, from a task of
+    // their own: awaited, not raced.
+    eventually("a checked endpoint starts the connect checks", SOON, || {
+        node.node().checker().running()
+    })
+    .await;
     assert!(
         client::get(node.proxy, "a", "/")
             .await
