@@ -1,5 +1,19 @@
 # Pieces every benchmark script shares; sourced, never run.
 
+# Exits naming the first of the programs "$@" that is not installed.
+need() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
+  done
+}
+
+# Builds picket in release (from $root into $target) and sets $picket.
+build_picket() {
+  (cd "$root" && cargo build --release --locked -p picket >&2)
+  picket="$target/release/picket"
+}
+
 # Writes to $1 the configuration of the upstream every benchmark proxies
 # to: nginx, one worker, answering 200 with a 100-byte body on port $2;
 # its pid file and error log under $3.

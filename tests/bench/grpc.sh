@@ -29,11 +29,8 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-for tool in nginx h2load taskset; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
-done
-(cd "$root" && cargo build --release --locked -p picket >&2)
-picket="$target/release/picket"
+need nginx h2load taskset
+build_picket
 
 upstream_port=18121; nginx_port=18122; picket_port=18123; picket_admin=18124
 

@@ -23,16 +23,13 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-for tool in nginx python3 taskset; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
-done
+need nginx python3 taskset
 # Every socket is a file: the client's and the proxy's limits must hold
 # the connections (each process gets the hard limit; n must stay below it).
 nofile=$(ulimit -Hn)
 ulimit -n "$nofile"
 [ "$n" -lt "$((nofile - 100))" ] || { echo "bench: $n connections need more than the open-files limit ($nofile)" >&2; exit 1; }
-(cd "$root" && cargo build --release --locked -p picket >&2)
-picket="$target/release/picket"
+build_picket
 
 upstream_port=18201; h1_port=18202; h2_port=18203; admin_port=18204
 

@@ -17,9 +17,7 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-for tool in nginx wrk taskset perf; do
-  command -v "$tool" >/dev/null || { echo "profile: $tool is missing" >&2; exit 1; }
-done
+need nginx wrk taskset perf
 (cd "$root" && cargo build --profile bench-profile --locked -p picket >&2)
 picket="$target/bench-profile/picket"
 

@@ -45,11 +45,8 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-for tool in nginx wrk taskset; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
-done
-(cd "$root" && cargo build --release --locked -p picket >&2)
-picket="$target/release/picket"
+need nginx wrk taskset
+build_picket
 
 upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104; haproxy_port=18105
 

@@ -33,11 +33,8 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-for tool in nginx wrk openssl taskset; do
-  command -v "$tool" >/dev/null || { echo "bench: $tool is missing" >&2; exit 1; }
-done
-(cd "$root" && cargo build --release --locked -p picket >&2)
-picket="$target/release/picket"
+need nginx wrk openssl taskset
+build_picket
 
 upstream_port=18111; nginx_port=18112; picket_port=18113; picket_admin=18114; picket_plain=18115
 
