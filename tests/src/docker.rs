@@ -377,6 +377,30 @@ impl Service {
         }
     }
 
+    /// What the engine says of this service's tasks and their
+    /// containers, for a failure message.
+    pub fn engine_view(&self) -> String {
+        let tasks = docker(&[
+            "service",
+            "ps",
+            "--no-trunc",
+            "--format",
+            "{{.Name}} desired={{.DesiredState}} current={{.CurrentState}} {{.Error}}",
+            &self.name,
+        ]);
+        let containers = docker(&[
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--filter",
+            &format!("label=com.docker.swarm.service.name={}", self.name),
+            "--format",
+            "{{.ID}} {{.Names}} {{.State}} {{.Status}}",
+        ]);
+        let show = |r: Result<String, String>| r.unwrap_or_else(|e| e);
+        format!("tasks:\n{}\ncontainers:\n{}", show(tasks), show(containers))
+    }
+
     pub fn scale(&self, replicas: u32) {
         docker(&[
             "service",

@@ -15,7 +15,7 @@ use picket_tests::node::TestNode;
 use picket_tests::require;
 use tokio::net::TcpListener;
 
-const SOON: Duration = Duration::from_secs(30);
+const SOON: Duration = Duration::from_secs(45);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swarm_service_is_followed_through_the_socket_proxy() {
@@ -53,7 +53,8 @@ async fn a_swarm_service_is_followed_through_the_socket_proxy() {
         v.heart == Heart::Green && v.ready == 2
     })
     .await;
-    let in_rotation = || -> Vec<String> {
+    // Every replica of the route, with whether it is in the rotation.
+    let replicas = || -> Vec<(String, bool)> {
         let route = node
             .node()
             .proxy()
@@ -65,8 +66,13 @@ async fn a_swarm_service_is_followed_through_the_socket_proxy() {
             .upstream
             .replicas()
             .iter()
-            .filter(|r| r.ready())
-            .map(|r| r.id.clone())
+            .map(|r| (r.id.clone(), r.ready()))
+            .collect()
+    };
+    let in_rotation = || -> Vec<String> {
+        replicas()
+            .into_iter()
+            .filter_map(|(id, ready)| ready.then_some(id))
             .collect()
     };
     let tasks = in_rotation();
@@ -83,10 +89,27 @@ async fn a_swarm_service_is_followed_through_the_socket_proxy() {
     })
     .await;
     service.scale(1);
-    node.verdict_until("api", "scaled down to one, green 1/1", SOON, |v| {
-        v.heart == Heart::Green && v.ready == 1 && v.total == 1
-    })
-    .await;
+    // The test upstream ignores SIGTERM (it runs as PID 1): each task going
+    // away is out of the rotation from its `kill` event on, and gone at its
+    // `die` when the engine's 10 s stop grace has run out.
+    let deadline = tokio::time::Instant::now() + SOON;
+    loop {
+        let verdict = node.verdict("api");
+        if verdict
+            .as_ref()
+            .is_some_and(|v| v.heart == Heart::Green && v.ready == 1 && v.total == 1)
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {SOON:?}: scaled down to one, green 1/1; last verdict: {verdict:?}\n\
+             the node's replicas (id, ready): {:?}\n{}",
+            replicas(),
+            service.engine_view()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(in_rotation().len(), 1, "one task in the rotation");
     node.stop().await;
 }
