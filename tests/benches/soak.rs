@@ -2,8 +2,8 @@
 //! 200 ms) over four replicas, a steady load spread over the nodes, and one
 //! fault a minute, in turn: a replica killed and restarted, a replica
 //! paused, a replica answering 503, a reload storm, bad input at the proxy.
-//! The nodes are `picket run` processes (the static build the image
-//! ships), so that their memory is their own; the load and the replicas
+//! The nodes are `picket run` processes (the release build), so that
+//! their memory is their own; the load and the replicas
 //! run here. Run by hand:
 //!
 //!   cargo bench -p picket-tests --bench soak            # 30 minutes
@@ -72,7 +72,7 @@ async fn soak(minutes: u64, rate: u32) {
         others[0].addr,
         others[1].addr,
     ];
-    let binary = picket_tests::binaries::picket_static();
+    let binary = picket_tests::binaries::picket_release();
     let key = cluster::key_file(dir.path(), "key");
     let cluster = |seeds: &[SocketAddr]| cluster::membership(&key, seeds, INTERVAL);
     let plain = routes(&replicas, false);

@@ -32,101 +32,94 @@ fn cargo(args: &[&str], envs: &[(&str, &str)]) {
     assert!(status.success(), "cargo {} failed", args.join(" "));
 }
 
-/// `picket-test-upstream`, built for this machine.
+/// This machine's target triple, as rustc names it.
+fn host_triple() -> String {
+    let output = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .trim()
+        .to_string()
+}
+
+/// Where every binary of the workspace that a test runs or puts into an
+/// image was built: one debug build of `picket`, `picket-tui` and
+/// `picket-test-upstream` per run, linked statically so that the same file
+/// runs here and in an image `FROM scratch`. It has a target directory of
+/// its own: its flags differ from the test build's, and, built alone, the
+/// packages unify features differently; sharing one directory would
+/// rebuild half the graph each time.
+fn built() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = target_root().join("bins");
+        let triple = host_triple();
+        cargo(
+            &[
+                "build",
+                "--locked",
+                "-p",
+                "picket",
+                "-p",
+                "picket-tui",
+                "-p",
+                "picket-test-upstream",
+                "--bins",
+                "--target",
+                &triple,
+                "--target-dir",
+                dir.to_str().expect("UTF-8 path"),
+            ],
+            &[
+                ("RUSTFLAGS", "-C target-feature=+crt-static"),
+                // Smaller and faster to link; the tests read their own
+                // backtraces, not these binaries'.
+                ("CARGO_PROFILE_DEV_DEBUG", "false"),
+            ],
+        );
+        dir.join(triple).join("debug")
+    })
+}
+
+/// `picket`, the gateway.
+pub fn picket() -> PathBuf {
+    built().join("picket")
+}
+
+/// `picket-tui`.
+pub fn picket_tui() -> PathBuf {
+    built().join("picket-tui")
+}
+
+/// `picket-test-upstream`: in-process servers serve most tests; this binary
+/// serves those that need a process of its own or a container.
 pub fn test_upstream() -> PathBuf {
+    built().join("picket-test-upstream")
+}
+
+/// `picket` as released (the release profile, as `deploy/build-image.sh`
+/// builds it), for benchmarks: what they measure is what operators run.
+pub fn picket_release() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let root = target_root();
-            cargo(
-                &["build", "--locked", "-p", "picket-test-upstream"],
-                &[("CARGO_TARGET_DIR", root.to_str().expect("UTF-8 path"))],
-            );
-            root.join("debug/picket-test-upstream")
-        })
-        .clone()
-}
-
-/// `picket-test-upstream`, linked statically, for an image `FROM scratch`.
-pub fn test_upstream_static() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    static_binary("picket-test-upstream", "picket-test-upstream", &BUILT)
-}
-
-/// A binary of the workspace linked statically, for an image `FROM
-/// scratch`: an optimised build without the release profile's
-/// whole-program LTO, which would only slow the tests down. Built in a
-/// target directory of its own, so that its flags do not invalidate the
-/// main build; every static binary shares it, and so shares dependencies.
-fn static_binary(package: &str, bin: &str, built: &'static OnceLock<PathBuf>) -> PathBuf {
-    built
-        .get_or_init(|| {
-            let dir = target_root().join("static");
-            let triple = "x86_64-unknown-linux-gnu";
             cargo(
                 &[
                     "build",
                     "--release",
                     "--locked",
                     "-p",
-                    package,
+                    "picket",
                     "--bin",
-                    bin,
-                    "--target",
-                    triple,
-                    "--target-dir",
-                    dir.to_str().expect("UTF-8 path"),
+                    "picket",
                 ],
-                &[
-                    ("RUSTFLAGS", "-C target-feature=+crt-static"),
-                    ("CARGO_PROFILE_RELEASE_LTO", "false"),
-                    ("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16"),
-                    ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
-                ],
+                &[],
             );
-            dir.join(triple).join("release").join(bin)
+            target_root().join("release").join("picket")
         })
         .clone()
-}
-
-/// A binary of the workspace, built for this machine (debug).
-fn workspace_binary(package: &str, bin: &str, built: &'static OnceLock<PathBuf>) -> PathBuf {
-    built
-        .get_or_init(|| {
-            // A target directory of its own: built alone, a package unifies
-            // features differently from the test build, and sharing one
-            // directory would rebuild half the graph each time.
-            let dir = target_root().join("bins");
-            cargo(
-                &["build", "--locked", "-p", package, "--bin", bin],
-                &[("CARGO_TARGET_DIR", dir.to_str().expect("UTF-8 path"))],
-            );
-            dir.join("debug").join(bin)
-        })
-        .clone()
-}
-
-/// `picket`, the gateway.
-pub fn picket() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    workspace_binary("picket", "picket", &BUILT)
-}
-
-/// `picket-tui`.
-pub fn picket_tui() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    workspace_binary("picket-tui", "picket-tui", &BUILT)
-}
-
-/// `picket`, linked statically, for the image `FROM scratch` of
-/// `deploy/Dockerfile`.
-pub fn picket_static() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    static_binary("picket", "picket", &BUILT)
-}
-
-/// `picket-tui`, linked statically, for the same image.
-pub fn picket_tui_static() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    static_binary("picket-tui", "picket-tui", &BUILT)
 }

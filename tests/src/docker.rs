@@ -102,8 +102,8 @@ impl Images {
         if !built.tags.contains(&tag) {
             let context = tempfile::tempdir().expect("a build context");
             for (binary, name) in [
-                (crate::binaries::picket_static(), "picket"),
-                (crate::binaries::picket_tui_static(), "picket-tui"),
+                (crate::binaries::picket(), "picket"),
+                (crate::binaries::picket_tui(), "picket-tui"),
             ] {
                 std::fs::copy(&binary, context.path().join(name)).expect("copy a static binary");
             }
@@ -120,7 +120,7 @@ impl Images {
 }
 
 fn build_upstream_images(built: &mut Built) {
-    let binary = crate::binaries::test_upstream_static();
+    let binary = crate::binaries::test_upstream();
     let context = tempfile::tempdir().expect("a build context");
     std::fs::copy(&binary, context.path().join("upstream")).expect("copy the static binary");
     for version in ["1", "2"] {
