@@ -25,6 +25,13 @@ pub mod tls;
 pub use picket_test_upstream as upstream;
 pub mod wire;
 
+/// The bound of an answer that must not wait on anything (a hanging
+/// replica, a runtime out of reach): far over an answer from memory on a
+/// loaded machine, far under every wait the tests set up. Functional tests
+/// assert behaviour against it and print their latency figures; the
+/// figures are kept in docs/benchmarks.md, not asserted.
+pub const AT_ONCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whether the test runs in CI, where nothing may be skipped.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")

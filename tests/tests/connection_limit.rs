@@ -3,7 +3,6 @@
 //! logged once, not once per connection. Alone in its test binary so that
 //! no other test's load skews the latency it measures.
 
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -46,9 +45,11 @@ async fn past_the_connection_limit_the_node_stays_healthy() {
         samples.push(started.elapsed());
     }
     let p99 = percentile(&mut samples, 99.0);
+    let max = samples.iter().max().copied().unwrap_or_default();
+    eprintln!("/healthz at the connection limit: p99 {p99:?}, max {max:?}");
     assert!(
-        p99 < Duration::from_millis(5),
-        "/healthz p99 {p99:?} past the limit"
+        max < picket_tests::AT_ONCE,
+        "a /healthz answer at the connection limit took {max:?}"
     );
     let verdict = node.verdict("r").expect("a verdict");
     assert_eq!((verdict.ready, verdict.total), (1, 1), "{verdict:?}");

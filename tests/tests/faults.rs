@@ -738,8 +738,8 @@ async fn out_of_reach(
     (stale_after, prober.join().unwrap())
 }
 
-/// The report of a runtime fault: nothing failed, `/healthz` p99 under
-/// 5 ms, the verdicts stale-marked within `bound` (plus a second).
+/// The report of a runtime fault: nothing failed, `/healthz` answered at
+/// once throughout (its p99 printed), the verdicts stale-marked within `bound` (plus a second).
 fn back_in_reach(
     report: &Report,
     stale_after: Option<Duration>,
@@ -754,7 +754,11 @@ fn back_in_reach(
         health.len(),
         report.recovered.unwrap_or_default(),
     );
-    assert!(p99 < Duration::from_millis(5), "/healthz p99 {p99:?}");
+    let max = health.iter().max().copied().unwrap_or_default();
+    assert!(
+        max < picket_tests::AT_ONCE,
+        "a /healthz answer took {max:?} while the runtime was out of reach"
+    );
     let stale_after = stale_after.expect("the verdicts said the data is stale");
     assert!(
         stale_after <= bound + Duration::from_secs(1),

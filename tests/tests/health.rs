@@ -1,6 +1,8 @@
-//! `/healthz` answers from memory: under 5 ms at p99 while every replica
-//! of every route hangs and the proxy holds hundreds of requests waiting
-//! on them.
+//! `/healthz` answers from memory: at once while every replica of every
+//! route hangs and the proxy holds hundreds of requests waiting on them.
+//! The test asserts that no answer waits (each well under the replicas'
+//! 60 s hang, on however loaded a machine); it prints the percentiles, the
+//! figure docs/benchmarks.md keeps.
 
 use std::time::Duration;
 
@@ -47,13 +49,15 @@ async fn healthz_stays_fast_while_every_upstream_hangs() {
     let ready = client::get(node.admin, "admin", "/readyz").await.unwrap();
     assert_eq!(ready.status, 200);
     let p99 = percentile(&mut samples, 99.0);
+    let max = samples[samples.len() - 1];
     eprintln!(
-        "/healthz over 500 requests: p50 {:?}, p99 {:?}, max {:?}",
+        "/healthz over 500 requests: p50 {:?}, p99 {p99:?}, max {max:?}",
         percentile(&mut samples, 50.0),
-        p99,
-        samples[samples.len() - 1]
     );
-    assert!(p99 < Duration::from_millis(5), "p99 {p99:?}");
+    assert!(
+        max < picket_tests::AT_ONCE,
+        "a /healthz answer took {max:?}: it waited on something"
+    );
     for task in &hanging {
         task.abort();
     }
