@@ -34,4 +34,7 @@ export PICKET_GRPC_PYTHON="$grpc_venv/bin/python"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# The faults under load measure while they run (no request may fail while
+# a node, a replica or a runtime fails): they run after the rest, alone.
+cargo test --workspace --locked -- --skip faults::under_load
+cargo test -p picket-tests --test integration --locked -- faults::under_load

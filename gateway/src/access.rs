@@ -531,7 +531,6 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     fn record<'a>(path: &'a [u8], user_agent: Option<&'a [u8]>) -> Record<'a> {
         Record {
@@ -594,7 +593,7 @@ mod tests {
     /// A writer that says when a write starts, then holds it until told
     /// to go on (or the teller is gone).
     struct Stuck {
-        written: Arc<Mutex<Vec<u8>>>,
+        written: crate::testing::Captured,
         entered: std::sync::mpsc::Sender<()>,
         go: std::sync::mpsc::Receiver<()>,
     }
@@ -603,8 +602,7 @@ mod tests {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
             let _ = self.entered.send(());
             let _ = self.go.recv();
-            self.written.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
+            self.written.write(buf)
         }
 
         fn flush(&mut self) -> std::io::Result<()> {
@@ -614,12 +612,12 @@ mod tests {
 
     #[test]
     fn a_stuck_writer_drops_and_counts_lines_and_never_waits() {
-        let written = Arc::new(Mutex::new(Vec::new()));
+        let written = crate::testing::Captured::default();
         let (entered_tx, entered) = std::sync::mpsc::channel();
         let (go, go_rx) = std::sync::mpsc::channel();
         let metrics = AccessLogMetrics::default();
         let stuck = Stuck {
-            written: Arc::clone(&written),
+            written: written.clone(),
             entered: entered_tx,
             go: go_rx,
         };
@@ -652,27 +650,17 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        let text = written.text();
         assert_eq!(text.lines().count(), 5);
         assert!(text.lines().next().unwrap().contains("\"path\":\"/first\""));
     }
 
     #[test]
     fn lines_gather_into_batches_and_flush_writes_them_in_order() {
-        let written = Arc::new(Mutex::new(Vec::new()));
-        struct Shared(Arc<Mutex<Vec<u8>>>);
-        impl Write for Shared {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
+        let written = crate::testing::Captured::default();
         let metrics = AccessLogMetrics::default();
         let log = AccessLog::to_writer(
-            Box::new(Shared(Arc::clone(&written))),
+            Box::new(written.clone()),
             AccessLogFormat::Json,
             metrics.clone(),
             64,
@@ -686,7 +674,7 @@ mod tests {
         log.flush(Duration::from_secs(5));
         assert_eq!(metrics.written.get(), 50);
         assert_eq!(metrics.dropped.get(), 0);
-        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        let text = written.text();
         let seen: Vec<String> = text
             .lines()
             .map(|l| {

@@ -34,3 +34,6 @@ pub mod targets;
 pub mod tls;
 pub mod upstream;
 pub mod verdict;
+
+#[cfg(test)]
+mod testing;

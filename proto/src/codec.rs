@@ -205,16 +205,10 @@ mod tests {
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        let mut seed: u32 = 0x9e37_79b9;
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9);
         for len in 0..512 {
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    seed as u8
-                })
-                .collect();
+            let mut bytes = vec![0; len];
+            rng.fill(&mut bytes);
             let mut message = vec![VERSION];
             message.extend_from_slice(&bytes);
             let _ = decode::<NodeView>(&message);

@@ -211,6 +211,21 @@ static SWARM: Mutex<(usize, Vec<String>)> = Mutex::new((0, Vec::new()));
 #[derive(Debug)]
 pub struct Swarm(());
 
+/// The Swarm tests take turns: one of them stands up a swarm that is not
+/// the tests', which no other may find (it would refuse it, and fail in
+/// CI). A turn is a guard held for the whole test.
+static SWARM_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits for this test's turn on the engine's swarm.
+pub async fn swarm_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    SWARM_TURN.lock().await
+}
+
+/// [`swarm_turn`], for a test that runs no runtime of its own.
+pub fn swarm_turn_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    SWARM_TURN.blocking_lock()
+}
+
 impl Swarm {
     /// A hold on a swarm of the tests' own; `None` (after saying why, or a
     /// panic in CI) when the engine is in a swarm the tests did not make.

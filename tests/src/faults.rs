@@ -185,18 +185,16 @@ pub fn malformed_requests() -> Vec<Vec<u8>> {
     ]
 }
 
+/// `len` seeded random bytes: the same on every run of the same seed.
+pub fn noise(rng: &mut fastrand::Rng, len: usize) -> Vec<u8> {
+    let mut bytes = vec![0; len];
+    rng.fill(&mut bytes);
+    bytes
+}
+
 /// Random datagrams of 0 to 2,000 bytes (every 7th length), the same on
 /// every run: what garbage at a gossip or feed port looks like.
 pub fn garbage_datagrams() -> impl Iterator<Item = Vec<u8>> {
-    let mut seed: u32 = 0x1234_5678;
-    (0..2000).step_by(7).map(move |len| {
-        (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed.to_le_bytes()[0]
-            })
-            .collect()
-    })
+    let mut rng = fastrand::Rng::with_seed(0x1234_5678);
+    (0..2000).step_by(7).map(move |len| noise(&mut rng, len))
 }

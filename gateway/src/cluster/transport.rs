@@ -260,12 +260,10 @@ impl Socket for SealedSocket {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::Mutex;
-
     use chitchat::{ChitchatMessage, ProtocolVersion};
 
     use super::*;
+    use crate::testing::Captured;
     use crate::cluster::seal::Key;
 
     const SOON: Duration = Duration::from_secs(5);
@@ -297,20 +295,6 @@ mod tests {
         ChitchatEnvelope {
             version: ProtocolVersion::V1,
             message: ChitchatMessage::BadCluster,
-        }
-    }
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
         }
     }
 
@@ -356,7 +340,7 @@ mod tests {
         assert_eq!(received.envelope, bad_cluster());
         assert_eq!(b.metrics.dropped_count(Dropped::Undecodable), 1);
 
-        let log = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+        let log = captured.text();
         let lines: Vec<&str> = log
             .lines()
             .filter(|l| l.contains("garbage on the gossip codec socket"))

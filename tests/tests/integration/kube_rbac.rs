@@ -1,6 +1,6 @@
 //! RBAC forbidding the watch: the node falls back to connect checks of
-//! each service's name, and says so once. (A test binary of its own: it
-//! installs the process's log subscriber.)
+//! each service's name, and says so once. The node runs on a runtime that
+//! logs to this test alone.
 
 use std::time::Duration;
 
@@ -10,16 +10,12 @@ use picket_tests::fake_kube::FakeKube;
 use picket_tests::logs::Captured;
 use picket_tests::node::{TestNode, eventually};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forbidden_watches_fall_back_to_connect_checks_said_once() {
+#[test]
+fn forbidden_watches_fall_back_to_connect_checks_said_once() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let (runtime, _logging) = picket_tests::logs::runtime(&captured, "info");
+    runtime.block_on(async {
 
     let kube = FakeKube::start("test").await;
     kube.forbid(true);
@@ -54,4 +50,5 @@ async fn forbidden_watches_fall_back_to_connect_checks_said_once() {
     assert_eq!(said.len(), 1, "{log}");
     assert!(said[0].contains("namespace=test"), "{}", said[0]);
     node.stop().await;
+    });
 }

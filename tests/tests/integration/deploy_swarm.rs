@@ -116,10 +116,6 @@ fn verdict(admin: SocketAddr, route: &str) -> Option<serde_json::Value> {
     (status == 200).then(|| serde_json::from_str(&body).ok())?
 }
 
-/// The two tests of this file take turns: one stands up a swarm that is
-/// not the tests', which the other must refuse.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn engine() -> bool {
     require("a Docker engine", docker::available())
         && require(
@@ -130,7 +126,7 @@ fn engine() -> bool {
 
 #[test]
 fn the_swarm_stack_deploys_routes_judges_and_goes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = docker::swarm_turn_blocking();
     if !engine() {
         return;
     }
@@ -455,7 +451,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
 /// operator's stack and secret are still there after either.
 #[test]
 fn the_deploy_test_leaves_a_swarm_it_did_not_make_alone() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = docker::swarm_turn_blocking();
     if !engine() {
         return;
     }

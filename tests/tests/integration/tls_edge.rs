@@ -26,7 +26,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-/// What the nodes of this binary log, from the first test that asks on.
+/// What the nodes of this process log, from the first test that asks on
+/// (the tests of this module look for lines that name their own files).
 fn logs() -> &'static Captured {
     static LOGS: OnceLock<Captured> = OnceLock::new();
     LOGS.get_or_init(|| {

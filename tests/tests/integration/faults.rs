@@ -3,8 +3,8 @@
 //! Every fault prints a `FAULT |` line: requests sent, failed by status,
 //! latency, answers from a replica after it was gone, time to recover.
 //!
-//!   cargo test -p picket-tests --test faults -- --nocapture
-//!   cargo test -p picket-tests --test faults -- under_load::gateway_node_partitioned
+//!   cargo test -p picket-tests --test integration -- --nocapture faults::
+//!   cargo test -p picket-tests --test integration -- faults::under_load::gateway_node_partitioned
 //!
 //! Each fault is a test of its own (`under_load::<fault>`), so that one
 //! failing hides none of the others; they take turns, so that they do not

@@ -7,7 +7,6 @@
 //! which it is.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 
 use picket::config::fields;
 use picket::config::raw::RawConfig;
@@ -709,23 +708,9 @@ async fn every_field_takes_effect_on_reload_or_is_named_as_needing_a_restart() {
     );
 }
 
-/// Collects what a subscriber writes, as JSON lines.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The lines (at `info` and above) logged while `apply` runs on this thread.
 fn logged(apply: impl FnOnce() -> ReloadPlan) -> Vec<serde_json::Value> {
-    let lines = Lines::default();
+    let lines = picket_tests::logs::Captured::default();
     let writer = lines.clone();
     let subscriber = tracing_subscriber::fmt()
         .json()
@@ -736,7 +721,7 @@ fn logged(apply: impl FnOnce() -> ReloadPlan) -> Vec<serde_json::Value> {
         let _default = subscriber.set_default();
         apply();
     }
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect()

@@ -200,16 +200,9 @@ async fn garbage_on_the_feed_is_refused_and_changes_nothing() {
 
     // Random datagrams at the port.
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let mut seed: u32 = 0x2545_f491;
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491);
     for len in [0usize, 1, 20, 1200, 1500, 9000] {
-        let noise: Vec<u8> = (0..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                seed as u8
-            })
-            .collect();
+        let noise = picket_tests::faults::noise(&mut rng, len);
         socket.send_to(&noise, target).await.unwrap();
     }
 

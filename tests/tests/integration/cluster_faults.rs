@@ -274,17 +274,8 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
     let now = picket::verdict::board::now_unix_ms();
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let stranger = socket.local_addr().unwrap();
-    let mut seed_bits = 0x2545_f491_u32;
-    let mut noise = |len: usize| -> Vec<u8> {
-        (0..len)
-            .map(|_| {
-                seed_bits ^= seed_bits << 13;
-                seed_bits ^= seed_bits >> 17;
-                seed_bits ^= seed_bits << 5;
-                seed_bits as u8
-            })
-            .collect()
-    };
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491);
+    let mut noise = |len: usize| picket_tests::faults::noise(&mut rng, len);
     let before = gossip.dropped_total();
     for len in [0, 1, 30, 31, 47, 48, 500, 1400, 9000, 65_000] {
         socket.send_to(&noise(len), seed).await.unwrap();

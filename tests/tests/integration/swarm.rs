@@ -27,6 +27,7 @@ async fn a_swarm_service_is_followed_through_the_socket_proxy() {
     {
         return;
     }
+    let _turn = docker::swarm_turn().await;
     let Some(_swarm) = docker::Swarm::hold() else {
         return;
     };
