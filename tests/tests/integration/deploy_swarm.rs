@@ -525,7 +525,7 @@ fn the_deploy_test_leaves_a_swarm_it_did_not_make_alone() {
     for ci in ["false", "true"] {
         let run = Command::new(std::env::current_exe().unwrap())
             .args([
-                "the_swarm_stack_deploys_routes_judges_and_goes",
+                "deploy_swarm::the_swarm_stack_deploys_routes_judges_and_goes",
                 "--exact",
                 "--nocapture",
             ])
