@@ -15,6 +15,7 @@
 
 pub mod h1;
 pub mod h2;
+mod spare;
 pub mod stream;
 
 use std::net::SocketAddr;

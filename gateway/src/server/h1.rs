@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::{Instant, sleep_until};
 
 use super::ClientLimits;
+use super::spare;
 use super::stream::ClientIo;
 use crate::access::Record;
 use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded};
@@ -89,7 +90,9 @@ impl ClientConn {
     /// client has sent nothing, the connection holds no read buffer, head
     /// buffer or header list (nginx frees its buffers the same way), so
     /// that an idle keep-alive client costs little more than its socket.
-    /// TLS sessions keep their own buffers and read as before.
+    /// The buffers go to the thread's shelf ([`spare`]), where the next
+    /// connection to read takes them. TLS sessions keep their own buffers
+    /// and read as before.
     async fn fill_idle(&mut self) -> io::Result<usize> {
         let ClientIo::Plain(tcp) = &self.io else {
             return self.fill().await;
@@ -98,18 +101,24 @@ impl ClientConn {
             // Known readiness answers at once; the read below learns
             // whether there is anything.
             tcp.readable().await?;
+            spare::take(&mut self.buf);
             if self.buf.capacity() - self.buf.len() < 1024 {
                 self.buf.reserve(READ_CHUNK);
             }
             match tcp.try_read_buf(&mut self.buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if self.buf.is_empty() {
-                        self.buf = BytesMut::new();
+                        spare::put(&mut self.buf);
                     }
-                    self.out = Vec::new();
-                    self.fields = Vec::new();
+                    spare::put(&mut self.out);
+                    spare::put(&mut self.fields);
                 }
-                done => return done,
+                Ok(n) => {
+                    spare::take(&mut self.out);
+                    spare::take(&mut self.fields);
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
             }
         }
     }
