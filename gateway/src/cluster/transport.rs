@@ -263,8 +263,8 @@ mod tests {
     use chitchat::{ChitchatMessage, ProtocolVersion};
 
     use super::*;
-    use crate::testing::Captured;
     use crate::cluster::seal::Key;
+    use crate::testing::Captured;
 
     const SOON: Duration = Duration::from_secs(5);
 
