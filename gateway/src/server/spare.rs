@@ -6,7 +6,9 @@
 //! next request of a busy connection, which waits between two requests
 //! too: here they go to a shelf of the thread instead, and the next
 //! connection to read on that thread takes them from it. A shelf keeps at
-//! most [`KEEP`] of each kind; the rest are freed.
+//! most [`KEEP`] of each kind, none over [`LARGEST`] bytes (a client that
+//! sent a large head does not leave a large buffer on the shelf); the rest
+//! are freed.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -17,6 +19,8 @@ use crate::h1::FieldAt;
 
 /// The most buffers of one kind a thread keeps.
 pub const KEEP: usize = 64;
+/// The largest buffer a shelf keeps, in bytes: twice the read chunk.
+pub const LARGEST: usize = 16 * 1024;
 
 thread_local! {
     static READS: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
@@ -26,12 +30,15 @@ thread_local! {
 
 /// A buffer that can be shelved: emptied, and worth keeping.
 pub trait Spare: Sized + Default + 'static {
+    /// What it holds (its capacity counts these).
+    type Item;
     fn shelf() -> &'static LocalKey<RefCell<Vec<Self>>>;
     fn capacity(&self) -> usize;
     fn clear(&mut self);
 }
 
 impl Spare for BytesMut {
+    type Item = u8;
     fn shelf() -> &'static LocalKey<RefCell<Vec<Self>>> {
         &READS
     }
@@ -44,6 +51,7 @@ impl Spare for BytesMut {
 }
 
 impl Spare for Vec<u8> {
+    type Item = u8;
     fn shelf() -> &'static LocalKey<RefCell<Vec<Self>>> {
         &HEADS
     }
@@ -56,6 +64,7 @@ impl Spare for Vec<u8> {
 }
 
 impl Spare for Vec<FieldAt> {
+    type Item = FieldAt;
     fn shelf() -> &'static LocalKey<RefCell<Vec<Self>>> {
         &FIELDS
     }
@@ -71,7 +80,8 @@ impl Spare for Vec<FieldAt> {
 /// shelf full), leaving `buffer` empty and without one.
 pub fn put<T: Spare>(buffer: &mut T) {
     let mut spare = std::mem::take(buffer);
-    if spare.capacity() == 0 {
+    let bytes = spare.capacity() * std::mem::size_of::<T::Item>();
+    if bytes == 0 || bytes > LARGEST {
         return;
     }
     spare.clear();
@@ -136,7 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shelf_keeps_at_most_keep_and_nothing_empty() {
+    fn a_shelf_keeps_at_most_keep_and_nothing_empty_or_large() {
         empty_shelves();
         for _ in 0..KEEP + 10 {
             put(&mut Vec::<u8>::with_capacity(8));
@@ -144,6 +154,10 @@ mod tests {
         assert_eq!(shelved(), KEEP);
         put(&mut Vec::<u8>::new());
         assert_eq!(shelved(), KEEP);
+        let mut large = BytesMut::with_capacity(LARGEST + 1);
+        put(&mut large);
+        assert_eq!(large.capacity(), 0, "given back to the allocator");
+        assert_eq!(READS.with(|shelf| shelf.borrow().len()), 0, "not shelved");
         let mut reads = BytesMut::with_capacity(8192);
         reads.extend_from_slice(b"GET / HTTP/1.1\r\n");
         put(&mut reads);
