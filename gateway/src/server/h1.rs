@@ -113,7 +113,11 @@ impl ClientConn {
                     spare::put(&mut self.out);
                     spare::put(&mut self.fields);
                 }
+                Ok(0) => return Ok(0),
                 Ok(n) => {
+                    // A request begins: it takes its head buffer and header
+                    // list now (a client that closed takes none off the
+                    // shelf only to free them).
                     spare::take(&mut self.out);
                     spare::take(&mut self.fields);
                     return Ok(n);
