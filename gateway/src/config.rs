@@ -645,7 +645,7 @@ impl Config {
     /// and relative paths in it are read from its directory. Certificate
     /// files are read and checked now.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
-        validate::validate(file, text, crate::edge::now_unix()).map_err(|problems| {
+        validate::validate(file, text, crate::clock::now_unix()).map_err(|problems| {
             ConfigError::Invalid {
                 file: file.to_string(),
                 problems,

@@ -44,10 +44,3 @@ pub fn server_config(
     config.ticketer = rustls::crypto::ring::Ticketer::new()?;
     Ok(Arc::new(config))
 }
-
-/// Now, in Unix seconds: certificates live by the wall clock.
-pub fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}

@@ -15,10 +15,12 @@ pub mod access;
 pub mod body;
 pub mod breaker;
 pub mod changes;
-pub mod cluster;
+pub mod clock;
+
 pub mod config;
 pub mod demo;
 pub mod edge;
+pub mod gossip;
 pub use picket_h1 as h1;
 pub mod metrics;
 pub mod node;

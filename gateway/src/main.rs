@@ -293,7 +293,7 @@ fn main() -> ExitCode {
             usize::from(workers),
         ),
         Command::Health { admin } => health(admin),
-        Command::GenKey => match picket::cluster::generate_key() {
+        Command::GenKey => match picket::gossip::keys::generate() {
             Some(key) => {
                 println!("{key}");
                 Ok(())
@@ -507,7 +507,7 @@ impl Drop for TempKey {
 }
 
 fn tempfile_key() -> anyhow::Result<TempKey> {
-    let key = picket::cluster::generate_key().context("no randomness for a demo key")?;
+    let key = picket::gossip::keys::generate().context("no randomness for a demo key")?;
     let path = std::env::temp_dir().join(format!("picket-demo-{}.key", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)

@@ -11,8 +11,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::cluster::seal::Dropped;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
     route: String,
@@ -844,6 +842,54 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// Why a gossip datagram was dropped, as counted in metrics: the sealed
+/// transport decides, these are its labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dropped {
+    /// Too short, an unknown format, or parts that do not add up.
+    Malformed,
+    /// Sealed with a key this node does not hold.
+    UnknownKey,
+    /// The tag does not verify: tampered, or not from the cluster.
+    NotAuthentic,
+    /// Sent too long ago, or too far in the future.
+    Stale,
+    /// A nonce already seen, or this node's own packet sent back to it.
+    Replayed,
+    /// Meant for another node: its recipient is not this node.
+    Misdirected,
+    /// Verified, but chitchat could not read it.
+    Undecodable,
+    /// From a local socket other than the node's own codec.
+    Injected,
+}
+
+impl Dropped {
+    pub const ALL: [Dropped; 8] = [
+        Dropped::Malformed,
+        Dropped::UnknownKey,
+        Dropped::NotAuthentic,
+        Dropped::Stale,
+        Dropped::Replayed,
+        Dropped::Misdirected,
+        Dropped::Undecodable,
+        Dropped::Injected,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Dropped::Malformed => "malformed",
+            Dropped::UnknownKey => "unknown_key",
+            Dropped::NotAuthentic => "not_authentic",
+            Dropped::Stale => "stale",
+            Dropped::Replayed => "replayed",
+            Dropped::Misdirected => "misdirected",
+            Dropped::Undecodable => "undecodable",
+            Dropped::Injected => "injected",
+        }
     }
 }
 

@@ -21,15 +21,15 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::cluster::{self, Membership};
 use crate::config::{
     self, CertificateConfig, ClusterSettings, Config, ConfigError, NodeSettings, Overrides,
     ReloadPlan, RouteConfig, RuntimeKind, RuntimeSettings,
 };
 use crate::edge::{self, Certificates};
+use crate::gossip::{self, Membership};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
-use crate::shutdown::{self, Shutdown, Trigger};
+use crate::shutdown::{self, Shutdown, Tasks, Trigger};
 use crate::status::{AdminState, feed};
 use crate::targets::checks::{self, Checker};
 use crate::targets::{Catalog, Link, docker, kube, swarm};
@@ -39,6 +39,10 @@ use crate::{reload, server, status};
 
 /// How long a stopping node lets requests in flight finish.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+/// How long a stopping node waits for its own tasks (gossip, feed,
+/// reload, checks, the runtime, …) once its connections have drained:
+/// each ends at the shutdown signal, so this only bounds a stuck one.
+pub const TASKS_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The node's listening sockets, bound before the node starts.
 #[derive(Debug)]
@@ -120,7 +124,7 @@ pub struct Options {
     pub proxy_env: Option<ProxyEnv>,
     /// A gossip transport to use instead of UDP (tests: chitchat's
     /// in-memory one).
-    pub gossip_transport: Option<cluster::Wire>,
+    pub gossip_transport: Option<gossip::Wire>,
 }
 
 /// What a reload did.
@@ -378,7 +382,7 @@ impl Node {
             return KeyReload::Untouched;
         }
         let dir = self.options.config_path.as_deref().and_then(Path::parent);
-        match cluster::load_keys(settings, dir) {
+        match gossip::keys::load(settings, dir) {
             Ok(Some(keys)) => {
                 let labels = keys.labels();
                 KeyReload::Read(membership.set_keys(keys).then_some(labels))
@@ -562,12 +566,14 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         }
         None => None,
     };
+    let mut tasks = Tasks::default();
     let membership = join_cluster(
         &node,
         listeners.gossip,
         admin_addr,
         feed.as_ref(),
         &shutdown,
+        &mut tasks,
     )
     .await
     .map_err(|e| io::Error::other(e.to_string()))?;
@@ -577,33 +583,43 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
             membership.subscribe(),
             node.ctx.metrics.feed().clone(),
             shutdown.clone(),
+            &mut tasks,
         );
     }
     let _ = node.admin.membership.set(membership);
     let admin = spawn_admin(listeners.admin, Arc::clone(&node.admin), shutdown.clone())?;
     if let Some(path) = node.options.config_path.clone() {
-        reload::spawn(Arc::clone(&node), path, shutdown.clone());
+        // The certificate files are read again on every reload too, even
+        // when the configuration is what it was.
+        let reloading = Arc::clone(&node);
+        let reload = move || {
+            reloading.reload_from_file();
+            reloading.certificates().reread(crate::clock::now_unix());
+        };
+        reload::spawn(reload, path, shutdown.clone(), &mut tasks);
     }
-    edge::rotation::spawn(Arc::clone(&node.certificates), shutdown.clone());
-    spawn_access_log_reopen(&node.proxy, shutdown.clone());
-    spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone());
+    edge::rotation::spawn(Arc::clone(&node.certificates), shutdown.clone(), &mut tasks);
+    spawn_access_log_reopen(&node.proxy, shutdown.clone(), &mut tasks);
+    spawn_sweeper(Arc::clone(&node.ctx.pools), shutdown.clone(), &mut tasks);
     checks::supervise(
         Arc::clone(&node.checker),
         Arc::clone(&node.proxy),
         &node.ctx.changes,
         shutdown.clone(),
+        &mut tasks,
     );
-    spawn_runtime(&node, &shutdown).await;
+    spawn_runtime(&node, &shutdown, &mut tasks).await;
     board::spawn(
         Arc::clone(&node.board),
         Arc::clone(&node.proxy),
         &node.ctx.changes,
         shutdown.clone(),
+        &mut tasks,
     );
     {
         let admin = Arc::clone(&node.admin);
         let mut shutdown = shutdown.clone();
-        tokio::spawn(async move {
+        tasks.spawn("readiness", async move {
             shutdown.wait().await;
             admin
                 .ready
@@ -648,6 +664,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         limits,
     )
     .await;
+    tasks.join(TASKS_DEADLINE).await;
     tokio::task::spawn_blocking(move || admin.join())
         .await
         .map_err(io::Error::other)?
@@ -668,9 +685,10 @@ async fn join_cluster(
     admin: SocketAddr,
     feed: Option<&feed::Feed>,
     shutdown: &Shutdown,
-) -> Result<Arc<Membership>, cluster::ClusterError> {
+    tasks: &mut Tasks,
+) -> Result<Arc<Membership>, gossip::ClusterError> {
     let config = &node.started;
-    let me = cluster::Me {
+    let me = gossip::Me {
         info: picket_proto::NodeInfo {
             name: config.node.name.value.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -678,13 +696,13 @@ async fn join_cluster(
             feed: feed.map(|f| f.addr.to_string()),
             feed_fingerprint: feed.map(|f| f.fingerprint.clone()),
             runtime: config.runtime.kind.to_string(),
-            started_unix_ms: board::now_unix_ms(),
+            started_unix_ms: crate::clock::now_unix_ms(),
         },
     };
     let keys = match &config.cluster {
         Some(settings) => {
             let dir = node.options.config_path.as_deref().and_then(Path::parent);
-            cluster::load_keys(settings, dir)?
+            gossip::keys::load(settings, dir)?
         }
         None => None,
     };
@@ -693,29 +711,32 @@ async fn join_cluster(
         (None, Some(settings)) => {
             let socket = match gossip {
                 Some(socket) => socket,
-                None => bind_udp(settings.gossip).map_err(|e| cluster::ClusterError::Gossip {
+                None => bind_udp(settings.gossip).map_err(|e| gossip::ClusterError::Gossip {
                     addr: settings.gossip,
                     message: e.to_string(),
                 })?,
             };
-            cluster::Wire::Udp(Arc::new(Mutex::new(Some(socket))))
+            gossip::Wire::Udp(Arc::new(Mutex::new(Some(socket))))
         }
-        (None, None) => cluster::Wire::Udp(Arc::new(Mutex::new(None))),
+        (None, None) => gossip::Wire::Udp(Arc::new(Mutex::new(None))),
     };
-    cluster::start(
-        config.cluster.as_ref(),
-        keys,
-        wire,
-        me,
-        node.board.subscribe(),
-        Arc::clone(&node.ctx.metrics),
+    gossip::start(
+        gossip::Joining {
+            settings: config.cluster.as_ref(),
+            keys,
+            wire,
+            me,
+            verdicts: node.board.subscribe(),
+            metrics: Arc::clone(&node.ctx.metrics),
+        },
         shutdown.clone(),
+        tasks,
     )
     .await
 }
 
 /// Starts following the configured runtime, if any.
-async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
+async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown, tasks: &mut Tasks) {
     let runtime = node.started.runtime.clone();
     let link = Arc::new(Link::new(
         Arc::clone(&node.ctx.catalog),
@@ -734,16 +755,19 @@ async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
                     .or_else(|| std::env::var("DOCKER_HOST").ok())
                     .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
                 let engines = docker::Engines::new(Arc::clone(&link.catalog));
-                docker::spawn(
-                    docker::Engine {
-                        gate: link.gates.get(&name),
-                        name,
-                        docker: client,
-                    },
-                    runtime.network.clone(),
-                    engines,
-                    link,
-                    shutdown.clone(),
+                tasks.spawn(
+                    "docker",
+                    docker::run(
+                        docker::Engine {
+                            gate: link.gates.get(&name),
+                            name,
+                            docker: client,
+                        },
+                        runtime.network.clone(),
+                        engines,
+                        link,
+                        shutdown.clone(),
+                    ),
                 );
             }
             Err(error) => {
@@ -759,6 +783,7 @@ async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
                 engines,
                 link,
                 shutdown.clone(),
+                tasks,
             );
         }
         RuntimeKind::Kubernetes => {
@@ -766,7 +791,7 @@ async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown) {
             match kube::client(&runtime, &own, &link).await {
                 Ok((client, gate)) => {
                     let watched = kube::watched(&runtime, &own);
-                    kube::spawn(client, gate, own, watched, link, shutdown.clone());
+                    kube::spawn(client, gate, own, watched, link, shutdown.clone(), tasks);
                 }
                 Err(error) => {
                     tracing::error!(%error, "no Kubernetes client; service routes have no replicas");
@@ -798,8 +823,8 @@ fn spawn_admin(
         })
 }
 
-fn spawn_sweeper(pools: Arc<Pools>, mut shutdown: Shutdown) {
-    tokio::spawn(async move {
+fn spawn_sweeper(pools: Arc<Pools>, mut shutdown: Shutdown, tasks: &mut Tasks) {
+    tasks.spawn("pool sweeper", async move {
         let mut every = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
@@ -811,7 +836,7 @@ fn spawn_sweeper(pools: Arc<Pools>, mut shutdown: Shutdown) {
 }
 
 /// Opens the access log file again on each SIGUSR1 (log rotation).
-fn spawn_access_log_reopen(proxy: &Arc<Proxy>, mut shutdown: Shutdown) {
+fn spawn_access_log_reopen(proxy: &Arc<Proxy>, mut shutdown: Shutdown, tasks: &mut Tasks) {
     if proxy.access_log().is_none() {
         return;
     }
@@ -822,7 +847,7 @@ fn spawn_access_log_reopen(proxy: &Arc<Proxy>, mut shutdown: Shutdown) {
         return;
     };
     let proxy = Arc::clone(proxy);
-    tokio::spawn(async move {
+    tasks.spawn("access log reopen", async move {
         loop {
             tokio::select! {
                 Some(()) = usr1.recv() => {

@@ -12,13 +12,19 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use crate::node::Node;
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 
 /// Quiet time after a file event before the file is read.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 
-pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
+/// Follows `path` until `shutdown`, calling `reload` (on a blocking
+/// thread: it reads files and builds tables) once the watch is in place,
+/// after each burst of changes, and on SIGHUP.
+pub fn spawn<R>(reload: R, path: PathBuf, mut shutdown: Shutdown, tasks: &mut Tasks)
+where
+    R: Fn() + Send + Sync + 'static,
+{
+    let reload = Arc::new(reload);
     let (tx, mut events) = mpsc::channel::<()>(1);
     let dir = path
         .parent()
@@ -39,11 +45,11 @@ pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
         }
     };
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    tokio::spawn(async move {
+    tasks.spawn("reload", async move {
         let _watcher = watcher;
         // A change between the node's first read and the watch would go
         // unseen: look once now that the watch is in place.
-        reload(&node).await;
+        run(&reload).await;
         loop {
             let hup = async {
                 match hangup.as_mut() {
@@ -59,19 +65,16 @@ pub fn spawn(node: Arc<Node>, path: PathBuf, mut shutdown: Shutdown) {
                 Some(()) = hup => tracing::debug!("SIGHUP: reloading the configuration"),
                 () = shutdown.wait() => return,
             }
-            reload(&node).await;
+            run(&reload).await;
         }
     });
 }
 
 /// Reloads off the proxy's workers: file reads and table builds block.
-/// The certificate files are read again too, even when the configuration
-/// is what it was.
-async fn reload(node: &Arc<Node>) {
-    let node = Arc::clone(node);
-    let _ = tokio::task::spawn_blocking(move || {
-        node.reload_from_file();
-        node.certificates().reread(crate::edge::now_unix());
-    })
-    .await;
+async fn run<R>(reload: &Arc<R>)
+where
+    R: Fn() + Send + Sync + 'static,
+{
+    let reload = Arc::clone(reload);
+    let _ = tokio::task::spawn_blocking(move || reload()).await;
 }

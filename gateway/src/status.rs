@@ -22,13 +22,14 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use crate::cluster::Membership;
+use crate::clock::now_unix_ms;
 use crate::edge::Certificates;
+use crate::gossip::Membership;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::server::HEADER_READ_TIMEOUT;
 use crate::shutdown::Shutdown;
-use crate::verdict::board::{Board, now_unix_ms};
+use crate::verdict::board::Board;
 
 pub mod cluster;
 pub mod feed;
@@ -108,7 +109,7 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
                     membership,
                     state.listen_tls.get().copied(),
                     &state.certificates.load(),
-                    crate::edge::now_unix(),
+                    crate::clock::now_unix(),
                 )),
                 "/v1/nodes" => json(&cluster::cluster(membership, false, now)),
                 _ => json(&cluster::cluster(membership, true, now)),

@@ -19,6 +19,7 @@ pub mod docker;
 pub mod gate;
 pub mod kube;
 pub mod reach;
+pub mod runtime_status;
 pub mod swarm;
 
 use std::fmt::Debug;
@@ -29,8 +30,8 @@ use crate::changes::Changes;
 use crate::config::{RuntimeBreakerSettings, ServicePort};
 use crate::metrics::Metrics;
 use crate::upstream::{Endpoint, Upstream};
-use crate::verdict::board::RuntimeStatus;
 use gate::Gates;
+use runtime_status::RuntimeStatus;
 
 /// What a runtime knows, as the endpoints of each service.
 pub trait Inventory: Send + Sync + Debug {

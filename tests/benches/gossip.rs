@@ -17,9 +17,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant as Wall};
 
-use picket::cluster::{self, ChannelTransport, Me, Membership, Transport, Wire};
 use picket::config::ClusterSettings;
+use picket::gossip::{self, ChannelTransport, Joining, Me, Membership, Transport, Wire};
 use picket::metrics::Metrics;
+use picket::shutdown::Tasks;
 use picket_proto::{Circuit, Heart, ImageCount, NodeInfo, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -51,6 +52,7 @@ struct BenchNode {
     membership: Arc<Membership>,
     verdicts: watch::Sender<Arc<Vec<Verdict>>>,
     _trigger: picket::shutdown::Trigger,
+    _tasks: Tasks,
 }
 
 fn addr(i: usize) -> SocketAddr {
@@ -80,14 +82,18 @@ async fn start(i: usize, routes: usize, transport: &Arc<dyn Transport>) -> Bench
             started_unix_ms: 1_796_000_000_000 + i as u64,
         },
     };
-    let membership = cluster::start(
-        Some(&settings),
-        None,
-        Wire::Given(Arc::clone(transport)),
-        me,
-        rx,
-        Arc::new(Metrics::new()),
+    let mut tasks = Tasks::default();
+    let membership = gossip::start(
+        Joining {
+            settings: Some(&settings),
+            keys: None,
+            wire: Wire::Given(Arc::clone(transport)),
+            me,
+            verdicts: rx,
+            metrics: Arc::new(Metrics::new()),
+        },
         shutdown,
+        &mut tasks,
     )
     .await
     .expect("a bench node starts");
@@ -95,6 +101,7 @@ async fn start(i: usize, routes: usize, transport: &Arc<dyn Transport>) -> Bench
         membership,
         verdicts: tx,
         _trigger: trigger,
+        _tasks: tasks,
     }
 }
 

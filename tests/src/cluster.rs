@@ -12,7 +12,7 @@ use crate::node::TestNode;
 /// Writes a fresh cluster key into `dir`; returns its path.
 pub fn key_file(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
-    let key = picket::cluster::generate_key().expect("a key");
+    let key = picket::gossip::keys::generate().expect("a key");
     std::fs::write(&path, format!("{key}\n")).expect("write the key file");
     path
 }

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use picket::cluster::{Membership, Wire};
 use picket::config::{AccessLogTarget, Config, Origin, Overrides};
+use picket::gossip::{Membership, Wire};
 use picket::node::{self, Listeners, Node, Options, Running};
 use picket_proto::ClusterView;
 
@@ -72,7 +72,7 @@ impl TestNode {
 
     /// A node whose gossip goes over `transport` (chitchat's in-memory one)
     /// instead of UDP.
-    pub fn start_on(text: &str, transport: Arc<dyn picket::cluster::Transport>) -> TestNode {
+    pub fn start_on(text: &str, transport: Arc<dyn picket::gossip::Transport>) -> TestNode {
         let config = Config::parse("test.toml", text).unwrap_or_else(|e| panic!("{e}"));
         TestNode::run(config, None, Some(Wire::Given(transport)))
     }

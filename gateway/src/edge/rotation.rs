@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 
 use super::certificate::{self, Version, rfc3339};
 use super::served::{Certificates, label};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 
 /// How often the files are read again without any event.
 pub const RECHECK: Duration = Duration::from_secs(60);
@@ -194,9 +194,9 @@ impl Certificates {
 }
 
 /// Follows the certificates' files until `shutdown`.
-pub fn spawn(certificates: Arc<Certificates>, mut shutdown: Shutdown) {
+pub fn spawn(certificates: Arc<Certificates>, mut shutdown: Shutdown, tasks: &mut Tasks) {
     let (tx, mut events) = mpsc::channel::<()>(1);
-    tokio::spawn(async move {
+    tasks.spawn("certificate rotation", async move {
         let mut followed = Followed::new(tx);
         let mut every = tokio::time::interval(RECHECK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -213,7 +213,7 @@ pub fn spawn(certificates: Arc<Certificates>, mut shutdown: Shutdown) {
             }
             let certificates = Arc::clone(&certificates);
             let _ = tokio::task::spawn_blocking(move || {
-                let now = super::now_unix();
+                let now = crate::clock::now_unix();
                 certificates.reread(now);
                 certificates.warn_expiring(now);
             })

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -167,9 +167,7 @@ impl Circuit {
         let Some(transition) = transition else { return };
         self.phase.store(code(transition.to), Ordering::Release);
         self.changes.signal();
-        let unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let unix_ms = crate::clock::now_unix_ms();
         inner.last = Some(Stamped {
             transition,
             unix_ms,

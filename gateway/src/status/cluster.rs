@@ -5,9 +5,9 @@
 use picket_proto::{ClusterView, Liveness, Member, NodeInfo, Verdict};
 use serde::Serialize;
 
-use crate::cluster::Membership;
-use crate::cluster::view::{RouteAcross, route_across};
 use crate::edge::Served;
+use crate::gossip::Membership;
+use crate::gossip::view::{RouteAcross, route_across};
 
 #[derive(Debug, Serialize)]
 pub struct NodeAnswer {

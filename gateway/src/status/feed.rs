@@ -31,7 +31,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::config::FeedSettings;
 use crate::metrics::FeedMetrics;
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 
 /// How long a client may take nothing before it is let go.
 pub const STALL: Duration = Duration::from_secs(10);
@@ -204,8 +204,9 @@ pub fn spawn(
     views: watch::Receiver<Arc<ClusterView>>,
     metrics: FeedMetrics,
     mut shutdown: Shutdown,
+    tasks: &mut Tasks,
 ) {
-    tokio::spawn(async move {
+    tasks.spawn("feed", async move {
         let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
         loop {
             let incoming = tokio::select! {

@@ -36,7 +36,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::changes::Changes;
 use crate::proxy::Proxy;
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 use crate::upstream::ConnectFailure;
 use crate::upstream::health::Observation;
 
@@ -175,9 +175,10 @@ pub fn supervise(
     proxy: Arc<Proxy>,
     changes: &Changes,
     mut shutdown: Shutdown,
+    tasks: &mut Tasks,
 ) {
     let mut changes = changes.subscribe();
-    tokio::spawn(async move {
+    tasks.spawn("checks", async move {
         loop {
             checker.ensure(&proxy);
             tokio::select! {

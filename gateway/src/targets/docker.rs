@@ -415,84 +415,82 @@ impl Engine {
 }
 
 /// Follows one engine until `shutdown` (or until the task is aborted).
-pub fn spawn(
+pub async fn run(
     engine: Engine,
     network: Option<String>,
     engines: Arc<Engines>,
     link: Arc<Link>,
     mut shutdown: Shutdown,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut backoff = BACKOFF_FIRST;
-        let (mut forbidden_said, mut events_said) = (false, false);
-        loop {
-            // While its breaker is open, the engine is not called at all.
-            if let Some(left) = engine.gate.open_for() {
-                tokio::select! {
-                    () = tokio::time::sleep(left) => {}
-                    () = shutdown.wait() => return,
-                }
-            }
-            let session = follow(
-                &engine,
-                network.as_deref(),
-                &engines,
-                &link,
-                &mut forbidden_said,
-            );
-            let ended = tokio::select! {
-                ended = session => ended,
+) {
+    let mut backoff = BACKOFF_FIRST;
+    let (mut forbidden_said, mut events_said) = (false, false);
+    loop {
+        // While its breaker is open, the engine is not called at all.
+        if let Some(left) = engine.gate.open_for() {
+            tokio::select! {
+                () = tokio::time::sleep(left) => {}
                 () = shutdown.wait() => return,
-            };
-            if ended.forbidden && ended.reached_events {
-                // The list answers, the events do not: the listed
-                // containers stand, listed again every cool-down.
-                link.answered(&engine.name);
-                if !events_said {
-                    events_said = true;
-                    tracing::warn!(
-                        engine = %engine.name,
-                        error = %ended,
-                        "the engine refuses (403) to stream events: grant GET /events (socket proxy: EVENTS=1); \
-                         listing its containers again every breaker cool-down instead"
-                    );
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(link.retry_forbidden) => {}
-                    () = shutdown.wait() => return,
-                }
-                continue;
             }
-            if ended.forbidden {
-                engines.publish(&engine.name, EngineView::Forbidden);
-                link.answered(&engine.name);
-                if !forbidden_said {
-                    forbidden_said = true;
-                    tracing::warn!(
-                        engine = %engine.name,
-                        error = %ended,
-                        "the engine refuses (403) to list, inspect or follow containers: grant GET /containers/json, \
-                         /containers/{{id}}/json and /events (socket proxy: CONTAINERS=1, EVENTS=1); \
-                         falling back to connect checks of each service's name"
-                    );
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(link.retry_forbidden) => {}
-                    () = shutdown.wait() => return,
-                }
-                continue;
-            }
-            link.silent(&engine.name, &ended);
-            if ended.reached {
-                backoff = BACKOFF_FIRST;
+        }
+        let session = follow(
+            &engine,
+            network.as_deref(),
+            &engines,
+            &link,
+            &mut forbidden_said,
+        );
+        let ended = tokio::select! {
+            ended = session => ended,
+            () = shutdown.wait() => return,
+        };
+        if ended.forbidden && ended.reached_events {
+            // The list answers, the events do not: the listed
+            // containers stand, listed again every cool-down.
+            link.answered(&engine.name);
+            if !events_said {
+                events_said = true;
+                tracing::warn!(
+                    engine = %engine.name,
+                    error = %ended,
+                    "the engine refuses (403) to stream events: grant GET /events (socket proxy: EVENTS=1); \
+                     listing its containers again every breaker cool-down instead"
+                );
             }
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(link.retry_forbidden) => {}
                 () = shutdown.wait() => return,
             }
-            backoff = (backoff * 2).min(BACKOFF_CAP);
+            continue;
         }
-    })
+        if ended.forbidden {
+            engines.publish(&engine.name, EngineView::Forbidden);
+            link.answered(&engine.name);
+            if !forbidden_said {
+                forbidden_said = true;
+                tracing::warn!(
+                    engine = %engine.name,
+                    error = %ended,
+                    "the engine refuses (403) to list, inspect or follow containers: grant GET /containers/json, \
+                     /containers/{{id}}/json and /events (socket proxy: CONTAINERS=1, EVENTS=1); \
+                     falling back to connect checks of each service's name"
+                );
+            }
+            tokio::select! {
+                () = tokio::time::sleep(link.retry_forbidden) => {}
+                () = shutdown.wait() => return,
+            }
+            continue;
+        }
+        link.silent(&engine.name, &ended);
+        if ended.reached {
+            backoff = BACKOFF_FIRST;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutdown.wait() => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF_CAP);
+    }
 }
 
 /// Why a session with an engine ended.
@@ -558,9 +556,9 @@ async fn follow(
 ) -> Ended {
     let name = engine.name.as_str();
     let docker = &engine.docker;
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs().saturating_sub(1));
+    let since = u64::try_from(crate::clock::now_unix())
+        .unwrap_or(0)
+        .saturating_sub(1);
     let listed = match engine
         .call(docker.list_containers(Some(ListContainersOptionsBuilder::new().all(true).build())))
         .await

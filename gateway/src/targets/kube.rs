@@ -39,7 +39,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::gate::{Gate, GateLayer};
 use super::{Catalog, Inventory, Link};
 use crate::config::{RuntimeSettings, ServicePort};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 use crate::upstream::{Endpoint, Target};
 use crate::verdict::image_label;
 
@@ -359,8 +359,14 @@ fn current(answer: &Result<k8s_openapi::apimachinery::pkg::version::Info, kube::
 
 /// Probes the API server whenever it has been quiet for [`PROBE_QUIET`],
 /// until `shutdown`; never while its breaker is open.
-fn spawn_probe(client: kube::Client, gate: Arc<Gate>, link: Arc<Link>, mut shutdown: Shutdown) {
-    tokio::spawn(async move {
+fn spawn_probe(
+    client: kube::Client,
+    gate: Arc<Gate>,
+    link: Arc<Link>,
+    mut shutdown: Shutdown,
+    tasks: &mut Tasks,
+) {
+    tasks.spawn("kubernetes probe", async move {
         let endpoint = gate.endpoint().to_string();
         // One probe per quiet period at most, whatever became of the last
         // (refused at once, say, while a trial call is under way).
@@ -448,12 +454,14 @@ pub fn spawn(
     namespaces: Option<Vec<String>>,
     link: Arc<Link>,
     shutdown: Shutdown,
+    tasks: &mut Tasks,
 ) {
     spawn_probe(
         client.clone(),
         Arc::clone(&gate),
         Arc::clone(&link),
         shutdown.clone(),
+        tasks,
     );
     let views = Arc::new(Views {
         own,
@@ -472,9 +480,10 @@ pub fn spawn(
             Arc::clone(&gate),
             shutdown.clone(),
         );
-        tokio::spawn(async move {
-            follow_namespace(client, namespace, views, link, gate, shutdown).await;
-        });
+        tasks.spawn(
+            "kubernetes watch",
+            follow_namespace(client, namespace, views, link, gate, shutdown),
+        );
     }
 }
 

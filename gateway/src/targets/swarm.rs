@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::Link;
 use super::docker::{self, Engine, Engines};
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 
 /// How often the proxies' names are resolved again.
 pub const RESOLVE_EVERY: Duration = Duration::from_secs(30);
@@ -40,8 +40,9 @@ pub fn spawn(
     engines: Arc<Engines>,
     link: Arc<Link>,
     mut shutdown: Shutdown,
+    tasks: &mut Tasks,
 ) {
-    tokio::spawn(async move {
+    tasks.spawn("swarm", async move {
         let mut followed: HashMap<SocketAddr, JoinHandle<()>> = HashMap::new();
         loop {
             let found = resolve(&proxies).await;
@@ -54,7 +55,7 @@ pub fn spawn(
                 {
                     Ok(docker) => {
                         tracing::info!(%engine, "following a swarm engine through its socket proxy");
-                        let task = docker::spawn(
+                        let task = tokio::spawn(docker::run(
                             Engine {
                                 gate: link.gates.get(&engine),
                                 name: engine,
@@ -64,7 +65,7 @@ pub fn spawn(
                             Arc::clone(&engines),
                             Arc::clone(&link),
                             shutdown.clone(),
-                        );
+                        ));
                         followed.insert(*addr, task);
                     }
                     Err(error) => tracing::warn!(%engine, %error, "cannot follow a swarm engine"),

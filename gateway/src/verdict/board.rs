@@ -6,9 +6,8 @@
 //! circuit transitions, reloads, the runtime's reachability. A burst of
 //! them is folded into one recomputation.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use picket_proto::Verdict;
@@ -16,9 +15,10 @@ use tokio::sync::watch;
 
 use super::{CircuitFacts, ReplicaFacts, Verdicts, judge};
 use crate::changes::Changes;
+use crate::clock::now_unix_ms;
 use crate::proxy::{Proxy, Route};
-use crate::shutdown::Shutdown;
-use crate::targets::reach::{Change, Reachability};
+use crate::shutdown::{Shutdown, Tasks};
+use crate::targets::runtime_status::RuntimeStatus;
 use crate::upstream::Source;
 use crate::upstream::health::Health;
 
@@ -26,63 +26,6 @@ use crate::upstream::health::Health;
 pub const SETTLE: Duration = Duration::from_millis(5);
 /// Recomputation even without a change, so that nothing can be missed.
 pub const EVERY: Duration = Duration::from_secs(5);
-
-/// Whether the runtime's data is current: every endpoint of its API (the
-/// API server; each engine of a swarm) answering.
-#[derive(Debug, Default)]
-pub struct RuntimeStatus {
-    reach: Mutex<Reachability>,
-    /// Unix ms since which it is stale; 0 while current. A copy of what
-    /// `reach` says, for readers that must not wait.
-    stale_since: AtomicU64,
-    /// The runtime has answered once (its first inventory arrived).
-    reached: std::sync::atomic::AtomicBool,
-}
-
-impl RuntimeStatus {
-    /// Records whether `endpoint` answered; returns the change, if this is
-    /// one.
-    pub fn observe(&self, endpoint: &str, ok: bool) -> Option<Change> {
-        if ok {
-            self.reached.store(true, Ordering::Release);
-        }
-        let mut reach = self.reach.lock().unwrap_or_else(|e| e.into_inner());
-        let change = reach.observe(endpoint, ok, now_unix_ms());
-        self.stale_since
-            .store(reach.stale_since().unwrap_or(0), Ordering::Release);
-        change
-    }
-
-    /// Forgets an endpoint the node no longer follows.
-    pub fn forget(&self, endpoint: &str) -> Option<Change> {
-        let mut reach = self.reach.lock().unwrap_or_else(|e| e.into_inner());
-        let change = reach.forget(endpoint);
-        self.stale_since
-            .store(reach.stale_since().unwrap_or(0), Ordering::Release);
-        change
-    }
-
-    /// Endpoints that do not answer now.
-    pub fn unreachable(&self) -> Vec<String> {
-        let reach = self.reach.lock().unwrap_or_else(|e| e.into_inner());
-        reach.unreachable().map(str::to_string).collect()
-    }
-
-    /// Whether the runtime has ever answered this node.
-    pub fn reached(&self) -> bool {
-        self.reached.load(Ordering::Acquire)
-    }
-
-    pub fn stale_since(&self) -> Option<u64> {
-        Some(self.stale_since.load(Ordering::Acquire)).filter(|t| *t != 0)
-    }
-}
-
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Every route's verdict on this node.
 #[derive(Debug)]
@@ -198,9 +141,15 @@ impl Board {
 }
 
 /// Keeps `board` current until `shutdown`.
-pub fn spawn(board: Arc<Board>, proxy: Arc<Proxy>, changes: &Changes, mut shutdown: Shutdown) {
+pub fn spawn(
+    board: Arc<Board>,
+    proxy: Arc<Proxy>,
+    changes: &Changes,
+    mut shutdown: Shutdown,
+    tasks: &mut Tasks,
+) {
     let mut changes = changes.subscribe();
-    tokio::spawn(async move {
+    tasks.spawn("verdict board", async move {
         board.recompute(&proxy);
         loop {
             tokio::select! {

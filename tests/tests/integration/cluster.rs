@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use picket::cluster::seal::Dropped;
 use picket::config::Config;
+use picket::metrics::Dropped;
 use picket_proto::{Heart, Liveness};
 use picket_tests::client::{self, percentile};
 use picket_tests::cluster::{

@@ -8,9 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use picket::cluster::seal::{Dropped, Sealer};
-use picket::cluster::{ChannelTransport, Transport, parse_keys};
 use picket::config::Config;
+use picket::gossip::seal::Sealer;
+use picket::gossip::{ChannelTransport, Transport, keys};
+use picket::metrics::Dropped;
 use picket_proto::Liveness;
 use picket_tests::client;
 use picket_tests::cluster::{key_file, liveness_in, membership, section, verdict_in, view_until};
@@ -270,8 +271,8 @@ async fn another_key_is_not_admitted_and_garbage_changes_nothing() {
     // Garbage at a's gossip port: noise, truncated and tampered sealed
     // packets, a sealed packet that is not chitchat, and its replay; then
     // authentic packets that are a's own, or meant for b.
-    let keys = parse_keys(&std::fs::read_to_string(&ours).unwrap()).unwrap();
-    let now = picket::verdict::board::now_unix_ms();
+    let keys = keys::parse(&std::fs::read_to_string(&ours).unwrap()).unwrap();
+    let now = picket::clock::now_unix_ms();
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let stranger = socket.local_addr().unwrap();
     let mut rng = fastrand::Rng::with_seed(0x2545_f491);

@@ -190,7 +190,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     }
     std::fs::write(dir.path().join("stack.yml"), &stack).unwrap();
     std::fs::write(dir.path().join("picket.toml"), &config).unwrap();
-    let key = picket::cluster::generate_key().unwrap();
+    let key = picket::gossip::keys::generate().unwrap();
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, key).unwrap();
 

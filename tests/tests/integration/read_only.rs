@@ -5,10 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-const DATA_PATH: [&str; 14] = [
+const DATA_PATH: [&str; 15] = [
     "body",
     "breaker",
     "changes",
+    "clock",
     "resources",
     "proxy",
     "reload",

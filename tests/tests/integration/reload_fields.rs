@@ -548,7 +548,7 @@ const MAPS: [&str; 4] = [
 fn files() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for name in ["a.key", "b.key"] {
-        let key = picket::cluster::generate_key().unwrap();
+        let key = picket::gossip::keys::generate().unwrap();
         std::fs::write(dir.path().join(name), format!("{key}\n")).unwrap();
     }
     let key = rcgen::KeyPair::generate().unwrap();

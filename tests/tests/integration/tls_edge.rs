@@ -63,10 +63,7 @@ fn start(certificates: &[String], node: &str, rest: &str) -> (TestNode, SocketAd
 }
 
 fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs()
+    u64::try_from(picket::clock::now_unix()).expect("after 1970")
 }
 
 async fn metrics(node: &TestNode) -> String {
@@ -711,7 +708,7 @@ async fn expiry_shows_in_the_status_api_in_metrics_and_in_the_log() {
     assert_eq!(
         node.node()
             .certificates()
-            .warn_expiring(picket::edge::now_unix()),
+            .warn_expiring(picket::clock::now_unix()),
         0
     );
     assert_eq!(logged(&["certificate expires soon", &soon_file]), 1);

@@ -60,6 +60,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
+use crate::metrics::Dropped;
+
 /// The format byte of a sealed packet.
 pub const FORMAT: u8 = 2;
 /// Bytes of an address in the header: an IPv6 address, then the port.
@@ -144,53 +146,6 @@ impl Keys {
 
     pub fn labels(&self) -> Vec<String> {
         self.keys.iter().map(Key::label).collect()
-    }
-}
-
-/// Why a packet was dropped, as counted in metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dropped {
-    /// Too short, an unknown format, or parts that do not add up.
-    Malformed,
-    /// Sealed with a key this node does not hold.
-    UnknownKey,
-    /// The tag does not verify: tampered, or not from the cluster.
-    NotAuthentic,
-    /// Sent too long ago, or too far in the future.
-    Stale,
-    /// A nonce already seen, or this node's own packet sent back to it.
-    Replayed,
-    /// Meant for another node: its recipient is not this node.
-    Misdirected,
-    /// Verified, but chitchat could not read it.
-    Undecodable,
-    /// From a local socket other than the node's own codec.
-    Injected,
-}
-
-impl Dropped {
-    pub const ALL: [Dropped; 8] = [
-        Dropped::Malformed,
-        Dropped::UnknownKey,
-        Dropped::NotAuthentic,
-        Dropped::Stale,
-        Dropped::Replayed,
-        Dropped::Misdirected,
-        Dropped::Undecodable,
-        Dropped::Injected,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Dropped::Malformed => "malformed",
-            Dropped::UnknownKey => "unknown_key",
-            Dropped::NotAuthentic => "not_authentic",
-            Dropped::Stale => "stale",
-            Dropped::Replayed => "replayed",
-            Dropped::Misdirected => "misdirected",
-            Dropped::Undecodable => "undecodable",
-            Dropped::Injected => "injected",
-        }
     }
 }
 

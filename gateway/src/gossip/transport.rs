@@ -39,9 +39,9 @@ use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpSocket
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use super::seal::{Dropped, Keys, MAX_DATAGRAM, Opener, Own, Sealer};
-use crate::metrics::GossipMetrics;
-use crate::verdict::board::now_unix_ms;
+use super::seal::{Keys, MAX_DATAGRAM, Opener, Own, Sealer};
+use crate::clock::now_unix_ms;
+use crate::metrics::{Dropped, GossipMetrics};
 use garbage::Garbage;
 
 /// How long the codec may take to decode one handed-over message.
@@ -263,7 +263,7 @@ mod tests {
     use chitchat::{ChitchatMessage, ProtocolVersion};
 
     use super::*;
-    use crate::cluster::seal::Key;
+    use crate::gossip::seal::Key;
     use crate::testing::Captured;
 
     const SOON: Duration = Duration::from_secs(5);

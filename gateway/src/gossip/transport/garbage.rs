@@ -31,7 +31,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::{Interest, Subscriber};
 use tracing::{Dispatch, Event, Level, Metadata};
 
-use crate::cluster::seal::Dropped;
+use crate::metrics::Dropped;
 use crate::metrics::GossipMetrics;
 
 /// How long without garbage ends an episode.

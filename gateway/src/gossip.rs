@@ -1,0 +1,337 @@
+//! The cluster: each node gossips its own verdicts (chitchat), holds every
+//! other node's, and shows them — for operators and scripts only.
+//!
+//! ## Read-only by construction
+//! This module gets this node's verdicts as a watch of snapshots and gives
+//! out a [`ClusterView`] of plain values. Nothing here holds the proxy,
+//! a route, a replica or a circuit, and nothing there holds this: what
+//! another node says can never change what this node does.
+//!
+//! ## Keys a node writes (only its own)
+//! - `node`: its [`NodeInfo`];
+//! - `route/NAME`: its verdict on route `NAME`, written when it changes,
+//!   deleted when the route goes.
+//!
+//! Values are [`picket_proto::gossip`] text, bounded in size. The
+//! generation id is the start time in milliseconds, so a restarted node's
+//! old keys never come back as its new ones.
+//!
+//! ## Sealed gossip
+//! With a cluster key every datagram is sealed ([`seal`], [`transport`]),
+//! and bound to its sender's and its recipient's advertised addresses;
+//! without one, only `insecure = true` lets a node gossip, and it says so.
+
+mod advertise;
+mod follow;
+pub mod keys;
+mod publish;
+pub mod seal;
+mod transport;
+pub mod view;
+mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use chitchat::{
+    ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, ProtocolVersion,
+    spawn_chitchat,
+};
+use picket_proto::gossip::{NODE_KEY, ROUTE_PREFIX};
+use picket_proto::{ClusterView, NodeInfo, Verdict};
+use tokio::sync::watch;
+
+use crate::clock::now_unix_ms;
+use crate::config::ClusterSettings;
+use crate::metrics::Metrics;
+use crate::shutdown::{Shutdown, Tasks};
+pub use chitchat::transport::{ChannelTransport, Transport};
+pub use keys::KEY_ENV;
+pub use seal::{Key, Keys};
+pub use transport::SealedTransport;
+pub use wire::Wire;
+
+/// How long a dead node stays in the view before it is forgotten.
+pub const DEAD_NODE_GRACE: Duration = Duration::from_secs(3600);
+/// How long a deleted key's tombstone is kept.
+pub const TOMBSTONE_GRACE: Duration = Duration::from_secs(3600);
+
+/// Why the cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{file}: {message}")]
+    KeyFile { file: String, message: String },
+    #[error("{KEY_ENV}: {0}")]
+    KeyEnv(String),
+    #[error(
+        "[cluster] needs a key: set `key_file`, or {KEY_ENV}; or, knowingly, `insecure = true`"
+    )]
+    NoKey,
+    #[error("gossip on {addr}: {message}")]
+    Gossip { addr: SocketAddr, message: String },
+}
+
+/// What this node says of itself, besides its verdicts.
+#[derive(Debug, Clone)]
+pub struct Me {
+    pub info: NodeInfo,
+}
+
+/// The cluster as this node knows it, kept current in the background.
+pub struct Membership {
+    view: ArcSwap<ClusterView>,
+    changes: watch::Sender<Arc<ClusterView>>,
+    keys: Option<Arc<ArcSwap<Keys>>>,
+    /// This node's gossip address as peers reach it.
+    pub advertise: Option<SocketAddr>,
+    pub cluster: Option<String>,
+    pub info: NodeInfo,
+    handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("cluster", &self.cluster)
+            .field("advertise", &self.advertise)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Membership {
+    /// The view as last assembled.
+    pub fn view(&self) -> Arc<ClusterView> {
+        self.view.load_full()
+    }
+
+    /// Wakes on every new view.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<ClusterView>> {
+        self.changes.subscribe()
+    }
+
+    fn publish(&self, view: ClusterView) {
+        let view = Arc::new(view);
+        self.view.store(Arc::clone(&view));
+        self.changes.send_replace(view);
+    }
+
+    /// Whether gossip is sealed: keys can be replaced.
+    pub fn sealed(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// Replaces the keys (a reload with a changed key file); returns
+    /// whether they changed. The reload logs it.
+    pub fn set_keys(&self, keys: Keys) -> bool {
+        let Some(current) = &self.keys else {
+            return false;
+        };
+        if current.load().labels() == keys.labels() {
+            return false;
+        }
+        current.store(Arc::new(keys));
+        true
+    }
+
+    /// Leaves the cluster: stops gossiping.
+    pub async fn leave(&self) {
+        if let Some(handle) = self.handle.lock().await.take() {
+            let _ = handle.shutdown().await;
+        }
+    }
+}
+
+/// What a node starts its part of the cluster with.
+#[derive(Debug)]
+pub struct Joining<'a> {
+    /// `None`: the node is alone, its view holds itself only.
+    pub settings: Option<&'a ClusterSettings>,
+    /// The cluster key(s); `None` gossips unsealed, which only
+    /// `insecure = true` allows.
+    pub keys: Option<Keys>,
+    pub wire: Wire,
+    pub me: Me,
+    /// This node's own verdicts, as they change.
+    pub verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    pub metrics: Arc<Metrics>,
+}
+
+type Chitchat = Arc<tokio::sync::Mutex<chitchat::Chitchat>>;
+
+/// Starts this node's part of the cluster; its tasks (publish, follow,
+/// leave at shutdown) go into `tasks`.
+pub async fn start(
+    joining: Joining<'_>,
+    shutdown: Shutdown,
+    tasks: &mut Tasks,
+) -> Result<Arc<Membership>, ClusterError> {
+    match joining.settings {
+        None => Ok(alone(joining, shutdown, tasks)),
+        Some(settings) => join(settings, joining, shutdown, tasks).await,
+    }
+}
+
+/// The view before anything was heard: this node alone.
+fn first_view(me: &Me, cluster: &str, verdicts: &[Verdict]) -> ClusterView {
+    ClusterView {
+        node: me.info.name.clone(),
+        cluster: cluster.to_string(),
+        taken_unix_ms: now_unix_ms(),
+        members: vec![follow::self_member(
+            me,
+            me.info.started_unix_ms,
+            None,
+            verdicts,
+        )],
+    }
+}
+
+fn alone(joining: Joining<'_>, shutdown: Shutdown, tasks: &mut Tasks) -> Arc<Membership> {
+    let Joining { me, verdicts, .. } = joining;
+    let first = first_view(&me, "", &verdicts.borrow());
+    let membership = Arc::new(Membership {
+        view: ArcSwap::from_pointee(first.clone()),
+        changes: watch::channel(Arc::new(first)).0,
+        keys: None,
+        advertise: None,
+        cluster: None,
+        info: me.info.clone(),
+        handle: tokio::sync::Mutex::new(None),
+    });
+    tasks.spawn(
+        "view",
+        follow::alone(Arc::clone(&membership), me, verdicts, shutdown),
+    );
+    membership
+}
+
+async fn join(
+    settings: &ClusterSettings,
+    joining: Joining<'_>,
+    shutdown: Shutdown,
+    tasks: &mut Tasks,
+) -> Result<Arc<Membership>, ClusterError> {
+    let Joining {
+        keys,
+        wire,
+        mut me,
+        verdicts,
+        metrics,
+        ..
+    } = joining;
+    let first = first_view(&me, &settings.id, &verdicts.borrow());
+    let keys = match (keys, settings.insecure) {
+        (Some(keys), _) => Some(Arc::new(ArcSwap::from_pointee(keys))),
+        (None, true) => None,
+        (None, false) => return Err(ClusterError::NoKey),
+    };
+    let bound = wire.bound(settings.gossip);
+    let advertise = match &wire {
+        Wire::Udp(_) => advertise::discover(settings, bound).await,
+        Wire::Given(_) => settings.advertise.unwrap_or(settings.gossip),
+    };
+    let transport = wire.transport(keys.as_ref(), metrics.gossip(), advertise);
+    me.info.admin = advertise::reachable(&me.info.admin, advertise);
+    me.info.feed = me
+        .info
+        .feed
+        .map(|feed| advertise::reachable(&feed, advertise));
+    match &keys {
+        Some(keys) => tracing::info!(
+            node = %me.info.name, cluster = %settings.id, gossip = %bound, %advertise, keys = ?keys.load().labels(),
+            "gossip sealed with the cluster key"
+        ),
+        None => tracing::warn!(
+            node = %me.info.name, cluster = %settings.id, gossip = %bound, %advertise,
+            "gossip is INSECURE: anyone who can send UDP to the gossip port can join the cluster and write verdicts into its view"
+        ),
+    }
+    let written = publish::values(&verdicts.borrow());
+    let mut initial = vec![(
+        NODE_KEY.to_string(),
+        publish::encoded(&me.info).unwrap_or_default(),
+    )];
+    initial.extend(
+        written
+            .iter()
+            .map(|(route, value)| (format!("{ROUTE_PREFIX}{route}"), value.clone())),
+    );
+    let config = chitchat_config(settings, &me, advertise, bound);
+    let handle = spawn_chitchat(config, initial, transport.as_ref())
+        .await
+        .map_err(|e| ClusterError::Gossip {
+            addr: bound,
+            message: format!("{e:#}"),
+        })?;
+    let chitchat = handle.chitchat();
+    let membership = Arc::new(Membership {
+        view: ArcSwap::from_pointee(first.clone()),
+        changes: watch::channel(Arc::new(first)).0,
+        keys,
+        advertise: Some(advertise),
+        cluster: Some(settings.id.clone()),
+        info: me.info.clone(),
+        handle: tokio::sync::Mutex::new(Some(handle)),
+    });
+    tasks.spawn(
+        "gossip publish",
+        publish::run(
+            Arc::clone(&chitchat),
+            verdicts.clone(),
+            written,
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(
+        "gossip follow",
+        follow::run(
+            Arc::clone(&membership),
+            chitchat,
+            me,
+            verdicts,
+            settings.gossip_interval,
+            metrics,
+            shutdown.clone(),
+        ),
+    );
+    {
+        let membership = Arc::clone(&membership);
+        let mut shutdown = shutdown;
+        tasks.spawn("gossip leave", async move {
+            shutdown.wait().await;
+            membership.leave().await;
+        });
+    }
+    Ok(membership)
+}
+
+/// chitchat's settings for this node: its id (name, generation, the
+/// address peers reach it at), the failure detector scaled to the gossip
+/// interval, and the graces of dead nodes and deleted keys.
+fn chitchat_config(
+    settings: &ClusterSettings,
+    me: &Me,
+    advertise: SocketAddr,
+    bound: SocketAddr,
+) -> ChitchatConfig {
+    ChitchatConfig {
+        chitchat_id: ChitchatId::new(me.info.name.clone(), me.info.started_unix_ms, advertise),
+        cluster_id: settings.id.clone(),
+        gossip_interval: settings.gossip_interval,
+        listen_addr: bound,
+        seed_nodes: settings.seeds.clone(),
+        failure_detector_config: FailureDetectorConfig {
+            phi_threshold: 8.0,
+            sampling_window_size: 1000,
+            max_interval: settings.gossip_interval * 10,
+            initial_interval: settings.gossip_interval * 2,
+            dead_node_grace_period: DEAD_NODE_GRACE,
+        },
+        marked_for_deletion_grace_period: TOMBSTONE_GRACE,
+        catchup_callback: None,
+        extra_liveness_predicate: None,
+        protocol_version: ProtocolVersion::V1,
+    }
+}

@@ -1,0 +1,143 @@
+//! Reading gossip into the view this node shows: every other node's
+//! state as chitchat holds it, assembled with this node's own verdicts.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitchat::{ChitchatId, DeletionStatus};
+use picket_proto::{ClusterView, Liveness, Member, Verdict};
+use tokio::sync::watch;
+
+use super::view::{Assembler, Gossiped};
+use super::{Chitchat, Me, Membership};
+use crate::clock::now_unix_ms;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+
+/// This node as a member of its own view.
+pub(super) fn self_member(
+    me: &Me,
+    generation: u64,
+    gossip: Option<SocketAddr>,
+    verdicts: &[Verdict],
+) -> Member {
+    Member {
+        name: me.info.name.clone(),
+        gossip: gossip.map(|a| a.to_string()).unwrap_or_default(),
+        generation,
+        liveness: Liveness::Alive,
+        heard_unix_ms: now_unix_ms(),
+        info: Some(me.info.clone()),
+        verdicts: verdicts.to_vec(),
+    }
+}
+/// Reads gossip state into the view: on membership or state changes, on
+/// this node's own verdict changes, and every half interval for ages.
+pub(super) async fn run(
+    membership: Arc<Membership>,
+    chitchat: Chitchat,
+    me: Me,
+    mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) {
+    let mut live_watch = chitchat.lock().await.live_nodes_watcher();
+    let mut assembler = Assembler::default();
+    let mut ticks = tokio::time::interval(interval / 2);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let cluster = membership.cluster.clone().unwrap_or_default();
+    let generation = me.info.started_unix_ms;
+    let mut counts = (usize::MAX, 0, 0);
+    loop {
+        tokio::select! {
+            _ = live_watch.changed() => {}
+            _ = verdicts.changed() => {}
+            _ = ticks.tick() => {}
+            () = shutdown.wait() => return,
+        }
+        let versions = assembler.versions();
+        let gossiped = {
+            let chitchat = chitchat.lock().await;
+            let self_id = chitchat.self_chitchat_id().clone();
+            let live: Vec<&ChitchatId> = chitchat.live_nodes().collect();
+            let dead: Vec<&ChitchatId> = chitchat.dead_nodes().collect();
+            chitchat
+                .node_states()
+                .iter()
+                .filter(|(id, _)| **id != self_id)
+                .map(|(id, state)| {
+                    let key = (id.node_id.to_string(), id.generation_id);
+                    let unchanged = versions.get(&key) == Some(&state.max_version());
+                    Gossiped {
+                        name: key.0,
+                        generation: id.generation_id,
+                        gossip: id.gossip_advertise_addr.to_string(),
+                        heartbeat: u64::from(state.heartbeat()),
+                        live: live.contains(&id),
+                        dead: dead.contains(&id),
+                        max_version: state.max_version(),
+                        values: (!unchanged).then(|| {
+                            state
+                                .key_values_including_deleted()
+                                .filter(|(_, v)| !matches!(v.status, DeletionStatus::Deleted(_)))
+                                .map(|(k, v)| (k.to_string(), v.version, v.value.clone()))
+                                .collect()
+                        }),
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let own = verdicts.borrow_and_update().clone();
+        let me_now = self_member(&me, generation, membership.advertise, &own);
+        let (view, refused) =
+            assembler.assemble(&me_now, &cluster, gossiped, now_unix_ms(), interval);
+        for _ in 0..refused {
+            metrics.value_refused();
+        }
+        let count = |l: Liveness| view.members.iter().filter(|m| m.liveness == l).count();
+        let now_counts = (
+            count(Liveness::Alive),
+            count(Liveness::Suspect),
+            count(Liveness::Dead),
+        );
+        if now_counts != counts {
+            if counts.0 != usize::MAX {
+                tracing::info!(
+                    node = %me.info.name,
+                    alive = now_counts.0,
+                    suspect = now_counts.1,
+                    dead = now_counts.2,
+                    "cluster membership changed"
+                );
+            }
+            metrics.members(now_counts.0, now_counts.1, now_counts.2);
+            counts = now_counts;
+        }
+        membership.publish(view);
+    }
+}
+
+/// A node without a cluster: its view is itself.
+pub(super) async fn alone(
+    membership: Arc<Membership>,
+    me: Me,
+    mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    mut shutdown: Shutdown,
+) {
+    let generation = me.info.started_unix_ms;
+    loop {
+        let own = verdicts.borrow_and_update().clone();
+        membership.publish(ClusterView {
+            node: me.info.name.clone(),
+            cluster: String::new(),
+            taken_unix_ms: now_unix_ms(),
+            members: vec![self_member(&me, generation, None, &own)],
+        });
+        tokio::select! {
+            changed = verdicts.changed() => if changed.is_err() { return },
+            () = shutdown.wait() => return,
+        }
+    }
+}
