@@ -131,14 +131,14 @@ pub struct Transition {
 
 /// A route's circuit breaker.
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub struct Machine {
     settings: Settings,
     state: State,
 }
 
-impl Breaker {
-    pub fn new(settings: Settings) -> Breaker {
-        Breaker {
+impl Machine {
+    pub fn new(settings: Settings) -> Machine {
+        Machine {
             settings,
             state: State::Closed { failures: 0 },
         }
@@ -237,14 +237,14 @@ mod tests {
 
     const COOLDOWN: Duration = Duration::from_secs(15);
 
-    fn breaker() -> Breaker {
-        Breaker::new(Settings {
+    fn breaker() -> Machine {
+        Machine::new(Settings {
             failures: 5,
             cooldown: COOLDOWN,
         })
     }
 
-    fn fail(b: &mut Breaker, n: u32, now: Instant) -> Vec<Transition> {
+    fn fail(b: &mut Machine, n: u32, now: Instant) -> Vec<Transition> {
         (0..n)
             .filter_map(|_| b.record(Gate::Pass, Outcome::Failure, now))
             .collect()

@@ -17,7 +17,7 @@
 //! requests, asks for the [`Proxy::route`], calls [`forward`] and writes
 //! the [`Answer`] out its own way.
 
-pub mod circuit;
+pub mod breaker;
 pub mod error;
 pub mod forward;
 pub mod grpc;
@@ -38,7 +38,7 @@ use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
 use crate::upstream::{Pools, ProxyEnv, TlsTarget, Upstream};
-pub use circuit::{Circuit, CircuitView, TransitionView};
+pub use breaker::{Breaker, BreakerSnapshot, TransitionSnapshot};
 pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
@@ -58,7 +58,7 @@ pub struct Route {
     /// form of each request, when its connections go to `HTTP_PROXY`.
     pub proxy_origin: Option<String>,
     /// This node's circuit breaker of the route, when enabled.
-    pub circuit: Option<Circuit>,
+    pub breaker: Option<Breaker>,
     /// `strip_prefix` and `add_prefix`, when it has either.
     pub rewrite: Option<rewrite::Rewrite>,
     /// This node's rate limit of the route, when it has one.
@@ -172,8 +172,8 @@ impl Route {
         if let UpstreamConfig::Service { name, port } = &config.upstream {
             ctx.catalog.attach(&upstream, name, port);
         }
-        let circuit = config.breaker.active().map(|settings| {
-            Circuit::new(
+        let breaker = config.breaker.active().map(|settings| {
+            Breaker::new(
                 &config.name,
                 &ctx.node,
                 settings,
@@ -189,7 +189,7 @@ impl Route {
             upstream,
             upstream_host,
             proxy_origin,
-            circuit,
+            breaker,
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod board;
 
 use std::collections::BTreeMap;
 
-use picket_proto::{Circuit, Heart, ImageCount, Verdict};
+use picket_proto::{BreakerState, Heart, ImageCount, Verdict};
 
 use crate::breaker::Phase;
 use crate::upstream::Source;
@@ -44,7 +44,7 @@ pub struct ReplicaFacts<'a> {
 
 /// A route's circuit, as the verdict needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CircuitFacts {
+pub enum BreakerFacts {
     Disabled,
     State {
         phase: Phase,
@@ -60,7 +60,7 @@ pub struct Judgement {
     pub ready: u32,
     pub total: u32,
     pub images: Vec<ImageCount>,
-    pub circuit: Circuit,
+    pub circuit: BreakerState,
 }
 
 fn count(n: usize) -> u32 {
@@ -74,7 +74,7 @@ pub fn judge(
     source: Source,
     reached: bool,
     replicas: &[ReplicaFacts<'_>],
-    circuit: &CircuitFacts,
+    circuit: &BreakerFacts,
 ) -> Judgement {
     let total = replicas.len();
     let usable = replicas
@@ -110,18 +110,18 @@ pub fn judge(
     });
 
     let circuit_state = match circuit {
-        CircuitFacts::Disabled => Circuit::Disabled,
-        CircuitFacts::State {
+        BreakerFacts::Disabled => BreakerState::Disabled,
+        BreakerFacts::State {
             phase: Phase::Closed,
             ..
-        } => Circuit::Closed,
-        CircuitFacts::State {
+        } => BreakerState::Closed,
+        BreakerFacts::State {
             phase: Phase::Open, ..
-        } => Circuit::Open,
-        CircuitFacts::State {
+        } => BreakerState::Open,
+        BreakerFacts::State {
             phase: Phase::HalfOpen,
             ..
-        } => Circuit::HalfOpen,
+        } => BreakerState::HalfOpen,
     };
     let details = || {
         let mut parts = Vec::new();
@@ -135,7 +135,7 @@ pub fn judge(
     };
     let (heart, reason) = match (circuit, source) {
         (
-            CircuitFacts::State {
+            BreakerFacts::State {
                 phase: Phase::Open,
                 reason,
             },
@@ -148,7 +148,7 @@ pub fn judge(
             ),
         ),
         (
-            CircuitFacts::State {
+            BreakerFacts::State {
                 phase: Phase::HalfOpen,
                 ..
             },
@@ -328,7 +328,7 @@ mod tests {
         }
     }
 
-    const CLOSED: CircuitFacts = CircuitFacts::State {
+    const CLOSED: BreakerFacts = BreakerFacts::State {
         phase: Phase::Closed,
         reason: None,
     };
@@ -338,7 +338,7 @@ mod tests {
         let up = facts(true, None, &[]);
         let down = facts(false, None, &[]);
         let ejected = facts(true, Some(EjectReason::Refused), &[]);
-        let cases: &[(Source, Vec<ReplicaFacts>, CircuitFacts, Heart, &str)] = &[
+        let cases: &[(Source, Vec<ReplicaFacts>, BreakerFacts, Heart, &str)] = &[
             (
                 Source::Runtime,
                 vec![up.clone(), up.clone(), up.clone()],
@@ -363,35 +363,35 @@ mod tests {
             (
                 Source::Runtime,
                 vec![],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Red,
                 "scaled to zero",
             ),
             (
                 Source::Static,
                 vec![up.clone(), ejected.clone()],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Orange,
                 "1 of 2 ready (1 ejected by this node: connect refused)",
             ),
             (
                 Source::External,
                 vec![up.clone()],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Green,
                 "host accepts connections",
             ),
             (
                 Source::External,
                 vec![down.clone()],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Red,
                 "host does not accept connections: connect check fails",
             ),
             (
                 Source::External,
                 vec![facts(true, Some(EjectReason::Refused), &[])],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Red,
                 "host does not accept connections: connect refused",
             ),
@@ -402,7 +402,7 @@ mod tests {
                     Some(EjectReason::Tls(TlsFailure::UnknownIssuer)),
                     &[],
                 )],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Red,
                 "host unusable: TLS handshake: invalid peer certificate: UnknownIssuer",
             ),
@@ -413,7 +413,7 @@ mod tests {
                     Some(EjectReason::ProxyRefused { status: 403 }),
                     &[],
                 )],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Red,
                 "host unusable: the forward proxy answered 403 to CONNECT",
             ),
@@ -423,14 +423,14 @@ mod tests {
                     up.clone(),
                     facts(true, Some(EjectReason::Tls(TlsFailure::Expired)), &[]),
                 ],
-                CircuitFacts::Disabled,
+                BreakerFacts::Disabled,
                 Heart::Orange,
                 "1 of 2 ready (1 ejected by this node: TLS handshake: invalid peer certificate: certificate expired)",
             ),
             (
                 Source::Runtime,
                 vec![up.clone(), up.clone()],
-                CircuitFacts::State {
+                BreakerFacts::State {
                     phase: Phase::Open,
                     reason: Some("5 consecutive failures".into()),
                 },
@@ -440,7 +440,7 @@ mod tests {
             (
                 Source::External,
                 vec![up.clone()],
-                CircuitFacts::State {
+                BreakerFacts::State {
                     phase: Phase::HalfOpen,
                     reason: None,
                 },
@@ -466,7 +466,7 @@ mod tests {
             facts(true, None, &["api:1.4"]),
             facts(false, None, &["api:1.5"]),
         ];
-        let j = judge(Source::Runtime, true, &replicas, &CircuitFacts::Disabled);
+        let j = judge(Source::Runtime, true, &replicas, &BreakerFacts::Disabled);
         assert_eq!((j.ready, j.total), (3, 4));
         assert_eq!(
             j.images,
@@ -481,7 +481,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(j.circuit, Circuit::Disabled);
+        assert_eq!(j.circuit, BreakerState::Disabled);
     }
 
     fn counted(images: &[ImageCount]) -> Vec<(&str, u32)> {
@@ -504,7 +504,7 @@ mod tests {
             facts(true, None, &[new, new]),
             facts(true, None, &[]),
         ];
-        let j = judge(Source::Runtime, true, &replicas, &CircuitFacts::Disabled);
+        let j = judge(Source::Runtime, true, &replicas, &BreakerFacts::Disabled);
         assert_eq!((j.ready, j.total), (4, 5), "images do not count replicas");
         assert_eq!(
             counted(&j.images),
@@ -570,19 +570,19 @@ mod tests {
 
     #[test]
     fn no_replicas_before_the_runtime_answers_is_not_zero() {
-        let never = judge(Source::Runtime, false, &[], &CircuitFacts::Disabled);
+        let never = judge(Source::Runtime, false, &[], &BreakerFacts::Disabled);
         assert_eq!(
             (never.heart, never.reason.as_str()),
             (Heart::Red, "runtime not reached yet")
         );
-        let zero = judge(Source::Runtime, true, &[], &CircuitFacts::Disabled);
+        let zero = judge(Source::Runtime, true, &[], &BreakerFacts::Disabled);
         assert_eq!(zero.reason, "scaled to zero");
         // Replicas reported, then the runtime lost: what is known stands.
         let known = judge(
             Source::Runtime,
             false,
             &[facts(true, None, &[])],
-            &CircuitFacts::Disabled,
+            &BreakerFacts::Disabled,
         );
         assert_eq!(known.reason, "all 1 ready");
     }
@@ -594,7 +594,7 @@ mod tests {
             Source::External,
             true,
             &[facts(true, None, &[])],
-            &CircuitFacts::Disabled,
+            &BreakerFacts::Disabled,
         );
         assert!(verdicts.update("api", green.clone(), None, 100));
         assert!(!verdicts.update("api", green.clone(), None, 200));
@@ -603,7 +603,7 @@ mod tests {
             Source::External,
             true,
             &[facts(false, None, &[])],
-            &CircuitFacts::Disabled,
+            &BreakerFacts::Disabled,
         );
         assert!(verdicts.update("api", red, None, 300));
         assert_eq!(verdicts.all()[0].since_unix_ms, 300);

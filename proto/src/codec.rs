@@ -125,7 +125,7 @@ pub fn decode_frame<T: DeserializeOwned>(buffered: &[u8]) -> Result<(T, usize), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Circuit, Heart, ImageCount, NodeView, Verdict};
+    use crate::{BreakerState, Heart, ImageCount, NodeView, Verdict};
 
     fn view() -> NodeView {
         NodeView {
@@ -140,7 +140,7 @@ mod tests {
                     image: "api:1.4".into(),
                     replicas: 2,
                 }],
-                circuit: Circuit::Closed,
+                circuit: BreakerState::Closed,
                 since_unix_ms: 1_790_000_000_000,
                 runtime_stale_since_unix_ms: None,
             }],
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn json_names_are_snake_case() {
         assert_eq!(
-            serde_json::to_string(&Circuit::HalfOpen).unwrap(),
+            serde_json::to_string(&BreakerState::HalfOpen).unwrap(),
             "\"half_open\""
         );
         assert_eq!(serde_json::to_string(&Heart::Green).unwrap(), "\"green\"");

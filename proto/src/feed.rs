@@ -284,7 +284,7 @@ impl Held {
 mod tests {
     use super::*;
     use crate::codec::{decode_frame, encode_frame};
-    use crate::{Circuit, Heart, ImageCount};
+    use crate::{BreakerState, Heart, ImageCount};
     use proptest::prelude::*;
 
     fn verdict() -> impl Strategy<Value = Verdict> {
@@ -311,10 +311,10 @@ mod tests {
                         .map(|(image, replicas)| ImageCount { image, replicas })
                         .collect(),
                     circuit: [
-                        Circuit::Disabled,
-                        Circuit::Closed,
-                        Circuit::Open,
-                        Circuit::HalfOpen,
+                        BreakerState::Disabled,
+                        BreakerState::Closed,
+                        BreakerState::Open,
+                        BreakerState::HalfOpen,
                     ][usize::from(circuit)],
                     since_unix_ms: since,
                     runtime_stale_since_unix_ms: stale,

@@ -91,7 +91,7 @@ pub fn fit(mut verdict: Verdict) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Circuit, Heart, ImageCount, NodeInfo};
+    use crate::{BreakerState, Heart, ImageCount, NodeInfo};
 
     fn verdict() -> Verdict {
         Verdict {
@@ -104,7 +104,7 @@ mod tests {
                 image: "api:1.4".into(),
                 replicas: 3,
             }],
-            circuit: Circuit::Closed,
+            circuit: BreakerState::Closed,
             since_unix_ms: 1_796_000_000_000,
             runtime_stale_since_unix_ms: None,
         }

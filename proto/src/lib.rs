@@ -14,4 +14,4 @@ pub mod gossip;
 mod verdict;
 
 pub use cluster::{ClusterView, Liveness, Member, NodeInfo};
-pub use verdict::{Circuit, Heart, ImageCount, NodeView, Verdict};
+pub use verdict::{BreakerState, Heart, ImageCount, NodeView, Verdict};

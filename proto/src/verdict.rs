@@ -19,7 +19,7 @@ pub enum Heart {
 /// The state of a route's circuit breaker on one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Circuit {
+pub enum BreakerState {
     /// The breaker is not enabled for this route.
     Disabled,
     Closed,
@@ -51,7 +51,7 @@ pub struct Verdict {
     pub total: u32,
     /// The images its replicas run, most replicas first, then by label.
     pub images: Vec<ImageCount>,
-    pub circuit: Circuit,
+    pub circuit: BreakerState,
     /// When the heart or reason last changed, in milliseconds since the Unix epoch.
     pub since_unix_ms: u64,
     /// Since when the runtime's data is stale (its API unreachable), if it is.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use picket::breaker::{Breaker, Gate, Outcome, Settings};
 use picket::metrics::Metrics;
-use picket::proxy::Circuit;
+use picket::proxy::Breaker;
 
 const REQUESTS: u32 = 10_000_000;
 
@@ -33,7 +33,7 @@ fn main() {
     };
     let metrics = Metrics::new();
     let changes = std::sync::Arc::new(picket::changes::Changes::default());
-    let circuit = Circuit::new("bench", "n1", settings, metrics.breaker("bench"), changes);
+    let circuit = Breaker::new("bench", "n1", settings, metrics.breaker("bench"), changes);
 
     let empty = best_of_five(|| {
         for i in 0..REQUESTS {
@@ -46,7 +46,7 @@ fn main() {
         }
     });
     // The pure machine alone, locked by nobody: what the atomics save.
-    let mut machine = Breaker::new(settings);
+    let mut machine = Machine::new(settings);
     let now = tokio::time::Instant::now();
     let pure = best_of_five(|| {
         for _ in 0..REQUESTS {

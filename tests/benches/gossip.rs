@@ -21,7 +21,7 @@ use picket::config::ClusterSettings;
 use picket::gossip::{self, ChannelTransport, Joining, Me, Membership, Transport, Wire};
 use picket::metrics::Metrics;
 use picket::shutdown::Tasks;
-use picket_proto::{Circuit, Heart, ImageCount, NodeInfo, Verdict};
+use picket_proto::{BreakerState, Heart, ImageCount, NodeInfo, Verdict};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -40,7 +40,7 @@ fn verdicts(node: usize, routes: usize, generation: u64) -> Arc<Vec<Verdict>> {
                     image: format!("registry.example.com/team/service-{r}:1.{generation}"),
                     replicas: 2,
                 }],
-                circuit: Circuit::Closed,
+                circuit: BreakerState::Closed,
                 since_unix_ms: 1_796_000_000_000 + generation,
                 runtime_stale_since_unix_ms: None,
             })

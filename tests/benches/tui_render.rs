@@ -20,7 +20,9 @@
 
 use std::time::{Duration, Instant};
 
-use picket_proto::{Circuit, ClusterView, Heart, ImageCount, Liveness, Member, NodeInfo, Verdict};
+use picket_proto::{
+    BreakerState, ClusterView, Heart, ImageCount, Liveness, Member, NodeInfo, Verdict,
+};
 use picket_tui::app::{App, Link, Matrix, Msg};
 use picket_tui::view;
 use ratatui::Terminal;
@@ -81,7 +83,7 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
                         image: format!("registry.example.com/team/service-{r}:1.4"),
                         replicas: 3,
                     }],
-                    circuit: Circuit::Closed,
+                    circuit: BreakerState::Closed,
                     since_unix_ms: T0 - 600_000,
                     runtime_stale_since_unix_ms: None,
                 })
@@ -108,18 +110,24 @@ fn change(view: &mut ClusterView, rng: &mut Rng, now: u64) {
     let route = rng.below(verdicts.len());
     let verdict = &mut verdicts[route];
     let (heart, circuit, ready, reason) = match (verdict.heart, rng.below(2)) {
-        (Heart::Green, 0) | (Heart::Red, 1) => {
-            (Heart::Orange, Circuit::Closed, 1, "1 of 3 replicas ready")
-        }
+        (Heart::Green, 0) | (Heart::Red, 1) => (
+            Heart::Orange,
+            BreakerState::Closed,
+            1,
+            "1 of 3 replicas ready",
+        ),
         (Heart::Green, _) | (Heart::Orange, 1) => (
             Heart::Red,
-            Circuit::Open,
+            BreakerState::Open,
             0,
             "circuit open after 5 failures",
         ),
-        (Heart::Orange, _) | (Heart::Red, _) => {
-            (Heart::Green, Circuit::Closed, 3, "all 3 replicas ready")
-        }
+        (Heart::Orange, _) | (Heart::Red, _) => (
+            Heart::Green,
+            BreakerState::Closed,
+            3,
+            "all 3 replicas ready",
+        ),
     };
     verdict.heart = heart;
     verdict.circuit = circuit;

@@ -22,7 +22,7 @@
 //!
 //! The help overlay ([`HELP_SYMBOLS`]) lists the same table for the operator.
 
-use picket_proto::{Circuit, Heart, Liveness};
+use picket_proto::{BreakerState, Heart, Liveness};
 use ratatui::style::{Color, Modifier, Style};
 
 pub const HEART: &str = "♥";
@@ -81,29 +81,29 @@ pub fn heart_word(heart: Heart) -> &'static str {
 }
 
 /// What follows a heart: nothing when traffic flows normally.
-pub fn circuit_marker(circuit: Circuit) -> &'static str {
+pub fn circuit_marker(circuit: BreakerState) -> &'static str {
     match circuit {
-        Circuit::Disabled | Circuit::Closed => " ",
-        Circuit::HalfOpen => HALF_OPEN,
-        Circuit::Open => OPEN,
+        BreakerState::Disabled | BreakerState::Closed => " ",
+        BreakerState::HalfOpen => HALF_OPEN,
+        BreakerState::Open => OPEN,
     }
 }
 
-pub fn circuit_style(circuit: Circuit) -> Style {
+pub fn circuit_style(circuit: BreakerState) -> Style {
     match circuit {
-        Circuit::Disabled => Style::new().fg(Color::DarkGray),
-        Circuit::Closed => Style::new(),
-        Circuit::HalfOpen => Style::new().fg(ORANGE),
-        Circuit::Open => Style::new().fg(RED).add_modifier(Modifier::BOLD),
+        BreakerState::Disabled => Style::new().fg(Color::DarkGray),
+        BreakerState::Closed => Style::new(),
+        BreakerState::HalfOpen => Style::new().fg(ORANGE),
+        BreakerState::Open => Style::new().fg(RED).add_modifier(Modifier::BOLD),
     }
 }
 
-pub fn circuit_word(circuit: Circuit) -> &'static str {
+pub fn circuit_word(circuit: BreakerState) -> &'static str {
     match circuit {
-        Circuit::Disabled => "disabled",
-        Circuit::Closed => "closed",
-        Circuit::HalfOpen => "half-open",
-        Circuit::Open => "open",
+        BreakerState::Disabled => "disabled",
+        BreakerState::Closed => "closed",
+        BreakerState::HalfOpen => "half-open",
+        BreakerState::Open => "open",
     }
 }
 

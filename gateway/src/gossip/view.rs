@@ -233,7 +233,7 @@ pub fn route_across(view: &ClusterView, route: &str) -> Option<RouteAcross> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use picket_proto::Circuit;
+    use picket_proto::BreakerState;
 
     const NOW: u64 = 1_796_000_000_000;
     const SECOND: Duration = Duration::from_secs(1);
@@ -246,7 +246,7 @@ mod tests {
             ready: 1,
             total: 1,
             images: Vec::new(),
-            circuit: Circuit::Disabled,
+            circuit: BreakerState::Disabled,
             since_unix_ms: NOW,
             runtime_stale_since_unix_ms: None,
         }

@@ -162,7 +162,7 @@ pub async fn forward<B: RequestBody>(
         req.path = &rewritten;
     }
     let req = &req;
-    let ticket = match &route.circuit {
+    let ticket = match &route.breaker {
         Some(circuit) => match circuit.admit() {
             Ok(ticket) => Some(ticket),
             Err(retry_after) => return Err(ProxyError::Unavailable { retry_after }),

@@ -96,7 +96,7 @@ fn millis(d: std::time::Duration) -> u64 {
 }
 
 fn breaker(route: &Route) -> BreakerView {
-    let Some(circuit) = &route.circuit else {
+    let Some(circuit) = &route.breaker else {
         return BreakerView {
             enabled: false,
             state: "disabled".into(),

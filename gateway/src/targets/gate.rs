@@ -1,7 +1,7 @@
 //! One choke point per runtime API endpoint (the Kubernetes API server;
 //! each Docker engine or socket proxy): every call a node makes to it
 //! passes a [`Gate`], which holds the endpoint's breaker
-//! ([`crate::breaker::Breaker`], the same state machine as a route's).
+//! ([`crate::breaker::Machine`], the same state machine as a route's).
 //!
 //! - A call that gets no HTTP answer (connect refused, DNS, no answer in
 //!   time, the connection dropped) is a failure; `threshold` of them in a
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::{self, Breaker, Outcome, Phase, Transition};
+use crate::breaker::{self, Machine, Outcome, Phase, Transition};
 use crate::metrics::{Metrics, RuntimeGateMetrics};
 
 /// The gates of every runtime API endpoint of a node.
@@ -81,7 +81,7 @@ pub const TRIAL_BOUND: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
 struct GateState {
-    breaker: Option<Breaker>,
+    breaker: Option<Machine>,
     /// The last sign of life.
     alive: Instant,
     /// When the trial under way was let through.
@@ -106,7 +106,7 @@ impl Gate {
         Gate {
             endpoint: endpoint.to_string(),
             state: Mutex::new(GateState {
-                breaker: settings.map(Breaker::new),
+                breaker: settings.map(Machine::new),
                 alive: Instant::now(),
                 trial_since: None,
             }),

@@ -931,7 +931,7 @@ mod tests {
     #[test]
     fn two_builds_under_one_tag_are_two_images_in_the_verdict() {
         use crate::upstream::Source;
-        use crate::verdict::{CircuitFacts, ReplicaFacts, judge};
+        use crate::verdict::{BreakerFacts, ReplicaFacts, judge};
 
         let pod = |name: &str, id: &str| {
             running(
@@ -960,7 +960,7 @@ mod tests {
                 images: e.images.iter().map(String::as_str).collect(),
             })
             .collect();
-        let verdict = judge(Source::Runtime, true, &facts, &CircuitFacts::Disabled);
+        let verdict = judge(Source::Runtime, true, &facts, &BreakerFacts::Disabled);
         let images: Vec<(&str, u32)> = verdict
             .images
             .iter()

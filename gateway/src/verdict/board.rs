@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use picket_proto::Verdict;
 use tokio::sync::watch;
 
-use super::{CircuitFacts, ReplicaFacts, Verdicts, judge};
+use super::{BreakerFacts, ReplicaFacts, Verdicts, judge};
 use crate::changes::Changes;
 use crate::clock::now_unix_ms;
 use crate::proxy::{Proxy, Route};
@@ -54,12 +54,12 @@ struct Owned {
     images: Arc<[String]>,
 }
 
-fn circuit_facts(route: &Route) -> CircuitFacts {
-    match &route.circuit {
-        None => CircuitFacts::Disabled,
+fn circuit_facts(route: &Route) -> BreakerFacts {
+    match &route.breaker {
+        None => BreakerFacts::Disabled,
         Some(circuit) => {
             let view = circuit.view();
-            CircuitFacts::State {
+            BreakerFacts::State {
                 phase: view.phase,
                 reason: view.last_transition.map(|t| t.reason),
             }

@@ -1,14 +1,16 @@
 //! Cluster views for the App's and the view's tests.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use picket_proto::{Circuit, ClusterView, Heart, ImageCount, Liveness, Member, NodeInfo, Verdict};
+use picket_proto::{
+    BreakerState, ClusterView, Heart, ImageCount, Liveness, Member, NodeInfo, Verdict,
+};
 
 use super::{App, Link, Msg};
 
 /// When the views are taken.
 pub const T0: u64 = 1_800_000_000_000;
 
-pub fn verdict(route: &str, heart: Heart, circuit: Circuit) -> Verdict {
+pub fn verdict(route: &str, heart: Heart, circuit: BreakerState) -> Verdict {
     let ready = match heart {
         Heart::Green => 2,
         Heart::Orange => 1,
@@ -63,8 +65,8 @@ pub fn view(members: Vec<Member>) -> ClusterView {
 /// n1, n2 (suspect) and n3; n3 sees `orders` red with its circuit open
 /// while n1 and n2 see it green; `api` and `web` are green everywhere.
 pub fn three_nodes() -> ClusterView {
-    let green = |route: &str| verdict(route, Heart::Green, Circuit::Closed);
-    let mut orders = verdict("orders", Heart::Red, Circuit::Open);
+    let green = |route: &str| verdict(route, Heart::Green, BreakerState::Closed);
+    let mut orders = verdict("orders", Heart::Red, BreakerState::Open);
     orders.reason = "no replica ready".into();
     orders.since_unix_ms = T0 - 12_000;
     view(vec![
@@ -75,7 +77,7 @@ pub fn three_nodes() -> ClusterView {
             vec![
                 green("api"),
                 green("orders"),
-                verdict("web", Heart::Green, Circuit::Disabled),
+                verdict("web", Heart::Green, BreakerState::Disabled),
             ],
         ),
         member(
@@ -107,7 +109,7 @@ pub fn big(nodes: usize, routes: usize) -> ClusterView {
                         (0..30, 11) => Heart::Orange,
                         _ => Heart::Green,
                     };
-                    verdict(&format!("route-{r:03}"), heart, Circuit::Closed)
+                    verdict(&format!("route-{r:03}"), heart, BreakerState::Closed)
                 })
                 .collect();
             member(&name, Liveness::Alive, 0, verdicts)

@@ -18,7 +18,7 @@
 
 use std::cmp::{Ordering, Reverse};
 
-use picket_proto::{Circuit, ClusterView, Heart, Liveness, Member, Verdict};
+use picket_proto::{BreakerState, ClusterView, Heart, Liveness, Member, Verdict};
 
 /// Every route any member judges, sorted, once each.
 ///
@@ -75,7 +75,7 @@ fn merge<'v>(a: &[&'v str], b: &[&'v str]) -> Vec<&'v str> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen {
     pub heart: Heart,
-    pub circuit: Circuit,
+    pub circuit: BreakerState,
 }
 
 /// One member's verdict on one route, by reference into the view.

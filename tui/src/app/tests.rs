@@ -1,5 +1,5 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use picket_proto::{Circuit, Heart, Liveness};
+use picket_proto::{BreakerState, Heart, Liveness};
 
 use super::fixture::{T0, app_with, big, key, keys, member, three_nodes, verdict, view};
 use super::*;
@@ -44,7 +44,7 @@ fn rows_are_routes_and_columns_members() {
         n3,
         Some(Seen {
             heart: Heart::Red,
-            circuit: Circuit::Open
+            circuit: BreakerState::Open
         })
     );
     let verdict = matrix.verdict(app.view().unwrap(), 1, 2).unwrap();
@@ -54,7 +54,7 @@ fn rows_are_routes_and_columns_members() {
 
 #[test]
 fn members_may_judge_different_routes_in_any_order() {
-    let v = |r: &str, h| verdict(r, h, Circuit::Closed);
+    let v = |r: &str, h| verdict(r, h, BreakerState::Closed);
     let app = app_with(view(vec![
         member(
             "n1",
@@ -111,14 +111,14 @@ fn members_may_judge_different_routes_in_any_order() {
 
 #[test]
 fn dead_members_and_missing_verdicts_do_not_disagree() {
-    let green = |r: &str| verdict(r, Heart::Green, Circuit::Closed);
+    let green = |r: &str| verdict(r, Heart::Green, BreakerState::Closed);
     let app = app_with(view(vec![
         member("n1", Liveness::Alive, 0, vec![green("api")]),
         member(
             "n2",
             Liveness::Dead,
             90_000,
-            vec![verdict("api", Heart::Red, Circuit::Open)],
+            vec![verdict("api", Heart::Red, BreakerState::Open)],
         ),
         member("n3", Liveness::Suspect, 0, vec![]),
     ]));
@@ -139,7 +139,7 @@ fn dead_members_and_missing_verdicts_do_not_disagree() {
 
 #[test]
 fn severity_puts_disagreement_first_then_the_worst_heart() {
-    let v = |r: &str, h| verdict(r, h, Circuit::Closed);
+    let v = |r: &str, h| verdict(r, h, BreakerState::Closed);
     let mut app = app_with(view(vec![
         member(
             "n1",
@@ -186,7 +186,7 @@ fn the_selection_follows_its_route() {
     assert_eq!(selected(&app), "web");
     // orders heals: by severity all are equal, so name order; web stays.
     let mut healed = three_nodes();
-    healed.members[2].verdicts[1] = verdict("orders", Heart::Green, Circuit::Closed);
+    healed.members[2].verdicts[1] = verdict("orders", Heart::Green, BreakerState::Closed);
     app.update(Msg::View(healed));
     assert_eq!(routes(&app), ["api", "orders", "web"]);
     assert_eq!(selected(&app), "web");
@@ -264,8 +264,8 @@ fn history_records_heart_and_circuit_changes() {
 
     let mut next = three_nodes();
     next.taken_unix_ms = T0 + 5_000;
-    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, Circuit::HalfOpen);
-    next.members[0].verdicts[0] = verdict("api", Heart::Green, Circuit::Disabled);
+    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, BreakerState::HalfOpen);
+    next.members[0].verdicts[0] = verdict("api", Heart::Green, BreakerState::Disabled);
     app.update(Msg::View(next));
 
     let orders: Vec<&Transition> = app.history().of("orders").collect();
@@ -276,18 +276,18 @@ fn history_records_heart_and_circuit_changes() {
             node: "n3".into(),
             from: Seen {
                 heart: Heart::Red,
-                circuit: Circuit::Open
+                circuit: BreakerState::Open
             },
             to: Seen {
                 heart: Heart::Orange,
-                circuit: Circuit::HalfOpen
+                circuit: BreakerState::HalfOpen
             },
         }]
     );
     let api: Vec<&Transition> = app.history().of("api").collect();
     assert_eq!(api.len(), 1);
     assert_eq!(api[0].node, "n1");
-    assert_eq!(api[0].to.circuit, Circuit::Disabled);
+    assert_eq!(api[0].to.circuit, BreakerState::Disabled);
     assert_eq!(app.history().len("web"), 0);
 }
 
@@ -298,7 +298,7 @@ fn history_is_bounded_and_forgets_routes_gone() {
         let mut next = three_nodes();
         next.taken_unix_ms = T0 + i;
         let heart = if i % 2 == 0 { Heart::Green } else { Heart::Red };
-        next.members[2].verdicts[1] = verdict("orders", heart, Circuit::Closed);
+        next.members[2].verdicts[1] = verdict("orders", heart, BreakerState::Closed);
         app.update(Msg::View(next));
     }
     assert_eq!(app.history().len("orders"), history::PER_ROUTE);
@@ -318,14 +318,14 @@ fn another_nodes_view_is_a_new_baseline() {
     let mut app = app_with(three_nodes());
     let mut from_n2 = three_nodes();
     from_n2.node = "n2".into();
-    from_n2.members[2].verdicts[1] = verdict("orders", Heart::Green, Circuit::Closed);
+    from_n2.members[2].verdicts[1] = verdict("orders", Heart::Green, BreakerState::Closed);
     app.update(Msg::View(from_n2));
     assert_eq!(app.history().len("orders"), 0);
 }
 
 #[test]
 fn the_picker_offers_members_with_a_feed_and_yields_the_choice_once() {
-    let green = |r: &str| verdict(r, Heart::Green, Circuit::Closed);
+    let green = |r: &str| verdict(r, Heart::Green, BreakerState::Closed);
     let mut dead = member("n4", Liveness::Dead, 60_000, vec![green("api")]);
     dead.info.as_mut().unwrap().feed = None;
     let mut unknown = member("n5", Liveness::Alive, 0, vec![]);

@@ -2,7 +2,7 @@
 //! separately (a styled buffer never equals plain lines).
 
 use crossterm::event::KeyCode;
-use picket_proto::{Circuit, ClusterView, Heart, ImageCount};
+use picket_proto::{BreakerState, ClusterView, Heart, ImageCount};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
@@ -241,7 +241,7 @@ fn history_shows_transitions_in_the_detail_pane() {
     let mut app = app_with(three_nodes());
     let mut next = three_nodes();
     next.taken_unix_ms = T0 + 5_000;
-    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, Circuit::HalfOpen);
+    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, BreakerState::HalfOpen);
     app.update(Msg::View(next));
     app.update(Msg::Tick {
         now_unix_ms: T0 + 5_000,

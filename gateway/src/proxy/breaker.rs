@@ -4,7 +4,7 @@
 //!
 //! Only the proxy can admit a request and record its outcome (the methods
 //! are private to this module tree); everything else, the status API
-//! included, reads a [`CircuitView`].
+//! included, reads a [`BreakerSnapshot`].
 
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::{Breaker, Gate, Outcome, Phase, Settings, State, Transition};
+use crate::breaker::{Gate, Machine, Outcome, Phase, Settings, State, Transition};
 use crate::changes::Changes;
 use crate::metrics::BreakerMetrics;
 
@@ -37,13 +37,13 @@ struct Stamped {
 
 #[derive(Debug)]
 struct Inner {
-    machine: Breaker,
+    machine: Machine,
     last: Option<Stamped>,
 }
 
 /// The breaker of one route on this node.
 #[derive(Debug)]
-pub struct Circuit {
+pub struct Breaker {
     route: String,
     node: String,
     inner: Mutex<Inner>,
@@ -60,48 +60,48 @@ pub struct Circuit {
 /// without an outcome, the request counts as abandoned.
 #[derive(Debug)]
 pub(in crate::proxy) struct Ticket<'a> {
-    circuit: &'a Circuit,
+    breaker: &'a Breaker,
     gate: Gate,
     recorded: bool,
 }
 
-/// What the status API shows of a circuit.
+/// What the status API shows of a breaker.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CircuitView {
+pub struct BreakerSnapshot {
     pub phase: Phase,
     pub consecutive_failures: u32,
     pub settings: Settings,
     /// Until an open circuit lets its trial through.
     pub time_left: Duration,
-    pub last_transition: Option<TransitionView>,
+    pub last_transition: Option<TransitionSnapshot>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct TransitionView {
+pub struct TransitionSnapshot {
     pub from: Phase,
     pub to: Phase,
     pub reason: String,
     pub unix_ms: u64,
 }
 
-impl Circuit {
+impl Breaker {
     pub fn new(
         route: &str,
         node: &str,
         settings: Settings,
         metrics: BreakerMetrics,
         changes: Arc<Changes>,
-    ) -> Circuit {
+    ) -> Breaker {
         // Closed, and only closed: the gauges of a route rebuilt by a
         // reload may still say what its old circuit was.
         for (i, state) in metrics.state.iter().enumerate() {
             state.set(i64::from(i == usize::from(CLOSED)));
         }
-        Circuit {
+        Breaker {
             route: route.to_string(),
             node: node.to_string(),
             inner: Mutex::new(Inner {
-                machine: Breaker::new(settings),
+                machine: Machine::new(settings),
                 last: None,
             }),
             phase: AtomicU8::new(CLOSED),
@@ -119,7 +119,7 @@ impl Circuit {
     pub(in crate::proxy) fn admit(&self) -> Result<Ticket<'_>, Duration> {
         if self.phase.load(Ordering::Acquire) == CLOSED {
             return Ok(Ticket {
-                circuit: self,
+                breaker: self,
                 gate: Gate::Pass,
                 recorded: false,
             });
@@ -135,7 +135,7 @@ impl Circuit {
                 Err(retry_after)
             }
             gate => Ok(Ticket {
-                circuit: self,
+                breaker: self,
                 gate,
                 recorded: false,
             }),
@@ -194,11 +194,11 @@ impl Circuit {
     }
 
     /// The circuit as the status API shows it.
-    pub fn view(&self) -> CircuitView {
+    pub fn view(&self) -> BreakerSnapshot {
         let now = Instant::now();
         let inner = self.lock();
         let state = inner.machine.state();
-        CircuitView {
+        BreakerSnapshot {
             phase: state.phase(),
             consecutive_failures: match state {
                 State::Closed { failures } => failures,
@@ -209,7 +209,7 @@ impl Circuit {
                 State::Open { until } => until.saturating_duration_since(now),
                 _ => Duration::ZERO,
             },
-            last_transition: inner.last.map(|s| TransitionView {
+            last_transition: inner.last.map(|s| TransitionSnapshot {
                 from: s.transition.from,
                 to: s.transition.to,
                 reason: s.transition.reason.to_string(),
@@ -220,7 +220,7 @@ impl Circuit {
 }
 
 #[cfg(feature = "bench")]
-impl Circuit {
+impl Breaker {
     /// One request through a closed circuit, admitted and recorded as a
     /// success: the path every proxied request takes. Compiled only for
     /// benchmarks (`--features bench`).
@@ -238,14 +238,14 @@ impl Circuit {
 impl Ticket<'_> {
     pub(in crate::proxy) fn record(mut self, outcome: Outcome) {
         self.recorded = true;
-        self.circuit.record(self.gate, outcome);
+        self.breaker.record(self.gate, outcome);
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if !self.recorded {
-            self.circuit.record(self.gate, Outcome::Abandoned);
+            self.breaker.record(self.gate, Outcome::Abandoned);
         }
     }
 }
