@@ -83,7 +83,7 @@ pub struct CertificateConfig {
     /// The names served, when narrower than the certificate's own.
     pub hosts: Option<Vec<String>>,
     /// What the files held when last read, checked.
-    pub current: Arc<crate::edge::Certificate>,
+    pub current: Arc<crate::certificate::Certificate>,
 }
 
 /// `[cluster]`: how the node gossips its verdicts with its peers.
@@ -135,6 +135,13 @@ impl<T> Setting<T> {
         Setting { value, from }
     }
 }
+
+/// Time a client has to send a complete request head once it started
+/// (default of `[node] header_timeout`).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time an idle client connection waits for its next request (default of
+/// `[node] idle_timeout`).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSettings {
@@ -201,11 +208,38 @@ impl AccessLogFormat {
 
 /// `request_headers` / `response_headers`: headers set (replacing any of
 /// the same name) and removed. Names are lower case; none of them is one
-/// the node writes itself ([`crate::proxy::rules`]).
+/// the node writes itself ([`HeaderRules::is_reserved`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct HeaderRules {
     pub set: Vec<(http::header::HeaderName, http::header::HeaderValue)>,
     pub remove: Vec<http::header::HeaderName>,
+}
+
+impl HeaderRules {
+    /// Headers the node writes itself; no rule sets or removes them.
+    const RESERVED: [&str; 16] = [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-request-id",
+    ];
+
+    /// Whether a header is the node's own, which no rule may touch.
+    pub fn is_reserved(name: &http::header::HeaderName) -> bool {
+        Self::RESERVED.contains(&name.as_str())
+    }
 }
 
 impl HeaderRules {

@@ -14,14 +14,12 @@
 //! - Handshakes read a snapshot; nothing a reload or a rotation does
 //!   touches a connection already made.
 
-pub mod certificate;
 pub mod rotation;
 pub mod served;
-mod validity;
 
 use std::sync::Arc;
 
-pub use certificate::{CertError, Certificate, Culprit};
+pub use crate::certificate::{CertError, Certificate, Culprit};
 pub use served::{Certificates, Served};
 
 /// ALPN protocol ids, in the server's order of preference.

@@ -14,7 +14,9 @@
 pub mod access;
 pub mod body;
 pub mod breaker;
+pub mod certificate;
 pub mod changes;
+pub mod checks;
 pub mod clock;
 
 pub mod config;

@@ -760,8 +760,9 @@ impl Metrics {
 
     /// Drops every series of a route the configuration no longer has, and
     /// of its replicas (`replicas`: their labels): a removed route leaves
-    /// nothing in `/metrics`.
-    pub fn forget_route(&self, route: &str, replicas: &[String]) {
+    /// nothing in `/metrics`. `ejection_reasons`: every label an ejection
+    /// may carry.
+    pub fn forget_route(&self, route: &str, replicas: &[String], ejection_reasons: &[&str]) {
         let labels = || RouteLabels {
             route: route.into(),
         };
@@ -777,10 +778,10 @@ impl Metrics {
                 reason: reason.into(),
             });
         }
-        for reason in crate::upstream::health::EjectReason::SLUGS {
+        for reason in ejection_reasons {
             self.ejection_reasons.remove(&EjectionLabels {
                 route: route.into(),
-                reason: reason.into(),
+                reason: (*reason).into(),
             });
         }
         for state in CIRCUIT_STATES {

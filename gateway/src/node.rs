@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::checks::{self, Checker};
 use crate::config::{
     self, CertificateConfig, ClusterSettings, Config, ConfigError, NodeSettings, Overrides,
     ReloadPlan, RouteConfig, RuntimeKind, RuntimeSettings,
@@ -31,7 +32,6 @@ use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Tasks, Trigger};
 use crate::status::{AdminState, feed};
-use crate::targets::checks::{self, Checker};
 use crate::targets::{Catalog, Link, docker, kube, swarm};
 use crate::upstream::{Pools, ProxyEnv};
 use crate::verdict::board::{self, Board};
@@ -426,7 +426,11 @@ impl Node {
                     .iter()
                     .map(|r| r.label.clone())
                     .collect();
-                self.ctx.metrics.forget_route(name, &replicas);
+                self.ctx.metrics.forget_route(
+                    name,
+                    &replicas,
+                    &crate::upstream::health::EjectReason::SLUGS,
+                );
             }
         }
         self.certificates.replace(config.certificates.clone());

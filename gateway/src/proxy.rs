@@ -13,7 +13,7 @@
 //! `https_only` route → 308 to HTTPS ([`scheme`]). Upstream failures are mapped
 //! to 502/504 in [`error`].
 //!
-//! The client protocols live in [`crate::server`]: each parses its
+//! The client protocols live in `server`: each parses its
 //! requests, asks for the [`Proxy::route`], calls [`forward`] and writes
 //! the [`Answer`] out its own way.
 
@@ -42,7 +42,7 @@ pub use breaker::{Breaker, BreakerSnapshot, TransitionSnapshot};
 pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
-pub use request::{BodyError, ClientRequest, Fields, RequestBody};
+pub use request::{BodyError, ClientRequest, Fields, IncomingBody, RequestBody};
 pub use rules::RequestId;
 pub use scheme::Scheme;
 

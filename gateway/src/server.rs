@@ -32,13 +32,6 @@ use crate::proxy::{Client, Proxy, Scheme};
 use crate::shutdown::Shutdown;
 use stream::ClientIo;
 
-/// Time a client has to send a complete request head once it started
-/// (default of `[node] header_timeout`).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time an idle client connection waits for its next request (default of
-/// `[node] idle_timeout`).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// What the listener allows each client, and how many at once.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientLimits {

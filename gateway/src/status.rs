@@ -23,11 +23,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 use crate::clock::now_unix_ms;
+use crate::config::HEADER_READ_TIMEOUT;
 use crate::edge::Certificates;
 use crate::gossip::Membership;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
-use crate::server::HEADER_READ_TIMEOUT;
 use crate::shutdown::Shutdown;
 use crate::verdict::board::Board;
 

@@ -14,9 +14,9 @@
 //! ([`reach`], per endpoint); routing keeps the last known replicas
 //! meanwhile.
 
-pub mod checks;
 pub mod docker;
 pub mod gate;
+pub mod image;
 pub mod kube;
 pub mod reach;
 pub mod runtime_status;

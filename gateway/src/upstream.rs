@@ -198,7 +198,7 @@ pub struct Endpoint {
     /// Where it is reached; `None` while it has no address (not started).
     pub target: Option<Target>,
     pub ready: bool,
-    /// The labels ([`image_label`](crate::verdict::image_label)) of every
+    /// The labels (`targets::image::label`) of every
     /// image it runs: a pod's app and its sidecars, a container's one
     /// image; empty when the runtime does not tell.
     pub images: Vec<String>,

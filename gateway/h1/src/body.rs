@@ -302,6 +302,41 @@ pub fn trailer_fields(lines: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
+/// The trailers that cross: those of the upstream's (or the client's)
+/// trailers that are neither hop-by-hop nor about framing, routing or
+/// the connection, which only a head may carry (RFC 9110 §6.5.1). Names
+/// holding `_` only when `underscores`.
+pub fn clean_trailers(mut trailers: http::HeaderMap, underscores: bool) -> http::HeaderMap {
+    const HEAD_ONLY: [&str; 8] = [
+        "content-length",
+        "content-encoding",
+        "content-type",
+        "content-range",
+        "host",
+        "authorization",
+        "set-cookie",
+        "expect",
+    ];
+    let connection: Vec<Vec<u8>> = trailers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .map(|v| v.as_bytes().to_vec())
+        .collect();
+    let names: Vec<http::header::HeaderName> = trailers.keys().cloned().collect();
+    for name in names {
+        let bytes = name.as_str().as_bytes();
+        let named = crate::names(connection.iter().map(Vec::as_slice), bytes);
+        if crate::is_hop_by_hop(bytes)
+            || HEAD_ONLY.contains(&name.as_str())
+            || named
+            || (!underscores && bytes.contains(&b'_'))
+        {
+            trailers.remove(&name);
+        }
+    }
+    trailers
+}
+
 /// Trailer lines as a header map; a field whose name or value the map
 /// refuses is left out.
 pub fn trailer_map(lines: &[u8]) -> http::HeaderMap {
@@ -640,5 +675,32 @@ mod tests {
         // What one side encodes, the other decodes.
         let decoded = decode_all(BodyDecoder::chunked(), &framed, 999).unwrap();
         assert_eq!(decoded, big);
+    }
+    #[test]
+    fn only_trailers_that_may_cross_are_kept() {
+        let mut trailers = http::HeaderMap::new();
+        for (name, value) in [
+            ("grpc-status", "0"),
+            ("x-digest", "abc"),
+            ("content-length", "5"),
+            ("host", "elsewhere"),
+            ("transfer-encoding", "chunked"),
+            ("connection", "x-digest"),
+            ("x_under", "1"),
+        ] {
+            trailers.append(
+                http::header::HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            );
+        }
+        let kept = clean_trailers(trailers.clone(), false);
+        let names: Vec<&str> = kept.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["grpc-status"]);
+        let mut with_underscores = trailers;
+        with_underscores.remove("connection");
+        let kept = clean_trailers(with_underscores, true);
+        let mut names: Vec<&str> = kept.keys().map(|n| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["grpc-status", "x-digest", "x_under"]);
     }
 }

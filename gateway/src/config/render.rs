@@ -223,7 +223,7 @@ fn render_certificate(out: &mut String, certificate: &CertificateConfig, default
         "# serves {names}{}; serial {}; expires {}",
         if default { " (and is the default)" } else { "" },
         current.serial,
-        crate::edge::certificate::rfc3339(current.not_after)
+        crate::certificate::rfc3339(current.not_after)
     );
     out.push_str("[[certificate]]\n");
     line(

@@ -25,7 +25,7 @@ use super::{
     RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting,
     UpstreamConfig, UpstreamTls,
 };
-use crate::edge::Culprit;
+use crate::certificate::Culprit;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -252,13 +252,13 @@ impl Validator<'_> {
             &raw.header_timeout,
             "header_timeout",
             HEADER_TIMEOUT_RANGE,
-            crate::server::HEADER_READ_TIMEOUT,
+            super::HEADER_READ_TIMEOUT,
         );
         let idle_timeout = timeout(
             &raw.idle_timeout,
             "idle_timeout",
             IDLE_TIMEOUT_RANGE,
-            crate::server::IDLE_TIMEOUT,
+            super::IDLE_TIMEOUT,
         );
         let feed = raw.feed.as_ref().map(|feed| FeedSettings {
             addr: self.address(Some(feed), "feed", "0.0.0.0:9901").value,
@@ -403,7 +403,7 @@ impl Validator<'_> {
                 );
                 return None;
             };
-            if crate::proxy::rules::is_reserved(&name) {
+            if HeaderRules::is_reserved(&name) {
                 v.problem(
                     raw.span(),
                     format!(
@@ -1254,8 +1254,7 @@ impl Validator<'_> {
             (Some(cert), Some(key)) => {
                 let (cert_path, cert_pem) = read(cert, "client certificate")?;
                 let (key_path, key_pem) = read(key, "client key")?;
-                if let Err(error) = crate::edge::certificate::check(&cert_pem, &key_pem, None, now)
-                {
+                if let Err(error) = crate::certificate::check(&cert_pem, &key_pem, None, now) {
                     let field = match error.culprit(None) {
                         Culprit::Key => key,
                         _ => cert,
@@ -1354,7 +1353,7 @@ impl Validator<'_> {
                 return None;
             }
         };
-        match crate::edge::certificate::check(&cert_pem, &key_pem, hosts.as_deref(), now) {
+        match crate::certificate::check(&cert_pem, &key_pem, hosts.as_deref(), now) {
             Ok(current) => Some(CertificateConfig {
                 cert,
                 key,

@@ -13,7 +13,7 @@
 //!
 //! ## What is served
 //! A version (what the certificate and key files hold together) that
-//! passes the checks of [`check`](super::certificate::check) serves from
+//! passes the checks of [`check`](crate::certificate::check) serves from
 //! the next handshake on; connections in flight keep the certificate
 //! their handshake got. A version that does not pass is refused and the
 //! certificate in force keeps serving; each refused version is logged
@@ -32,8 +32,8 @@ use std::time::Duration;
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::certificate::{self, Version, rfc3339};
 use super::served::{Certificates, label};
+use crate::certificate::{self, Version, rfc3339};
 use crate::shutdown::{Shutdown, Tasks};
 
 /// How often the files are read again without any event.

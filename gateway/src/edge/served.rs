@@ -23,7 +23,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::Notify;
 
-use super::certificate::Version;
+use crate::certificate::Version;
 use crate::config::CertificateConfig;
 use crate::metrics::Metrics;
 
@@ -189,7 +189,7 @@ impl ResolvesServerCert for Certificates {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::certificate::check;
+    use crate::certificate::check;
 
     fn entry(names: &[&str]) -> CertificateConfig {
         let owned: Vec<String> = names.iter().map(|n| n.to_string()).collect();

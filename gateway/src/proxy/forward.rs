@@ -539,7 +539,7 @@ async fn write_request<B: RequestBody>(
     let end = encoder.finish().map_err(framing)?;
     // The client's trailers that may cross, after the last chunk.
     if let (crate::h1::body::BodyEncoder::Chunked, Some(trailers)) = (encoder, body.trailers()) {
-        let trailers = headers::clean_trailers(trailers, underscores);
+        let trailers = crate::h1::body::clean_trailers(trailers, underscores);
         let end = crate::h1::body::last_chunk_with(
             trailers
                 .iter()
@@ -763,13 +763,13 @@ async fn send_h2_data(
 }
 
 /// Ends the body of a stream, with the client's trailers if it sent any
-/// (those that may cross: [`headers::clean_trailers`]).
+/// (those that may cross: [`crate::h1::body::clean_trailers`]).
 fn end_h2_body(
     stream: &mut h2::SendStream<Bytes>,
     trailers: Option<http::HeaderMap>,
     underscores: bool,
 ) {
-    let trailers = trailers.map(|t| headers::clean_trailers(t, underscores));
+    let trailers = trailers.map(|t| crate::h1::body::clean_trailers(t, underscores));
     let ended = match trailers {
         Some(trailers) if !trailers.is_empty() => stream.send_trailers(trailers),
         _ => stream.send_data(Bytes::new(), true),
@@ -783,7 +783,7 @@ fn end_h2_body(
 /// after the replica has answered: a stream that has started is never cut
 /// by a bound.
 async fn pump(
-    mut rest: crate::server::h2::IncomingBody,
+    mut rest: super::request::IncomingBody,
     mut stream: h2::SendStream<Bytes>,
     underscores: bool,
 ) {

@@ -184,41 +184,6 @@ pub fn upstream_h2_request(
     }
 }
 
-/// The trailers that cross: those of the upstream's (or the client's)
-/// trailers that are neither hop-by-hop nor about framing, routing or
-/// the connection, which only a head may carry (RFC 9110 §6.5.1). Names
-/// holding `_` only when `underscores`.
-pub fn clean_trailers(mut trailers: http::HeaderMap, underscores: bool) -> http::HeaderMap {
-    const HEAD_ONLY: [&str; 8] = [
-        "content-length",
-        "content-encoding",
-        "content-type",
-        "content-range",
-        "host",
-        "authorization",
-        "set-cookie",
-        "expect",
-    ];
-    let connection: Vec<Vec<u8>> = trailers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .map(|v| v.as_bytes().to_vec())
-        .collect();
-    let names: Vec<http::header::HeaderName> = trailers.keys().cloned().collect();
-    for name in names {
-        let bytes = name.as_str().as_bytes();
-        let named = h1::names(connection.iter().map(Vec::as_slice), bytes);
-        if h1::is_hop_by_hop(bytes)
-            || HEAD_ONLY.contains(&name.as_str())
-            || named
-            || (!underscores && bytes.contains(&b'_'))
-        {
-            trailers.remove(&name);
-        }
-    }
-    trailers
-}
-
 /// Calls `emit` with each header the upstream gets besides `Host`, the
 /// framing and an upgrade: the client's end-to-end headers (less those
 /// the route's rules remove or set), the rules' own, `X-Request-Id`, then

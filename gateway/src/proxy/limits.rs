@@ -153,7 +153,7 @@ impl<B: RequestBody> RequestBody for Limited<'_, B> {
     }
 
     /// The rest of the body keeps the limit: what it may still give.
-    fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
+    fn detach(&mut self) -> Option<super::request::IncomingBody> {
         let mut rest = self.body.detach()?;
         rest.limit(self.max.saturating_sub(self.seen), self.max);
         Some(rest)

@@ -5,6 +5,8 @@
 use bytes::Bytes;
 use http::Method;
 use http::header::HeaderMap;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 
 use crate::h1::request::{BodyKind, RequestParts};
 
@@ -112,7 +114,7 @@ pub trait RequestBody: Send {
     /// replica that answers before the body has ended (a bidirectional
     /// gRPC stream) goes on reading it while the answer streams back.
     /// `None` when the body cannot leave the connection's task (HTTP/1).
-    fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
+    fn detach(&mut self) -> Option<IncomingBody> {
         None
     }
 
@@ -125,6 +127,102 @@ pub trait RequestBody: Send {
     /// Whether everything read so far could be given again.
     fn kept(&self) -> bool {
         false
+    }
+}
+
+/// The body of an HTTP/2 request, each frame awaited at most `bound`
+/// (while the request waits for its answer), and its trailers.
+pub struct IncomingBody {
+    /// `None` once detached.
+    body: Option<Incoming>,
+    bound: Option<std::time::Duration>,
+    trailers: Option<http::HeaderMap>,
+    /// Body bytes read here (not those read after a detach).
+    read: u64,
+    /// The most bytes it may still give (`max_body`, once detached).
+    max: Option<u64>,
+    /// The route's `max_body`, for the error.
+    route_max: u64,
+}
+
+impl IncomingBody {
+    /// A request's body, each frame awaited at most `bound`.
+    pub fn new(body: Incoming, bound: std::time::Duration) -> IncomingBody {
+        IncomingBody {
+            body: Some(body),
+            bound: Some(bound),
+            trailers: None,
+            read: 0,
+            max: None,
+            route_max: 0,
+        }
+    }
+
+    /// No more bound on the wait for the next frame: the answer has
+    /// started, and a stream that has started is never cut by a bound.
+    pub fn unbound(&mut self) {
+        self.bound = None;
+    }
+
+    /// Body bytes read so far (none of those read after a detach).
+    pub fn read(&self) -> u64 {
+        self.read
+    }
+
+    /// The body ends in [`super::limits::TooLarge`] past `max`
+    /// more bytes: a detached body keeps its route's `max_body`.
+    pub fn limit(&mut self, max: u64, route_max: u64) {
+        self.read = 0;
+        self.max = Some(max);
+        self.route_max = route_max;
+    }
+}
+
+impl RequestBody for IncomingBody {
+    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
+        let body = self.body.as_mut()?;
+        loop {
+            let frame = match self.bound {
+                Some(bound) => match tokio::time::timeout(bound, body.frame()).await {
+                    Ok(frame) => frame,
+                    Err(_) => return Some(Err(BodyError::timed_out(bound))),
+                },
+                None => body.frame().await,
+            };
+            match frame? {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => {
+                        self.read += data.len() as u64;
+                        if self.max.is_some_and(|max| self.read > max) {
+                            let max = self.route_max;
+                            return Some(Err(BodyError(Box::new(super::limits::TooLarge { max }))));
+                        }
+                        return Some(Ok(data));
+                    }
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            self.trailers = Some(trailers);
+                        }
+                    }
+                },
+                Err(e) => return Some(Err(BodyError(Box::new(e)))),
+            }
+        }
+    }
+
+    fn trailers(&mut self) -> Option<http::HeaderMap> {
+        self.trailers.clone()
+    }
+
+    fn detach(&mut self) -> Option<IncomingBody> {
+        Some(IncomingBody {
+            body: self.body.take(),
+            bound: self.bound,
+            trailers: self.trailers.take(),
+            read: 0,
+            max: None,
+            route_max: 0,
+        })
     }
 }
 
@@ -210,7 +308,7 @@ impl<B: RequestBody> RequestBody for Replay<'_, B> {
         !self.overflowed
     }
 
-    fn detach(&mut self) -> Option<crate::server::h2::IncomingBody> {
+    fn detach(&mut self) -> Option<IncomingBody> {
         if self.replay_at.is_some() || self.ended {
             return None;
         }

@@ -4,7 +4,7 @@
 //!
 //! A rule can never name a header the node writes itself: the framing,
 //! the hop-by-hop headers, `Host`, the `X-Forwarded-*` and `X-Request-Id`
-//! ([`is_reserved`]); the configuration refuses such a rule with its line.
+//! ([`HeaderRules::is_reserved`]); the configuration refuses such a rule with its line.
 //! So a rule cannot reopen a smuggling path, nor lie about the client.
 //!
 //! ## Request IDs
@@ -16,31 +16,6 @@
 //! end-to-end headers and cross untouched.
 
 use crate::config::HeaderRules;
-
-/// Headers the node writes itself; no rule sets or removes them.
-const RESERVED: [&str; 16] = [
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "upgrade",
-    "expect",
-    "x-forwarded-for",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-request-id",
-];
-
-/// Whether a header is the node's own, which no rule may touch.
-pub fn is_reserved(name: &http::header::HeaderName) -> bool {
-    RESERVED.contains(&name.as_str())
-}
 
 /// Whether a rule set removes or replaces a header of this name.
 pub fn overridden(rules: &HeaderRules, name: &[u8]) -> bool {
@@ -213,7 +188,9 @@ mod tests {
             "x-request-id",
             "upgrade",
         ] {
-            assert!(is_reserved(&http::header::HeaderName::from_static(name)));
+            assert!(HeaderRules::is_reserved(
+                &http::header::HeaderName::from_static(name)
+            ));
         }
         for name in [
             "x-frame-options",
@@ -221,7 +198,9 @@ mod tests {
             "server",
             "authorization",
         ] {
-            assert!(!is_reserved(&http::header::HeaderName::from_static(name)));
+            assert!(!HeaderRules::is_reserved(
+                &http::header::HeaderName::from_static(name)
+            ));
         }
     }
 }

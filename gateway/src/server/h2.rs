@@ -17,7 +17,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, HOST};
 use http::{Method, Request, Response};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -28,8 +27,8 @@ use crate::body::GatewayBody;
 use crate::h1::request::{BodyKind, is_host};
 use crate::proxy::forward::Trace;
 use crate::proxy::{
-    AnswerBody, BodyError, Client, ClientRequest, Fields, Proxy, ProxyError, RequestBody,
-    RequestId, Route, forward,
+    AnswerBody, Client, ClientRequest, Fields, IncomingBody, Proxy, ProxyError, RequestId, Route,
+    forward,
 };
 use crate::shutdown::Shutdown;
 
@@ -351,14 +350,7 @@ async fn answer(
         grpc,
         id,
     };
-    let mut body = IncomingBody {
-        body: Some(body),
-        bound: Some(route.config.body_timeout),
-        trailers: None,
-        read: 0,
-        max: None,
-        route_max: 0,
-    };
+    let mut body = IncomingBody::new(body, route.config.body_timeout);
     // A call the node answers itself is counted by the HTTP status its
     // failure stands for, not the 200 that carries its grpc-status.
     let mut counted = None;
@@ -389,7 +381,7 @@ async fn answer(
         .headers_mut()
         .insert("x-request-id", id.header_value());
     route.metrics.count(counted.unwrap_or(response.status()));
-    (response, Some(route), decided_by, body.read)
+    (response, Some(route), decided_by, body.read())
 }
 
 /// The headers of a replica's answer as the client gets them: the head's
@@ -420,85 +412,4 @@ fn answer_headers(
         headers.insert(CONTENT_LENGTH, http::HeaderValue::from(n));
     }
     headers
-}
-
-/// The body of an HTTP/2 request, each frame awaited at most `bound`
-/// (while the request waits for its answer), and its trailers.
-pub struct IncomingBody {
-    /// `None` once detached.
-    body: Option<Incoming>,
-    bound: Option<std::time::Duration>,
-    trailers: Option<http::HeaderMap>,
-    /// Body bytes read here (not those read after a detach).
-    read: u64,
-    /// The most bytes it may still give (`max_body`, once detached).
-    max: Option<u64>,
-    /// The route's `max_body`, for the error.
-    route_max: u64,
-}
-
-impl IncomingBody {
-    /// No more bound on the wait for the next frame: the answer has
-    /// started, and a stream that has started is never cut by a bound.
-    pub fn unbound(&mut self) {
-        self.bound = None;
-    }
-
-    /// The body ends in [`crate::proxy::limits::TooLarge`] past `max`
-    /// more bytes: a detached body keeps its route's `max_body`.
-    pub fn limit(&mut self, max: u64, route_max: u64) {
-        self.read = 0;
-        self.max = Some(max);
-        self.route_max = route_max;
-    }
-}
-
-impl RequestBody for IncomingBody {
-    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
-        let body = self.body.as_mut()?;
-        loop {
-            let frame = match self.bound {
-                Some(bound) => match tokio::time::timeout(bound, body.frame()).await {
-                    Ok(frame) => frame,
-                    Err(_) => return Some(Err(BodyError::timed_out(bound))),
-                },
-                None => body.frame().await,
-            };
-            match frame? {
-                Ok(frame) => match frame.into_data() {
-                    Ok(data) => {
-                        self.read += data.len() as u64;
-                        if self.max.is_some_and(|max| self.read > max) {
-                            let max = self.route_max;
-                            return Some(Err(BodyError(Box::new(
-                                crate::proxy::limits::TooLarge { max },
-                            ))));
-                        }
-                        return Some(Ok(data));
-                    }
-                    Err(frame) => {
-                        if let Ok(trailers) = frame.into_trailers() {
-                            self.trailers = Some(trailers);
-                        }
-                    }
-                },
-                Err(e) => return Some(Err(BodyError(Box::new(e)))),
-            }
-        }
-    }
-
-    fn trailers(&mut self) -> Option<http::HeaderMap> {
-        self.trailers.clone()
-    }
-
-    fn detach(&mut self) -> Option<IncomingBody> {
-        Some(IncomingBody {
-            body: self.body.take(),
-            bound: self.bound,
-            trailers: self.trailers.take(),
-            read: 0,
-            max: None,
-            route_max: 0,
-        })
-    }
 }

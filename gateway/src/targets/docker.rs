@@ -49,11 +49,11 @@ use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuild
 use futures_util::StreamExt;
 
 use super::gate::{Gate, Refused};
+use super::image::label as image_label;
 use super::{Catalog, Inventory, Link};
 use crate::config::ServicePort;
 use crate::shutdown::Shutdown;
 use crate::upstream::{Endpoint, Target};
-use crate::verdict::image_label;
 
 /// The labels that name a container's service, in order of preference.
 pub const SERVICE_LABELS: [&str; 2] = [

@@ -37,11 +37,11 @@ use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::gate::{Gate, GateLayer};
+use super::image::label as image_label;
 use super::{Catalog, Inventory, Link};
 use crate::config::{RuntimeSettings, ServicePort};
 use crate::shutdown::{Shutdown, Tasks};
 use crate::upstream::{Endpoint, Target};
-use crate::verdict::image_label;
 
 /// The namespace a node watches: configured, else the pod's own.
 pub fn namespace(settings: &RuntimeSettings) -> String {

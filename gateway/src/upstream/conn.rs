@@ -431,12 +431,10 @@ impl H1Body {
         };
         let found = match self.decoder.decode(&mut conn.buf) {
             Ok(Decoded::Data(data)) => Buffered::Data(data),
-            Ok(Decoded::Trailers(lines)) => {
-                Buffered::Trailers(crate::proxy::headers::clean_trailers(
-                    crate::h1::body::trailer_map(&lines),
-                    self.underscores,
-                ))
-            }
+            Ok(Decoded::Trailers(lines)) => Buffered::Trailers(crate::h1::body::clean_trailers(
+                crate::h1::body::trailer_map(&lines),
+                self.underscores,
+            )),
             Ok(Decoded::NeedMore) => Buffered::Nothing,
             Ok(Decoded::Done) => Buffered::End,
             Err(e) => {

@@ -284,7 +284,7 @@ impl Body for H2Body {
         this.done = true;
         match trailers {
             Ok(Some(trailers)) => {
-                let trailers = crate::proxy::headers::clean_trailers(trailers, this.underscores);
+                let trailers = crate::h1::body::clean_trailers(trailers, this.underscores);
                 Poll::Ready((!trailers.is_empty()).then(|| Ok(Frame::trailers(trailers))))
             }
             Ok(None) => Poll::Ready(None),

@@ -36,6 +36,7 @@ mod http1;
 mod kube;
 mod kube_rbac;
 mod latency;
+mod layers;
 mod proxy;
 mod read_only;
 mod reload;

@@ -5,10 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-const DATA_PATH: [&str; 15] = [
+const DATA_PATH: [&str; 16] = [
     "body",
     "breaker",
     "changes",
+    "checks",
     "clock",
     "resources",
     "proxy",

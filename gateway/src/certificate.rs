@@ -20,7 +20,9 @@ use std::sync::Arc;
 use rustls::pki_types::CertificateDer;
 use rustls::sign::CertifiedKey;
 
-use super::validity::validity;
+mod validity;
+
+use validity::validity;
 
 /// A certificate that passed every check, ready to serve.
 pub struct Certificate {
