@@ -47,6 +47,7 @@ mod runtime_reach;
 mod smuggling;
 mod socket_proxy;
 mod status_api;
+mod stop;
 mod swarm;
 mod terminal;
 mod tls_checks;
