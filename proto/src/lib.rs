@@ -1,17 +1,20 @@
 //! Wire types and the codec that the Picket gateway and `picket-tui` share.
 //!
-//! This crate knows serde and the codec only: nothing here opens a socket.
+//! This crate knows serde and the codec only (and the back-off both sides
+//! wait by): nothing here opens a socket.
 //! Every value that crosses a process boundary (a gossip value, a feed frame)
 //! is one of these types, encoded by [`codec`], which carries a version byte
 //! and refuses anything larger than its limit before allocating for it.
 
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 mod cluster;
 pub mod codec;
 pub mod feed;
 pub mod gossip;
 mod verdict;
 
+pub use backoff::Backoff;
 pub use cluster::{ClusterView, Liveness, Member, NodeInfo};
 pub use verdict::{BreakerState, Heart, ImageCount, NodeView, Verdict};

@@ -13,9 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use picket_proto::ClusterView;
 use picket_proto::codec::{self, CodecError, FRAME_HEADER};
 use picket_proto::feed::{ALPN, FollowError, Follower, Frame, Request};
+use picket_proto::{Backoff, ClusterView};
 use quinn::crypto::rustls::QuicClientConfig;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -24,6 +24,11 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::sync::mpsc;
 
 use crate::app::{FeedTarget, Link, Msg};
+
+/// The first wait before the feed is dialled again after a failure, and
+/// the most it grows to.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_CAP: Duration = Duration::from_secs(2);
 
 /// How the node's certificate is trusted.
 #[derive(Debug, Clone)]
@@ -343,7 +348,7 @@ pub async fn follow(
 ) {
     let (mut addr, mut trust) = (addr, trust);
     let mut stale_since: Option<u64> = None;
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_CAP);
     loop {
         if out
             .send(Msg::Link(Link::Connecting { addr: addr.clone() }))
@@ -373,13 +378,12 @@ pub async fn follow(
             return;
         }
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(backoff.next_wait()) => {}
             target = switch.recv() => match target {
                 Some(target) => (addr, trust) = switched(&target, &trust),
                 None => return,
             },
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
@@ -399,7 +403,7 @@ async fn session(
     trust: &Trust,
     out: &mpsc::Sender<Msg>,
     stale_since: &mut Option<u64>,
-    backoff: &mut Duration,
+    backoff: &mut Backoff,
 ) -> Option<FeedError> {
     let mut session = match Session::open(addr, trust).await {
         Ok(session) => session,
@@ -416,7 +420,7 @@ async fn session(
             // A whole snapshot arrived: the link is live (again).
             first = false;
             *stale_since = None;
-            *backoff = Duration::from_millis(200);
+            backoff.reset();
             let live = Msg::Link(Link::Live {
                 addr: addr.to_string(),
             });

@@ -47,6 +47,7 @@ use bollard::Docker;
 use bollard::models::{ContainerInspectResponse, HealthStatusEnum};
 use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder};
 use futures_util::StreamExt;
+use picket_proto::Backoff;
 
 use super::gate::{Gate, Refused};
 use super::image::label as image_label;
@@ -264,7 +265,8 @@ impl Engines {
     }
 }
 
-/// Back-off between attempts to reach an engine: doubling, capped.
+/// Back-off between attempts to reach an engine: doubling, capped,
+/// jittered ([`Backoff`]).
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
 /// The longest one engine call (list, inspect, ping) may take.
@@ -422,7 +424,7 @@ pub async fn run(
     link: Arc<Link>,
     mut shutdown: Shutdown,
 ) {
-    let mut backoff = BACKOFF_FIRST;
+    let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_CAP);
     let (mut forbidden_said, mut events_said) = (false, false);
     loop {
         // While its breaker is open, the engine is not called at all.
@@ -483,13 +485,12 @@ pub async fn run(
         }
         link.silent(&engine.name, &ended);
         if ended.reached {
-            backoff = BACKOFF_FIRST;
+            backoff.reset();
         }
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(backoff.next_wait()) => {}
             () = shutdown.wait() => return,
         }
-        backoff = (backoff * 2).min(BACKOFF_CAP);
     }
 }
 

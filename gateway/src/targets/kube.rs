@@ -35,6 +35,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
+use picket_proto::Backoff;
 
 use super::gate::{Gate, GateLayer};
 use super::image::label as image_label;
@@ -607,15 +608,13 @@ async fn watch(
     None
 }
 
-/// How a failing watch is retried: 250 ms doubling to 2 s. The gate
+/// How a failing watch is retried: 250 ms doubling to 2 s, jittered. The gate
 /// refuses retries before any I/O while the API server's breaker is open,
 /// so a short cap costs nothing while it is down, and the watch is back
 /// within 2 s of the breaker's trial, where kube's default (up to 30 s)
 /// would keep the data stale long after the API server returned.
-#[derive(Debug, Clone, Copy)]
-struct Retry {
-    next: Duration,
-}
+#[derive(Debug, Clone)]
+struct Retry(Backoff);
 
 impl Retry {
     const FIRST: Duration = Duration::from_millis(250);
@@ -624,7 +623,7 @@ impl Retry {
 
 impl Default for Retry {
     fn default() -> Self {
-        Retry { next: Retry::FIRST }
+        Retry(Backoff::new(Retry::FIRST, Retry::CAP))
     }
 }
 
@@ -632,15 +631,13 @@ impl Iterator for Retry {
     type Item = Duration;
 
     fn next(&mut self) -> Option<Duration> {
-        let wait = self.next;
-        self.next = (self.next * 2).min(Retry::CAP);
-        Some(wait)
+        Some(self.0.next_wait())
     }
 }
 
 impl kube::runtime::utils::Backoff for Retry {
     fn reset(&mut self) {
-        self.next = Retry::FIRST;
+        self.0.reset();
     }
 }
 
