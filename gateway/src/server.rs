@@ -30,7 +30,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::metrics::ConnectionMetrics;
 use crate::proxy::{Client, Proxy, Scheme};
 use crate::shutdown::Shutdown;
-use stream::ClientIo;
+use tokio_util::either::Either;
 
 /// What the listener allows each client, and how many at once.
 #[derive(Debug, Clone, Copy)]
@@ -183,7 +183,7 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (io, scheme, h2) = match edge {
-        Edge::Plain { https_port } => (ClientIo::Plain(stream), Scheme::Http { https_port }, false),
+        Edge::Plain { https_port } => (Either::Left(stream), Scheme::Http { https_port }, false),
         Edge::Tls(acceptor) => {
             let connections = &proxy.metrics().connections;
             // Boxed, as HTTP/2 below: an idle connection's task keeps only
@@ -197,7 +197,7 @@ async fn connection(
                 return;
             };
             let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
-            (ClientIo::Tls(Box::new(tls)), Scheme::Https, h2)
+            (Either::Right(Box::new(tls)), Scheme::Https, h2)
         }
     };
     let client = Client::new(peer.ip(), scheme);

@@ -94,7 +94,7 @@ impl ClientConn {
     /// connection to read takes them. TLS sessions keep their own buffers
     /// and read as before.
     async fn fill_idle(&mut self) -> io::Result<usize> {
-        let ClientIo::Plain(tcp) = &self.io else {
+        let tokio_util::either::Either::Left(tcp) = &self.io else {
             return self.fill().await;
         };
         loop {

@@ -11,8 +11,9 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes, BytesMut};
 use http::Method;
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_util::either::Either;
 use tokio_util::io::poll_read_buf;
 
 use super::Upstream;
@@ -32,77 +33,14 @@ fn make_room(buf: &mut BytesMut) {
     }
 }
 
-/// A plain or TLS stream to a replica.
-#[derive(Debug)]
-pub enum Io {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
+/// A plain (`Left`) or TLS (`Right`) stream to a replica.
+pub type Io = Either<TcpStream, Box<tokio_rustls::client::TlsStream<TcpStream>>>;
 
-impl Io {
-    fn tcp(&self) -> &TcpStream {
-        match self {
-            Io::Plain(tcp) => tcp,
-            Io::Tls(tls) => tls.get_ref().0,
-        }
-    }
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Io::Tls(tls) => Pin::new(tls).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Io::Tls(tls) => Pin::new(tls).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            Io::Tls(tls) => Pin::new(tls).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(tcp) => tcp.is_write_vectored(),
-            Io::Tls(tls) => tls.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            Io::Tls(tls) => Pin::new(tls).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            Io::Tls(tls) => Pin::new(tls).poll_shutdown(cx),
-        }
+/// The TCP stream under either.
+fn tcp(io: &Io) -> &TcpStream {
+    match io {
+        Either::Left(tcp) => tcp,
+        Either::Right(tls) => tls.get_ref().0,
     }
 }
 
@@ -155,12 +93,12 @@ impl Connection {
     pub fn is_usable(&mut self) -> bool {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
-        match self.io.tcp().poll_read_ready(&mut cx) {
+        match tcp(&self.io).poll_read_ready(&mut cx) {
             Poll::Pending => true,
             Poll::Ready(Err(_)) => false,
             Poll::Ready(Ok(())) => {
                 let mut probe = [0u8; 1];
-                matches!(self.io.tcp().try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+                matches!(tcp(&self.io).try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
         }
     }
@@ -179,7 +117,7 @@ impl Connection {
         within: std::time::Duration,
     ) -> Option<io::Error> {
         use tokio::io::AsyncReadExt;
-        let Io::Tls(tls) = &mut self.io else {
+        let Either::Right(tls) = &mut self.io else {
             return None;
         };
         if tls.get_ref().1.protocol_version() != Some(rustls::ProtocolVersion::TLSv1_3) {
@@ -261,8 +199,8 @@ impl Connection {
     /// The protocol the TLS handshake agreed on, if any.
     pub fn alpn_h2(&self) -> bool {
         match &self.io {
-            Io::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
-            Io::Plain(_) => false,
+            Either::Right(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+            Either::Left(_) => false,
         }
     }
 }

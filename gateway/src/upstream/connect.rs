@@ -30,11 +30,12 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 
-use super::conn::{Conn, Connection, Io};
+use super::conn::{Conn, Connection};
 use super::forward_proxy::ForwardProxy;
 use super::handshake::TlsFailure;
 use super::health::{EjectReason, Observation};
 use super::{RACE_DELAY, Replica, ReplicaKey, Target, Tried, Upstream};
+use tokio_util::either::Either;
 
 /// How long a check waits, after a TLS 1.3 handshake, for the replica to
 /// refuse it: a round trip on any network a route's replicas share with
@@ -405,9 +406,9 @@ async fn open_stream(
                         failure: TlsFailure::of(&e),
                         detail: e.to_string(),
                     })?;
-            Io::Tls(Box::new(stream))
+            Either::Right(Box::new(stream))
         }
-        None => Io::Plain(tcp),
+        None => Either::Left(tcp),
     };
     Ok(Connection::new(io))
 }
