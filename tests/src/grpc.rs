@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::process::free_port;
+use crate::ports::free_port;
 
 /// The script, in the repository.
 fn script() -> PathBuf {

@@ -19,6 +19,7 @@ pub mod grpc;
 pub mod logs;
 pub mod netns;
 pub mod node;
+pub mod ports;
 pub mod process;
 pub mod recorder;
 pub mod tls;

@@ -1,22 +1,12 @@
 //! Gateway nodes as processes of their own (`picket run`), for figures that
 //! must not include the harness: a node's own memory, its own log.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A free port on loopback for TCP and UDP alike, as far as the machine
-/// can tell now.
-pub fn free_port() -> u16 {
-    loop {
-        let tcp = TcpListener::bind("127.0.0.1:0").expect("a free TCP port");
-        let port = tcp.local_addr().expect("its address").port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+use crate::ports::free_port;
 
 /// A `picket run` process on a configuration file of its own.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use picket_tests::client;
 use picket_tests::cluster::{key_file, liveness_in, membership, section, verdict_in, view_until};
 use picket_tests::netns::{Host, LoopbackUdpCut};
 use picket_tests::node::TestNode;
-use picket_tests::process::free_port;
+use picket_tests::ports::free_port;
 use picket_tests::require;
 use picket_tests::upstream::{Behaviour, Upstream};
 

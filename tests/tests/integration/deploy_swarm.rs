@@ -19,12 +19,13 @@
 // Processes and wall time only: no runtime whose clock could be paused.
 #![allow(clippy::disallowed_types)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use picket_tests::docker::{self, docker};
+use picket_tests::ports::free_port;
 use picket_tests::tls::{self, TestCa};
 use picket_tests::{binaries, require};
 
@@ -33,18 +34,6 @@ fn stack_name() -> String {
     format!("picket-t{}", std::process::id())
 }
 const SOON: Duration = Duration::from_secs(90);
-
-fn free_port() -> u16 {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 /// One HTTP/1.1 exchange; the status and body.
 fn http(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use picket_tests::client;
-use picket_tests::process::free_port;
+use picket_tests::ports::free_port;
 use picket_tests::upstream::{Behaviour, Upstream};
 use picket_tests::{binaries, has_program, require};
 use tokio::net::TcpStream;

@@ -15,6 +15,7 @@ mod bounds;
 mod breaker;
 mod breaker_log;
 mod checks;
+mod cli;
 mod clients;
 mod cluster;
 mod cluster_faults;

@@ -4,7 +4,7 @@
 // Processes and wall time only: no runtime whose clock could be paused.
 #![allow(clippy::disallowed_types, clippy::expect_used)]
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -77,27 +77,13 @@ impl Drop for Tmux {
 }
 
 /// The first of three consecutive loopback ports free for TCP and UDP.
-fn three_free_ports(seed: u16) -> SocketAddr {
-    let mut base = 30_000 + (std::process::id() as u16 % 10_000) + seed * 97;
-    loop {
-        let free = (0..3).all(|i| {
-            let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
-            TcpListener::bind(addr).is_ok() && UdpSocket::bind(addr).is_ok()
-        });
-        if free {
-            return SocketAddr::from(([127, 0, 0, 1], base));
-        }
-        base += 3;
-    }
+fn three_free_ports() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], picket_tests::ports::consecutive(3)))
 }
 
-/// `picket demo` with its feed at `feed`, other ports from `seed` on.
-fn demo(feed: SocketAddr, seed: u16) -> (Process, SocketAddr) {
-    let (listen, admin, gossip) = (
-        three_free_ports(seed),
-        three_free_ports(seed + 1),
-        three_free_ports(seed + 2),
-    );
+/// `picket demo` with its feed at `feed`, other ports of its own.
+fn demo(feed: SocketAddr) -> (Process, SocketAddr) {
+    let (listen, admin, gossip) = (three_free_ports(), three_free_ports(), three_free_ports());
     let child = Command::new(binaries::picket())
         .args(["demo", "--listen", &listen.to_string()])
         .args(["--admin", &admin.to_string()])
@@ -115,8 +101,8 @@ fn the_tui_in_tmux_shows_the_demo_matrix_and_detail_and_q_restores_the_terminal(
     if !require("tmux", has_program("tmux")) {
         return;
     }
-    let feed = three_free_ports(3);
-    let (_demo, _admin) = demo(feed, 0);
+    let feed = three_free_ports();
+    let (_demo, _admin) = demo(feed);
     let tui = binaries::picket_tui();
     let dir = tempfile::tempdir().unwrap();
     let stty = dir.path().join("stty");
@@ -238,8 +224,8 @@ fn the_tui_in_tmux_shows_the_demo_matrix_and_detail_and_q_restores_the_terminal(
 
 #[test]
 fn once_json_prints_the_cluster_view_and_exits() {
-    let feed = three_free_ports(7);
-    let (_demo, _admin) = demo(feed, 4);
+    let feed = three_free_ports();
+    let (_demo, _admin) = demo(feed);
     let tui = binaries::picket_tui();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -275,11 +261,7 @@ fn once_json_prints_the_cluster_view_and_exits() {
 
 #[test]
 fn a_busy_demo_port_is_named_with_the_flag_that_moves_it() {
-    let (listen, admin, feed) = (
-        three_free_ports(11),
-        three_free_ports(12),
-        three_free_ports(13),
-    );
+    let (listen, admin, feed) = (three_free_ports(), three_free_ports(), three_free_ports());
     // The gossip port is held, as a swarm's engine holds 7946.
     let held = UdpSocket::bind("127.0.0.1:0").unwrap();
     let gossip = held.local_addr().unwrap();

@@ -738,7 +738,7 @@ async fn clients_cannot_write_the_log_through_the_tls_library() {
     let dir = tempfile::tempdir().unwrap();
     let leaf = ca.write_leaf(dir.path(), "app", &["app.test"]);
     let upstream = Upstream::start("app", Behaviour::Status(200)).await;
-    let tls = SocketAddr::from(([127, 0, 0, 1], picket_tests::process::free_port()));
+    let tls = SocketAddr::from(([127, 0, 0, 1], picket_tests::ports::free_port()));
     let node = picket_tests::process::NodeProcess::start_alone(
         &picket_tests::binaries::picket(),
         dir.path(),

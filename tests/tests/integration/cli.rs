@@ -1,9 +1,9 @@
 //! The `picket` command as operators run it: `check` on fixture files,
 //! `--help`, `run` reloading on SIGHUP, and `demo`.
 
-// A test of the binary as a process: panicking on a failed setup step is the
-// point, and waits are on the wall clock of real processes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_types)]
+// A test of the binary as a process: waits are on the wall clock of real
+// processes.
+#![allow(clippy::disallowed_types)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,12 +11,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const PICKET: &str = env!("CARGO_BIN_EXE_picket");
+/// The `picket` the tests run.
+fn picket() -> PathBuf {
+    picket_tests::binaries::picket()
+}
+
+/// The configuration fixtures, beside the gateway's sources.
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/tests/fixtures")
+}
 
 fn fixtures(kind: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(kind);
+    let dir = fixture_dir().join(kind);
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -27,7 +33,7 @@ fn fixtures(kind: &str) -> Vec<PathBuf> {
 }
 
 fn check(file: &Path, env: &[(&str, &str)]) -> Output {
-    Command::new(PICKET)
+    Command::new(picket())
         .arg("check")
         .arg(file)
         .envs(env.iter().copied())
@@ -93,8 +99,7 @@ fn every_valid_fixture_passes_and_its_effective_form_passes_too() {
 
 #[test]
 fn the_runtime_breaker_takes_its_settings_from_the_environment() {
-    let file =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/runtime_services.toml");
+    let file = fixture_dir().join("valid/runtime_services.toml");
     let out = check(
         &file,
         &[
@@ -151,7 +156,7 @@ fn route_lines(output: &str, name: &str) -> Vec<String> {
 
 #[test]
 fn check_shows_each_bound_inherited_separately() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/inheritance.toml");
+    let file = fixture_dir().join("valid/inheritance.toml");
     let out = check(&file, &[]);
     let output = String::from_utf8(out.stdout).unwrap();
     let api = route_lines(&output, "api");
@@ -187,7 +192,7 @@ fn check_shows_each_bound_inherited_separately() {
 
 #[test]
 fn check_shows_breaker_settings_inherited_field_by_field() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/breaker.toml");
+    let file = fixture_dir().join("valid/breaker.toml");
     let out = check(&file, &[]);
     let output = String::from_utf8(out.stdout).unwrap();
     let api = route_lines(&output, "api");
@@ -216,7 +221,7 @@ fn check_shows_breaker_settings_inherited_field_by_field() {
 
 #[test]
 fn environment_overrides_show_in_check() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/minimal.toml");
+    let file = fixture_dir().join("valid/minimal.toml");
     let out = check(
         &file,
         &[
@@ -241,7 +246,7 @@ fn environment_overrides_show_in_check() {
 
 #[test]
 fn an_https_listener_set_by_the_environment_needs_a_certificate() {
-    let valid = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid");
+    let valid = fixture_dir().join("valid");
     let out = check(
         &valid.join("minimal.toml"),
         &[("PICKET_LISTEN_TLS", "127.0.0.1:8443")],
@@ -268,7 +273,7 @@ fn an_https_listener_set_by_the_environment_needs_a_certificate() {
 
 #[test]
 fn help_explains_every_flag() {
-    let out = Command::new(PICKET)
+    let out = Command::new(picket())
         .args(["run", "--help"])
         .output()
         .unwrap();
@@ -296,7 +301,7 @@ fn help_explains_every_flag() {
     ] {
         assert!(help.contains(env), "run --help lacks {env}:\n{help}");
     }
-    let out = Command::new(PICKET).arg("--help").output().unwrap();
+    let out = Command::new(picket()).arg("--help").output().unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
     for command in ["run", "check", "demo"] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
@@ -333,7 +338,7 @@ fn help_explains_every_flag() {
 
 #[test]
 fn a_machine_wide_ssl_cert_file_is_not_shown_as_a_required_flag() {
-    let out = Command::new(PICKET)
+    let out = Command::new(picket())
         .arg("check")
         .env("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
         .output()
@@ -407,10 +412,7 @@ fn check_reports_every_unknown_field_with_what_was_meant() {
 }
 
 fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::from(([127, 0, 0, 1], picket_tests::ports::free_port()))
 }
 
 /// `GET path` over a fresh connection: (status, body).
@@ -505,7 +507,7 @@ fn sighup_reloads_the_configuration() {
     // Outside the watched directory: writing the log must not look like
     // a change there.
     let log = hidden.path().join("picket.log");
-    let child = Command::new(PICKET)
+    let child = Command::new(picket())
         .args(["run", "--log-format", "json", "--config"])
         .arg(&path)
         .stderr(std::fs::File::create(&log).unwrap())
@@ -574,29 +576,19 @@ fn sighup_reloads_the_configuration() {
 }
 
 /// The first of three consecutive loopback ports free for TCP and UDP.
-fn three_free_ports(seed: u16) -> SocketAddr {
-    let mut base = 20_000 + (std::process::id() as u16 % 10_000) + seed * 97;
-    loop {
-        let free = (0..3).all(|i| {
-            let addr = SocketAddr::from(([127, 0, 0, 1], base + i));
-            TcpListener::bind(addr).is_ok() && std::net::UdpSocket::bind(addr).is_ok()
-        });
-        if free {
-            return SocketAddr::from(([127, 0, 0, 1], base));
-        }
-        base += 3;
-    }
+fn three_free_ports() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], picket_tests::ports::consecutive(3)))
 }
 
 #[test]
 fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
     let (listen, admin, gossip, feed) = (
-        three_free_ports(0),
-        three_free_ports(1),
-        three_free_ports(2),
-        three_free_ports(3),
+        three_free_ports(),
+        three_free_ports(),
+        three_free_ports(),
+        three_free_ports(),
     );
-    let child = Command::new(PICKET)
+    let child = Command::new(picket())
         .args([
             "demo",
             "--listen",
@@ -658,7 +650,7 @@ fn health_asks_the_admin_listener_and_says_when_it_does_not_answer() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("picket.toml");
     std::fs::write(&path, config(listen, admin, a)).unwrap();
-    let child = Command::new(PICKET)
+    let child = Command::new(picket())
         .args(["run", "--config"])
         .arg(&path)
         .stderr(Stdio::null())
@@ -666,7 +658,7 @@ fn health_asks_the_admin_listener_and_says_when_it_does_not_answer() {
         .unwrap();
     let process = Process(child);
     let health = |admin: SocketAddr| {
-        Command::new(PICKET)
+        Command::new(picket())
             .args(["health", "--admin", &admin.to_string()])
             .output()
             .unwrap()
