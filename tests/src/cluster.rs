@@ -55,8 +55,8 @@ pub fn liveness_in(view: &ClusterView, node: &str) -> Option<Liveness> {
         .map(|m| m.liveness)
 }
 
-/// Waits until `check` holds on `node`'s view; panics after `within`,
-/// showing the view.
+/// Waits until `check` holds on `node`'s view, looking at each view the
+/// node publishes; panics after `within`, showing the last view.
 pub async fn view_until(
     node: &TestNode,
     what: &str,
@@ -64,16 +64,17 @@ pub async fn view_until(
     mut check: impl FnMut(&ClusterView) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + within;
+    let mut views = node.membership().await.subscribe();
     loop {
-        let view = node.view().await;
+        let view = views.borrow_and_update().clone();
         if check(&view) {
             return;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {within:?}: {what}; view: {view:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        match tokio::time::timeout_at(deadline, views.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!("the node left before: {what}; view: {view:#?}"),
+            Err(_) => panic!("not within {within:?}: {what}; view: {view:#?}"),
+        }
     }
 }
 

@@ -179,8 +179,39 @@ pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() ->
 }
 
 impl TestNode {
-    /// Polls this node's verdict on `route` until `check` holds; panics
-    /// after `within`, showing the last verdict.
+    /// Checks every verdict on `route` the board publishes for `during`,
+    /// the current one first: `check` must hold on each (a flap between
+    /// two samples cannot hide from it).
+    pub async fn verdicts_hold_for(
+        &self,
+        route: &str,
+        what: &str,
+        during: Duration,
+        mut check: impl FnMut(&picket_proto::Verdict) -> bool,
+    ) {
+        let end = tokio::time::Instant::now() + during;
+        let mut snapshots = self.node().board().subscribe();
+        loop {
+            let verdict = snapshots
+                .borrow_and_update()
+                .iter()
+                .find(|v| v.route == route)
+                .cloned();
+            assert!(
+                verdict.as_ref().is_some_and(&mut check),
+                "{what}: {verdict:?}"
+            );
+            match tokio::time::timeout_at(end, snapshots.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("the node stopped while watching: {what}"),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Waits until this node's verdict on `route` satisfies `check`,
+    /// looking at each snapshot the board publishes; panics after
+    /// `within`, showing the last verdict.
     pub async fn verdict_until(
         &self,
         route: &str,
@@ -189,16 +220,21 @@ impl TestNode {
         mut check: impl FnMut(&picket_proto::Verdict) -> bool,
     ) {
         let deadline = tokio::time::Instant::now() + within;
+        let mut snapshots = self.node().board().subscribe();
         loop {
-            let verdict = self.verdict(route);
+            let verdict = snapshots
+                .borrow_and_update()
+                .iter()
+                .find(|v| v.route == route)
+                .cloned();
             if verdict.as_ref().is_some_and(&mut check) {
                 return;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "not within {within:?}: {what}; last verdict: {verdict:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            match tokio::time::timeout_at(deadline, snapshots.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("the node stopped before: {what}; last verdict: {verdict:?}"),
+                Err(_) => panic!("not within {within:?}: {what}; last verdict: {verdict:?}"),
+            }
         }
     }
 }

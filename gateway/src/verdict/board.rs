@@ -54,7 +54,7 @@ struct Owned {
     images: Arc<[String]>,
 }
 
-fn circuit_facts(route: &Route) -> BreakerFacts {
+fn breaker_facts(route: &Route) -> BreakerFacts {
     match &route.breaker {
         None => BreakerFacts::Disabled,
         Some(circuit) => {
@@ -101,7 +101,7 @@ impl Board {
             let (source, owned, circuit) = (
                 route.upstream.source,
                 replica_facts(route),
-                circuit_facts(route),
+                breaker_facts(route),
             );
             let replica_facts: Vec<ReplicaFacts<'_>> = owned
                 .iter()

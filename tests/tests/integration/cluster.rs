@@ -53,11 +53,15 @@ async fn a_verdict_change_reaches_every_peer_within_three_gossip_intervals() {
         } else {
             base.clone()
         });
-        let changed = |v: Option<&picket_proto::Verdict>| v.is_some_and(|v| v.total == total);
         // The clock starts when the source's own verdict has changed.
-        while !changed(source.verdict("api").as_ref()) {
-            tokio::task::yield_now().await;
-        }
+        source
+            .verdict_until(
+                "api",
+                "its own verdict changed",
+                Duration::from_secs(10),
+                |v| v.total == total,
+            )
+            .await;
         let start = Instant::now();
         let mut pending: Vec<&TestNode> = nodes[1..].iter().collect();
         while !pending.is_empty() {

@@ -94,9 +94,14 @@ async fn a_change_on_node_c_reaches_a_client_of_node_a_within_three_intervals_an
             .node()
             .apply(if total == 2 { two.clone() } else { one.clone() });
         // The clock starts when node C's own verdict has changed.
-        while source.verdict("api").is_none_or(|v| v.total != total) {
-            tokio::task::yield_now().await;
-        }
+        source
+            .verdict_until(
+                "api",
+                "its own verdict changed",
+                Duration::from_secs(10),
+                |v| v.total == total,
+            )
+            .await;
         let start = Instant::now();
         let seen = arrival(&mut views, Duration::from_secs(10), |view| {
             verdict_in(view, "n3", "api").is_some_and(|v| v.total == total)
@@ -364,9 +369,13 @@ async fn a_client_that_reads_nothing_slows_nobody_and_is_let_go() {
     for i in 0..60 {
         let total = (i % 2 + 1) as u32;
         node.node().apply(configs[i % 2].clone());
-        while node.verdict("r0999").is_none_or(|v| v.total != total) {
-            tokio::task::yield_now().await;
-        }
+        node.verdict_until(
+            "r0999",
+            "its own verdict changed",
+            Duration::from_secs(10),
+            |v| v.total == total,
+        )
+        .await;
         let start = Instant::now();
         let seen = arrival(&mut views, Duration::from_secs(5), |view| {
             verdict_in(view, "n1", "r0999").is_some_and(|v| v.total == total)

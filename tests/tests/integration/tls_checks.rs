@@ -25,22 +25,19 @@ fn external(name: &str, url: &str, extra: &str) -> String {
 /// then: every verdict must be red with `reason`, every answer 502.
 async fn stays_red(node: &TestNode, route: &str, reason: &str, during: Duration) {
     let end = tokio::time::Instant::now() + during;
-    let mut next_request = tokio::time::Instant::now();
-    while tokio::time::Instant::now() < end {
-        let verdict = node.verdict(route).expect("a verdict");
-        assert!(
-            verdict.heart == Heart::Red && verdict.reason == reason,
-            "the verdict flapped: {verdict:?}"
-        );
-        if tokio::time::Instant::now() >= next_request {
+    let requests = async {
+        while tokio::time::Instant::now() < end {
             let answer = client::get(node.proxy, "any", &format!("/{route}/x"))
                 .await
                 .expect("the node answers");
             assert_eq!(answer.status, 502, "{}", answer.text());
-            next_request += Duration::from_millis(300);
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    };
+    let watched = node.verdicts_hold_for(route, "the verdict flapped", during, |v| {
+        v.heart == Heart::Red && v.reason == reason
+    });
+    tokio::join!(requests, watched);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,16 +173,13 @@ async fn the_probe_completes_the_handshake_before_it_re_admits() {
     )
     .await;
     let probed_from = upstream.accepted();
-    let end = tokio::time::Instant::now() + Duration::from_millis(2500);
-    while tokio::time::Instant::now() < end {
-        let verdict = node.verdict("billing").expect("a verdict");
-        assert_eq!(
-            (verdict.heart, verdict.reason.as_str()),
-            (Heart::Red, UNKNOWN_ISSUER),
-            "a probe re-admitted a host whose certificate fails"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    node.verdicts_hold_for(
+        "billing",
+        "a probe re-admitted a host whose certificate fails",
+        Duration::from_millis(2500),
+        |v| v.heart == Heart::Red && v.reason == UNKNOWN_ISSUER,
+    )
+    .await;
     assert!(
         upstream.accepted() >= probed_from + 2,
         "probes connected: {} then {}",
