@@ -17,7 +17,8 @@
 
 use std::sync::Arc;
 
-use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
 mod validity;
@@ -116,7 +117,7 @@ pub fn check(
     hosts: Option<&[String]>,
     now: i64,
 ) -> Result<Certificate, CertError> {
-    let chain = rustls_pemfile::certs(&mut &cert_pem[..])
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<CertificateDer<'static>>, _>>()
         .map_err(|e| CertError::Pem(e.to_string()))?;
     let Some(leaf) = chain.first() else {
@@ -138,9 +139,11 @@ pub fn check(
     if now < not_before {
         return Err(CertError::NotYetValid(rfc3339(not_before)));
     }
-    let key = rustls_pemfile::private_key(&mut &key_pem[..])
-        .map_err(|e| CertError::Pem(e.to_string()))?
-        .ok_or(CertError::NoKey)?;
+    let key = match PrivateKeyDer::from_pem_slice(key_pem) {
+        Ok(key) => key,
+        Err(pem::Error::NoItemsFound) => return Err(CertError::NoKey),
+        Err(e) => return Err(CertError::Pem(e.to_string())),
+    };
     let provider = rustls::crypto::ring::default_provider();
     let signer = provider
         .key_provider

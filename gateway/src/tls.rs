@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -31,7 +33,7 @@ pub fn upstream_config(
     match &tls.ca {
         Some((path, pem)) => {
             let mut added = 0;
-            for cert in rustls_pemfile::certs(&mut pem.as_slice()).flatten() {
+            for cert in CertificateDer::pem_slice_iter(pem).flatten() {
                 if roots.add(cert).is_ok() {
                     added += 1;
                 }
@@ -52,13 +54,11 @@ pub fn upstream_config(
         None => builder.with_no_client_auth(),
         Some(client) => {
             let file = client.cert.display().to_string();
-            let chain: Vec<_> = rustls_pemfile::certs(&mut client.cert_pem.as_slice())
+            let chain: Vec<_> = CertificateDer::pem_slice_iter(&client.cert_pem)
                 .flatten()
                 .collect();
-            let key = rustls_pemfile::private_key(&mut client.key_pem.as_slice())
-                .ok()
-                .flatten()
-                .ok_or(TlsError::Empty { file })?;
+            let key = PrivateKeyDer::from_pem_slice(&client.key_pem)
+                .map_err(|_| TlsError::Empty { file })?;
             builder.with_client_auth_cert(chain, key)?
         }
     };
@@ -92,7 +92,7 @@ pub fn client_config(extra_roots: Option<&Path>) -> Result<Arc<rustls::ClientCon
             source,
         })?;
         let mut added = 0;
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()).flatten() {
+        for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
             if roots.add(cert).is_ok() {
                 added += 1;
             }

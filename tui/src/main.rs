@@ -86,7 +86,7 @@ async fn trust(cli: &Cli) -> anyhow::Result<Trust> {
     }
     if let Some(path) = &cli.ca {
         let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let certs = rustls_pemfile::certs(&mut pem.as_slice())
+        let certs = <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem)
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("{} is not PEM", path.display()))?;
         if certs.is_empty() {

@@ -1235,7 +1235,7 @@ impl Validator<'_> {
         let ca = match &raw.ca {
             Some(field) => {
                 let (path, pem) = read(field, "CA certificates")?;
-                let found = rustls_pemfile::certs(&mut pem.as_slice())
+                let found = <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem)
                     .filter(Result::is_ok)
                     .count();
                 if found == 0 {

@@ -26,6 +26,7 @@ use picket_proto::ClusterView;
 use picket_proto::codec::{self, CodecError, FRAME_HEADER};
 use picket_proto::feed::{self, ALPN, Frame, Request};
 use quinn::crypto::rustls::QuicServerConfig;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::sync::{Semaphore, watch};
 
@@ -113,7 +114,7 @@ fn identity(
         })
     };
     let pem = read("certificate", cert)?;
-    let chain: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pem.as_slice())
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .map_err(|e| FeedError::Read {
             what: "certificate",
@@ -128,9 +129,11 @@ fn identity(
         });
     }
     let pem = read("key", key)?;
-    let key = rustls_pemfile::private_key(&mut pem.as_slice())
-        .map_err(|e| e.to_string())
-        .and_then(|k| k.ok_or_else(|| "no PEM private key in it".to_string()))
+    let key = PrivateKeyDer::from_pem_slice(&pem)
+        .map_err(|e| match e {
+            pem::Error::NoItemsFound => "no PEM private key in it".to_string(),
+            e => e.to_string(),
+        })
         .map_err(|message| FeedError::Read {
             what: "key",
             path: resolve(key).display().to_string(),
