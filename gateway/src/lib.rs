@@ -39,5 +39,7 @@ pub mod tls;
 pub mod upstream;
 pub mod verdict;
 
-#[cfg(test)]
-mod testing;
+/// A log sink for tests, shared with the integration tests' harness
+/// (`picket_tests::logs`) so that it is written once.
+#[doc(hidden)]
+pub mod testing;

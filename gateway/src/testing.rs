@@ -1,4 +1,5 @@
-//! What unit tests share.
+//! What tests share: the unit tests here and the integration tests'
+//! harness. Nothing in the node uses it.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -1,33 +1,7 @@
 //! A log sink for tests that count what a node logged (a tracing
 //! subscriber's writer).
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-/// Every byte written, shared by its clones.
-#[derive(Debug, Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    /// What has been written so far.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+pub use picket::testing::Captured;
 
 /// A runtime whose every thread logs to `captured` (at `filter`), and to
 /// nothing else: a test that counts what its node logged sees its own

@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -26,26 +26,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 
-/// What the nodes of this process log, from the first test that asks on
-/// (the tests of this module look for lines that name their own files).
-fn logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("info")
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .try_init();
-        captured
-    })
-}
-
 /// The lines logged so far that hold every one of `parts`.
-fn logged(parts: &[&str]) -> usize {
-    logs()
-        .text()
+fn logged(logs: &Captured, parts: &[&str]) -> usize {
+    logs.text()
         .lines()
         .filter(|line| parts.iter().all(|part| line.contains(part)))
         .count()
@@ -351,156 +334,163 @@ type Sample = (
     Result<(rustls::pki_types::CertificateDer<'static>, u16), String>,
 );
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn certificates_rotate_under_load_without_a_failed_request() {
-    logs();
-    let ca = TestCa::new("rotation CA");
-    let dir = tempfile::tempdir().unwrap();
-    let mut secret = Secret::new(&dir.path().join("secret"));
-    let pem = |(cert, key): &(rcgen::Certificate, rcgen::KeyPair)| {
-        (format!("{}{}", cert.pem(), ca.pem), key.serialize_pem())
-    };
-    let first = ca.leaf(&["app.test"]);
-    let second = ca.leaf(&["app.test"]);
-    let broken = ca.leaf(&["app.test"]);
-    let stranger = ca.leaf(&["app.test"]);
-    let (first_pem, second_pem) = (pem(&first), pem(&second));
-    secret.publish(&first_pem.0, &first_pem.1);
-    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
-    let (node, tls) = start(
-        &[secret.table()],
-        "",
-        &route("app", "/", &[upstream.addr], ""),
-    );
+/// On a runtime that logs to this test alone: it counts its node's lines.
+#[test]
+fn certificates_rotate_under_load_without_a_failed_request() {
+    let captured = Captured::default();
+    let (runtime, _logging) = picket_tests::logs::runtime(&captured, "info");
+    runtime.block_on(async {
+        let ca = TestCa::new("rotation CA");
+        let dir = tempfile::tempdir().unwrap();
+        let mut secret = Secret::new(&dir.path().join("secret"));
+        let pem = |(cert, key): &(rcgen::Certificate, rcgen::KeyPair)| {
+            (format!("{}{}", cert.pem(), ca.pem), key.serialize_pem())
+        };
+        let first = ca.leaf(&["app.test"]);
+        let second = ca.leaf(&["app.test"]);
+        let broken = ca.leaf(&["app.test"]);
+        let stranger = ca.leaf(&["app.test"]);
+        let (first_pem, second_pem) = (pem(&first), pem(&second));
+        secret.publish(&first_pem.0, &first_pem.1);
+        let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+        let (node, tls) = start(
+            &[secret.table()],
+            "",
+            &route("app", "/", &[upstream.addr], ""),
+        );
 
-    // A kept-alive HTTP/2 connection made before any rotation: it goes on
-    // being served, on the certificate its handshake got.
-    let kept = connect(tls, "app.test", client_config(&ca, &[b"h2"]))
+        // A kept-alive HTTP/2 connection made before any rotation: it goes on
+        // being served, on the certificate its handshake got.
+        let kept = connect(tls, "app.test", client_config(&ca, &[b"h2"]))
+            .await
+            .unwrap();
+        assert_eq!(shown(&kept).as_ref(), Some(first.0.der()));
+        let (mut h2, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(kept),
+        )
         .await
         .unwrap();
-    assert_eq!(shown(&kept).as_ref(), Some(first.0.der()));
-    let (mut h2, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(kept),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(connection);
+        tokio::spawn(connection);
 
-    // 100 requests a second for 6 s, each on a new connection with a full
-    // handshake.
-    let start = Instant::now();
-    let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
-    let load = {
-        let samples = Arc::clone(&samples);
-        let config = client_config(&ca, &[b"http/1.1"]);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            let mut requests = tokio::task::JoinSet::new();
-            for _ in 0..600 {
-                tick.tick().await;
-                let (samples, config) = (Arc::clone(&samples), Arc::clone(&config));
-                requests.spawn(async move {
-                    let at = start.elapsed();
-                    let got = tls::get(tls, config, "app.test", "/")
-                        .await
-                        .map(|(answer, leaf, _)| (leaf, answer.status.as_u16()))
-                        .map_err(|e| format!("{e:#}"));
-                    samples.lock().unwrap().push((at, got));
-                });
-            }
-            while requests.join_next().await.is_some() {}
-        })
-    };
-    let kept_alive = tokio::spawn(async move {
-        let mut answered = 0;
-        while start.elapsed() < Duration::from_millis(5500) {
-            let req = http::Request::get("https://app.test/kept")
-                .body(http_body_util::Empty::<bytes::Bytes>::new())
-                .unwrap();
-            let response = h2
-                .send_request(req)
-                .await
-                .expect("the kept connection serves");
-            assert_eq!(response.status(), 200);
-            answered += 1;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        answered
-    });
-
-    tokio::time::sleep_until(start + Duration::from_secs(1)).await;
-    let rotated = start.elapsed();
-    secret.publish(&second_pem.0, &second_pem.1);
-    tokio::time::sleep_until(start + Duration::from_millis(3500)).await;
-    let broke = start.elapsed();
-    // A new certificate with another certificate's key.
-    let (broken_cert, _) = pem(&broken);
-    let (_, stranger_key) = pem(&stranger);
-    secret.publish(&broken_cert, &stranger_key);
-    // The same bad version again, a second later: nothing new to say.
-    tokio::time::sleep_until(start + Duration::from_millis(4500)).await;
-    secret.publish(&broken_cert, &stranger_key);
-    load.await.unwrap();
-    let answered = kept_alive.await.unwrap();
-
-    let samples = std::mem::take(&mut *samples.lock().unwrap());
-    assert_eq!(samples.len(), 600);
-    let failed: Vec<_> = samples
-        .iter()
-        .filter(|(_, got)| !matches!(got, Ok((_, 200))))
-        .collect();
-    assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
-    let which = |leaf: &rustls::pki_types::CertificateDer<'_>| {
-        if leaf == first.0.der() {
-            "first"
-        } else if leaf == second.0.der() {
-            "second"
-        } else {
-            "another"
-        }
-    };
-    for (at, got) in samples.iter() {
-        let Ok((leaf, _)) = got else { continue };
-        let shown = which(leaf);
-        let expected = if *at < rotated {
-            "first"
-        } else if *at >= rotated + Duration::from_secs(2) {
-            // Broken or not, the second serves on.
-            "second"
-        } else {
-            continue;
+        // 100 requests a second for 6 s, each on a new connection with a full
+        // handshake.
+        let start = Instant::now();
+        let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
+        let load = {
+            let samples = Arc::clone(&samples);
+            let config = client_config(&ca, &[b"http/1.1"]);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
+                let mut requests = tokio::task::JoinSet::new();
+                for _ in 0..600 {
+                    tick.tick().await;
+                    let (samples, config) = (Arc::clone(&samples), Arc::clone(&config));
+                    requests.spawn(async move {
+                        let at = start.elapsed();
+                        let got = tls::get(tls, config, "app.test", "/")
+                            .await
+                            .map(|(answer, leaf, _)| (leaf, answer.status.as_u16()))
+                            .map_err(|e| format!("{e:#}"));
+                        samples.lock().unwrap().push((at, got));
+                    });
+                }
+                while requests.join_next().await.is_some() {}
+            })
         };
-        assert_eq!(
-            shown, expected,
-            "a handshake at {at:?} (rotated at {rotated:?}, broken at {broke:?})"
+        let kept_alive = tokio::spawn(async move {
+            let mut answered = 0;
+            while start.elapsed() < Duration::from_millis(5500) {
+                let req = http::Request::get("https://app.test/kept")
+                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                let response = h2
+                    .send_request(req)
+                    .await
+                    .expect("the kept connection serves");
+                assert_eq!(response.status(), 200);
+                answered += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            answered
+        });
+
+        tokio::time::sleep_until(start + Duration::from_secs(1)).await;
+        let rotated = start.elapsed();
+        secret.publish(&second_pem.0, &second_pem.1);
+        tokio::time::sleep_until(start + Duration::from_millis(3500)).await;
+        let broke = start.elapsed();
+        // A new certificate with another certificate's key.
+        let (broken_cert, _) = pem(&broken);
+        let (_, stranger_key) = pem(&stranger);
+        secret.publish(&broken_cert, &stranger_key);
+        // The same bad version again, a second later: nothing new to say.
+        tokio::time::sleep_until(start + Duration::from_millis(4500)).await;
+        secret.publish(&broken_cert, &stranger_key);
+        load.await.unwrap();
+        let answered = kept_alive.await.unwrap();
+
+        let samples = std::mem::take(&mut *samples.lock().unwrap());
+        assert_eq!(samples.len(), 600);
+        let failed: Vec<_> = samples
+            .iter()
+            .filter(|(_, got)| !matches!(got, Ok((_, 200))))
+            .collect();
+        assert!(failed.is_empty(), "{} failed: {failed:?}", failed.len());
+        let which = |leaf: &rustls::pki_types::CertificateDer<'_>| {
+            if leaf == first.0.der() {
+                "first"
+            } else if leaf == second.0.der() {
+                "second"
+            } else {
+                "another"
+            }
+        };
+        for (at, got) in samples.iter() {
+            let Ok((leaf, _)) = got else { continue };
+            let shown = which(leaf);
+            let expected = if *at < rotated {
+                "first"
+            } else if *at >= rotated + Duration::from_secs(2) {
+                // Broken or not, the second serves on.
+                "second"
+            } else {
+                continue;
+            };
+            assert_eq!(
+                shown, expected,
+                "a handshake at {at:?} (rotated at {rotated:?}, broken at {broke:?})"
+            );
+        }
+        let after = samples
+            .iter()
+            .filter(|(at, got)| {
+                *at >= rotated && matches!(got, Ok((leaf, _)) if which(leaf) == "second")
+            })
+            .map(|(at, _)| *at)
+            .min()
+            .expect("the new certificate served");
+        assert!(
+            after - rotated < Duration::from_secs(2),
+            "the new certificate served {:?} after the swap",
+            after - rotated
         );
-    }
-    let after = samples
-        .iter()
-        .filter(|(at, got)| {
-            *at >= rotated && matches!(got, Ok((leaf, _)) if which(leaf) == "second")
-        })
-        .map(|(at, _)| *at)
-        .min()
-        .expect("the new certificate served");
-    assert!(
-        after - rotated < Duration::from_secs(2),
-        "the new certificate served {:?} after the swap",
-        after - rotated
-    );
-    assert!(
-        answered > 50,
-        "the kept connection answered {answered} times"
-    );
-    let cert = secret.dir.join("tls.crt").display().to_string();
-    assert!(
-        logged(&["certificate files changed", "app.test"]) >= 1
-            && logged(&["certificate files refused", &format!("cert={cert}")]) == 1,
-        "one line for the rotation, one for the broken version:\n{}",
-        logs().text()
-    );
-    node.stop().await;
+        assert!(
+            answered > 50,
+            "the kept connection answered {answered} times"
+        );
+        let cert = secret.dir.join("tls.crt").display().to_string();
+        assert!(
+            logged(&captured, &["certificate files changed", "app.test"]) >= 1
+                && logged(
+                    &captured,
+                    &["certificate files refused", &format!("cert={cert}")]
+                ) == 1,
+            "one line for the rotation, one for the broken version:\n{}",
+            captured.text()
+        );
+        node.stop().await;
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -667,59 +657,69 @@ async fn bad_certificate_files_are_configuration_errors_with_their_place() {
     node.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expiry_shows_in_the_status_api_in_metrics_and_in_the_log() {
-    logs();
-    let ca = TestCa::new("expiry CA");
-    let dir = tempfile::tempdir().unwrap();
-    let not_after = now_unix() + 10 * 86_400 + 3600;
-    let (cert, key) = ca.leaf_expiring(&["soon.test"], Some(not_after));
-    let soon = Leaf::write(dir.path(), "soon", &cert, &key, &ca.pem);
-    let far = ca.write_leaf(dir.path(), "far", &["far.test"]);
-    let (node, _) = start(&[soon.table(), far.table()], "", "");
-    let (status, answer) = node.admin_json("/v1/node").await;
-    assert_eq!(status, 200);
-    let certificates = answer["certificates"].as_array().expect("certificates");
-    assert_eq!(certificates.len(), 2, "{answer:#}");
-    assert_eq!(certificates[0]["names"], serde_json::json!(["soon.test"]));
-    assert_eq!(certificates[0]["days_to_expiry"], 10, "{answer:#}");
-    assert_eq!(certificates[0]["not_after_unix_ms"], not_after * 1000);
-    assert_eq!(certificates[1]["names"], serde_json::json!(["far.test"]));
-    assert!(certificates[1]["days_to_expiry"].as_i64().unwrap() > 365 * 10);
+/// On a runtime that logs to this test alone: it counts its node's lines.
+#[test]
+fn expiry_shows_in_the_status_api_in_metrics_and_in_the_log() {
+    let captured = Captured::default();
+    let (runtime, _logging) = picket_tests::logs::runtime(&captured, "info");
+    runtime.block_on(async {
+        let ca = TestCa::new("expiry CA");
+        let dir = tempfile::tempdir().unwrap();
+        let not_after = now_unix() + 10 * 86_400 + 3600;
+        let (cert, key) = ca.leaf_expiring(&["soon.test"], Some(not_after));
+        let soon = Leaf::write(dir.path(), "soon", &cert, &key, &ca.pem);
+        let far = ca.write_leaf(dir.path(), "far", &["far.test"]);
+        let (node, _) = start(&[soon.table(), far.table()], "", "");
+        let (status, answer) = node.admin_json("/v1/node").await;
+        assert_eq!(status, 200);
+        let certificates = answer["certificates"].as_array().expect("certificates");
+        assert_eq!(certificates.len(), 2, "{answer:#}");
+        assert_eq!(certificates[0]["names"], serde_json::json!(["soon.test"]));
+        assert_eq!(certificates[0]["days_to_expiry"], 10, "{answer:#}");
+        assert_eq!(certificates[0]["not_after_unix_ms"], not_after * 1000);
+        assert_eq!(certificates[1]["names"], serde_json::json!(["far.test"]));
+        assert!(certificates[1]["days_to_expiry"].as_i64().unwrap() > 365 * 10);
 
-    let text = metrics(&node).await;
-    assert!(
-        text.contains(&format!(
-            "picket_certificate_expiry_seconds{{name=\"soon.test\"}} {not_after}\n"
-        )),
-        "{text}"
-    );
-    assert!(
-        text.contains("picket_certificate_expiry_seconds{name=\"far.test\"} "),
-        "{text}"
-    );
+        let text = metrics(&node).await;
+        assert!(
+            text.contains(&format!(
+                "picket_certificate_expiry_seconds{{name=\"soon.test\"}} {not_after}\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("picket_certificate_expiry_seconds{name=\"far.test\"} "),
+            "{text}"
+        );
 
-    let soon_file = format!("cert={}", soon.cert.display());
-    eventually("the expiry warned about", Duration::from_secs(5), || {
-        logged(&["certificate expires soon", &soon_file]) == 1
-    })
-    .await;
-    // Looked at again the same day: nothing more to say.
-    assert_eq!(
-        node.node()
-            .certificates()
-            .warn_expiring(picket::clock::now_unix()),
-        0
-    );
-    assert_eq!(logged(&["certificate expires soon", &soon_file]), 1);
-    assert_eq!(
-        logged(&[
-            "certificate expires soon",
-            &format!("cert={}", far.cert.display())
-        ]),
-        0
-    );
-    node.stop().await;
+        let soon_file = format!("cert={}", soon.cert.display());
+        eventually("the expiry warned about", Duration::from_secs(5), || {
+            logged(&captured, &["certificate expires soon", &soon_file]) == 1
+        })
+        .await;
+        // Looked at again the same day: nothing more to say.
+        assert_eq!(
+            node.node()
+                .certificates()
+                .warn_expiring(picket::clock::now_unix()),
+            0
+        );
+        assert_eq!(
+            logged(&captured, &["certificate expires soon", &soon_file]),
+            1
+        );
+        assert_eq!(
+            logged(
+                &captured,
+                &[
+                    "certificate expires soon",
+                    &format!("cert={}", far.cert.display())
+                ]
+            ),
+            0
+        );
+        node.stop().await;
+    });
 }
 
 /// A ClientHello naming `name` as its server (SNI), byte for byte as
