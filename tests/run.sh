@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests use
-# (curl, wrk, iproute2, iptables, tmux, and grpcio for the gRPC tests), then checks formatting and lints and runs
+# (curl, wrk, iproute2, iptables, tmux, grpcio for the gRPC tests, and
+# cargo-deny), then checks formatting, lints and dependencies and runs
 # every test of the workspace. Tests that build test hosts in network
 # namespaces need root; with CI=true nothing may be skipped.
 set -euo pipefail
@@ -34,6 +35,24 @@ export PICKET_GRPC_PYTHON="$grpc_venv/bin/python"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Dependencies (deny.toml): licenses, duplicate crates, sources, and the
+# RustSec advisories from a copy of the database on this machine (this
+# machine cannot fetch it; without a copy the advisories are not checked,
+# and it says so).
+if ! command -v cargo-deny >/dev/null; then
+  echo "tests: installing cargo-deny" >&2
+  cargo install --locked cargo-deny --version 0.20.2
+fi
+cargo fetch --locked
+deny_db="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs"
+if compgen -G "$deny_db/advisory-db-*" >/dev/null; then
+  cargo deny --offline check
+else
+  echo "tests: NO RUSTSEC DATABASE under $deny_db: advisories NOT checked" >&2
+  cargo deny --offline check licenses bans sources
+fi
+
 # The faults under load measure while they run (no request may fail while
 # a node, a replica or a runtime fails): they run after the rest, alone.
 cargo test --workspace --locked -- --skip faults::under_load
