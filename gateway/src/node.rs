@@ -344,7 +344,7 @@ impl Node {
             return Reload::Unchanged;
         };
         let file = path.display().to_string();
-        let text = match std::fs::read_to_string(path) {
+        let text = match read_settled(path) {
             Ok(text) => text,
             // Out of file descriptors: the node's problem, not the file's.
             // The next change or SIGHUP reads it again.
@@ -359,6 +359,15 @@ impl Node {
         };
         if self.lock().text.as_deref() == Some(text.as_str()) {
             return Reload::Unchanged;
+        }
+        if text.trim().is_empty() {
+            // Most likely a file being written in place (truncated, then
+            // filled): its next change is read again. A node is never
+            // emptied of its routes and certificates by an empty file.
+            let error = format!(
+                "{file}: the file is empty; if it is being written, its next change is read"
+            );
+            return self.refuse(None, error);
         }
         match Config::parse(&file, &text) {
             Ok(mut config) => {
@@ -516,6 +525,29 @@ impl Running {
         self.trigger.fire();
         self.task.await.map_err(io::Error::other)?
     }
+}
+
+/// How long a configuration file must stay the same before it is read as
+/// whole, and how long the reader waits at most for it to.
+const SETTLE: Duration = Duration::from_millis(50);
+const SETTLE_FOR: Duration = Duration::from_secs(2);
+
+/// Reads the configuration file once two reads [`SETTLE`] apart agree, so
+/// that a file written in place is not read half-written (for at most
+/// [`SETTLE_FOR`]; then the last read stands). Blocking.
+fn read_settled(path: &Path) -> io::Result<String> {
+    let mut text = std::fs::read_to_string(path)?;
+    let mut waited = Duration::ZERO;
+    while waited < SETTLE_FOR {
+        std::thread::sleep(SETTLE);
+        waited += SETTLE;
+        let again = std::fs::read_to_string(path)?;
+        if again == text {
+            break;
+        }
+        text = again;
+    }
+    Ok(text)
 }
 
 /// Starts a node in the current runtime.

@@ -246,3 +246,75 @@ async fn a_reload_leaves_no_stale_or_orphaned_series() {
     assert!(after.contains("route=\"kept\""), "{after}");
     node.stop().await;
 }
+
+/// A file written in place, as `>` in a shell or an editor without
+/// atomic saves writes it: truncated, then filled, here with pauses
+/// between the parts. The node never applies the empty or the half-written
+/// file: the old routes answer throughout, and the whole new file is
+/// applied once written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_in_place_is_never_applied_half_written() {
+    use std::io::Write;
+    let old = Upstream::start("old", Behaviour::Echo).await;
+    let new = Upstream::start("new", Behaviour::Echo).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("picket.toml");
+    let api = |addr| route("api", "/", &[addr], "");
+    std::fs::write(&path, api(old.addr)).unwrap();
+    let node = TestNode::start_file(&path);
+
+    let proxy = node.proxy;
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let running = std::sync::Arc::clone(&running);
+        tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            while running.load(std::sync::atomic::Ordering::SeqCst) {
+                let answer = client::get(proxy, "x", "/").await.unwrap();
+                statuses.push(answer.status.as_u16());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            statuses
+        })
+    };
+
+    // Truncated, left empty for 400 ms (the watch reads it meanwhile);
+    // then a first part that parses alone (a route that is not `api`),
+    // 30 ms later the rest.
+    let mut file = std::fs::File::create(&path).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let whole = format!(
+        "{}{}",
+        route("other", "/other", &[new.addr], ""),
+        api(new.addr)
+    );
+    let cut = whole.find("[[route]]\nname = \"api\"").unwrap();
+    file.write_all(&whole.as_bytes()[..cut]).unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    file.write_all(&whole.as_bytes()[cut..]).unwrap();
+    drop(file);
+
+    eventually("the whole new file is applied", async || {
+        client::get(node.proxy, "x", "/")
+            .await
+            .unwrap()
+            .text()
+            .starts_with("new:")
+    })
+    .await;
+    running.store(false, std::sync::atomic::Ordering::SeqCst);
+    let statuses = watcher.await.unwrap();
+    assert!(statuses.len() > 20, "{} requests", statuses.len());
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "a half-written file was applied: {statuses:?}"
+    );
+    assert_eq!(
+        client::get(node.proxy, "x", "/other/x")
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    node.stop().await;
+}
