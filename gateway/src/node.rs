@@ -527,27 +527,34 @@ impl Running {
     }
 }
 
-/// How long a configuration file must stay the same before it is read as
-/// whole, and how long the reader waits at most for it to.
+/// How long ago a configuration file must have last changed before it is
+/// read as whole, and how long the reader waits at most for that.
 const SETTLE: Duration = Duration::from_millis(50);
 const SETTLE_FOR: Duration = Duration::from_secs(2);
 
-/// Reads the configuration file once two reads [`SETTLE`] apart agree, so
-/// that a file written in place is not read half-written (for at most
-/// [`SETTLE_FOR`]; then the last read stands). Blocking.
+/// How long the reader waits before reading a file last modified `age`
+/// ago (`None`: a modification time in the future, which says nothing).
+fn settle_wait(age: Option<Duration>, waited: Duration) -> Option<Duration> {
+    let age = age?;
+    (age < SETTLE && waited < SETTLE_FOR).then(|| (SETTLE - age).min(SETTLE_FOR - waited))
+}
+
+/// Reads the configuration file once it has not changed for [`SETTLE`]
+/// (waiting [`SETTLE_FOR`] at most), so that a file being written in place
+/// is not read half-written. Blocking.
 fn read_settled(path: &Path) -> io::Result<String> {
-    let mut text = std::fs::read_to_string(path)?;
     let mut waited = Duration::ZERO;
-    while waited < SETTLE_FOR {
-        std::thread::sleep(SETTLE);
-        waited += SETTLE;
-        let again = std::fs::read_to_string(path)?;
-        if again == text {
-            break;
+    loop {
+        let modified = std::fs::metadata(path)?.modified()?;
+        let age = std::time::SystemTime::now().duration_since(modified).ok();
+        match settle_wait(age, waited) {
+            Some(wait) => {
+                std::thread::sleep(wait);
+                waited += wait;
+            }
+            None => return std::fs::read_to_string(path),
         }
-        text = again;
     }
-    Ok(text)
 }
 
 /// Starts a node in the current runtime.
@@ -632,7 +639,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
             reloading.reload_from_file();
             reloading.certificates().reread(crate::clock::now_unix());
         };
-        reload::spawn(reload, path, shutdown.clone(), &mut tasks);
+        reload::start(reload, path, shutdown.clone(), &mut tasks).await;
     }
     edge::rotation::spawn(Arc::clone(&node.certificates), shutdown.clone(), &mut tasks);
     spawn_access_log_reopen(&node.proxy, shutdown.clone(), &mut tasks);
@@ -895,4 +902,22 @@ fn spawn_access_log_reopen(proxy: &Arc<Proxy>, mut shutdown: Shutdown, tasks: &m
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_read_once_it_has_not_changed_for_the_settle_time() {
+        let ms = Duration::from_millis;
+        assert_eq!(settle_wait(Some(ms(10)), ms(0)), Some(ms(40)));
+        assert_eq!(settle_wait(Some(ms(50)), ms(0)), None);
+        assert_eq!(settle_wait(Some(ms(5_000)), ms(0)), None);
+        // Written again meanwhile: wait again, never past the bound.
+        assert_eq!(settle_wait(Some(ms(0)), ms(1_990)), Some(ms(10)));
+        assert_eq!(settle_wait(Some(ms(0)), SETTLE_FOR), None);
+        // A modification time in the future says nothing: no wait.
+        assert_eq!(settle_wait(None, ms(0)), None);
+    }
 }

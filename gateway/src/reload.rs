@@ -19,8 +19,8 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Follows `path` until `shutdown`, calling `reload` (on a blocking
 /// thread: it reads files and builds tables) once the watch is in place,
-/// after each burst of changes, and on SIGHUP.
-pub fn spawn<R>(reload: R, path: PathBuf, mut shutdown: Shutdown, tasks: &mut Tasks)
+/// before returning, then after each burst of changes, and on SIGHUP.
+pub async fn start<R>(reload: R, path: PathBuf, mut shutdown: Shutdown, tasks: &mut Tasks)
 where
     R: Fn() + Send + Sync + 'static,
 {
@@ -45,11 +45,12 @@ where
         }
     };
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    // A change between the node's first read and the watch would go
+    // unseen: look once now that the watch is in place, before the node
+    // serves.
+    run(&reload).await;
     tasks.spawn("reload", async move {
         let _watcher = watcher;
-        // A change between the node's first read and the watch would go
-        // unseen: look once now that the watch is in place.
-        run(&reload).await;
         loop {
             let hup = async {
                 match hangup.as_mut() {
