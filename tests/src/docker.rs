@@ -377,6 +377,12 @@ impl Service {
             "--replicas",
             &replicas,
             "--no-healthcheck",
+            // The test upstream ignores SIGTERM (PID 1, no handler): a
+            // task being stopped is killed 2 s later, not after the
+            // engine's 10 s. The node must have dropped it at the SIGTERM
+            // either way.
+            "--stop-grace-period",
+            "2s",
             "--label",
             "picket-test=1",
             &image,

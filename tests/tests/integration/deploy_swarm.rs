@@ -156,7 +156,8 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
             "\nnetworks:\n",
             &format!(
                 "\n  web:\n    image: {upstream}\n    command: [\"--listen\", \"0.0.0.0:8080\", \"--name\", \"web\"]\n    \
-                 networks: [upstreams]\n    healthcheck: {{ disable: true }}\n    deploy: {{ replicas: 3 }}\n\
+                 networks: [upstreams]\n    healthcheck: {{ disable: true }}\n    stop_grace_period: 2s\n    \
+                 deploy: {{ replicas: 3 }}\n\
                  \nnetworks:\n"
             ),
         );
