@@ -53,7 +53,9 @@ else
   cargo deny --offline check licenses bans sources
 fi
 
-# The faults under load measure while they run (no request may fail while
-# a node, a replica or a runtime fails): they run after the rest, alone.
-cargo test --workspace --locked -- --skip faults::under_load
+# Most integration tests wait (on a bound, a runtime, a container) rather
+# than compute: six at a time on two cores. The faults under load measure
+# while they run (no request may fail while a node, a replica or a runtime
+# fails): they run after the rest, alone, one at a time.
+cargo test --workspace --locked -- --skip faults::under_load --test-threads=6
 cargo test -p picket-tests --test integration --locked -- faults::under_load
