@@ -1,6 +1,6 @@
 //! The proxy listeners: accept client connections and serve each with
-//! HTTP/1.x ([`h1`], Picket's own) or, when the client opens with the
-//! HTTP/2 preface, HTTP/2 ([`h2`], hyper's). The HTTPS listener first
+//! HTTP/1.x ([`http1`], Picket's own) or, when the client opens with the
+//! HTTP/2 preface, HTTP/2 ([`http2`], hyper's). The HTTPS listener first
 //! completes a TLS handshake ([`crate::edge`]), then serves the same two
 //! protocols over it, HTTP/2 when ALPN chose `h2`.
 //!
@@ -13,8 +13,8 @@
 //! they carry, and whatever is still open after the drain deadline is
 //! dropped.
 
-pub mod h1;
-pub mod h2;
+pub mod http1;
+pub mod http2;
 mod spare;
 pub mod stream;
 
@@ -201,9 +201,9 @@ async fn connection(
         }
     };
     let client = Client::new(peer.ip(), scheme);
-    let mut conn = h1::ClientConn::new(io, limits);
+    let mut conn = http1::ClientConn::new(io, limits);
     if h2 {
-        return Box::pin(h2::serve(
+        return Box::pin(http2::serve(
             conn.into_rewind(),
             proxy,
             client,
@@ -213,8 +213,8 @@ async fn connection(
         .await;
     }
     match conn.sniff().await {
-        Some(h1::Protocol::Http2) => {
-            Box::pin(h2::serve(
+        Some(http1::Protocol::Http2) => {
+            Box::pin(http2::serve(
                 conn.into_rewind(),
                 proxy,
                 client,
@@ -223,7 +223,7 @@ async fn connection(
             ))
             .await
         }
-        Some(h1::Protocol::Http1) => h1::serve(conn, &proxy, &client, shutdown).await,
+        Some(http1::Protocol::Http1) => http1::serve(conn, &proxy, &client, shutdown).await,
         None => {}
     }
 }

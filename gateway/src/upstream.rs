@@ -33,9 +33,9 @@
 mod conn;
 mod connect;
 pub mod forward_proxy;
-pub mod h2;
 pub mod handshake;
 pub mod health;
+pub mod http2;
 mod pool;
 mod probe;
 

@@ -179,6 +179,35 @@ pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() ->
 }
 
 impl TestNode {
+    /// Calls `each` on this node's verdict on `route` now and on every
+    /// snapshot the board publishes after, until `each` says it is done
+    /// (`true`) or `within` has passed; returns whether it was done, and
+    /// the last verdict seen.
+    async fn follow_verdict(
+        &self,
+        route: &str,
+        within: Duration,
+        mut each: impl FnMut(Option<&picket_proto::Verdict>) -> bool,
+    ) -> (bool, Option<picket_proto::Verdict>) {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut snapshots = self.node().board().subscribe();
+        loop {
+            let verdict = snapshots
+                .borrow_and_update()
+                .iter()
+                .find(|v| v.route == route)
+                .cloned();
+            if each(verdict.as_ref()) {
+                return (true, verdict);
+            }
+            match tokio::time::timeout_at(deadline, snapshots.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("the node stopped; last verdict: {verdict:?}"),
+                Err(_) => return (false, verdict),
+            }
+        }
+    }
+
     /// Checks every verdict on `route` the board publishes for `during`,
     /// the current one first: `check` must hold on each (a flap between
     /// two samples cannot hide from it).
@@ -189,24 +218,11 @@ impl TestNode {
         during: Duration,
         mut check: impl FnMut(&picket_proto::Verdict) -> bool,
     ) {
-        let end = tokio::time::Instant::now() + during;
-        let mut snapshots = self.node().board().subscribe();
-        loop {
-            let verdict = snapshots
-                .borrow_and_update()
-                .iter()
-                .find(|v| v.route == route)
-                .cloned();
-            assert!(
-                verdict.as_ref().is_some_and(&mut check),
-                "{what}: {verdict:?}"
-            );
-            match tokio::time::timeout_at(end, snapshots.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => panic!("the node stopped while watching: {what}"),
-                Err(_) => return,
-            }
-        }
+        self.follow_verdict(route, during, |verdict| {
+            assert!(verdict.is_some_and(&mut check), "{what}: {verdict:?}");
+            false
+        })
+        .await;
     }
 
     /// Waits until this node's verdict on `route` satisfies `check`,
@@ -219,23 +235,13 @@ impl TestNode {
         within: Duration,
         mut check: impl FnMut(&picket_proto::Verdict) -> bool,
     ) {
-        let deadline = tokio::time::Instant::now() + within;
-        let mut snapshots = self.node().board().subscribe();
-        loop {
-            let verdict = snapshots
-                .borrow_and_update()
-                .iter()
-                .find(|v| v.route == route)
-                .cloned();
-            if verdict.as_ref().is_some_and(&mut check) {
-                return;
-            }
-            match tokio::time::timeout_at(deadline, snapshots.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => panic!("the node stopped before: {what}; last verdict: {verdict:?}"),
-                Err(_) => panic!("not within {within:?}: {what}; last verdict: {verdict:?}"),
-            }
-        }
+        let (done, last) = self
+            .follow_verdict(route, within, |verdict| verdict.is_some_and(&mut check))
+            .await;
+        assert!(
+            done,
+            "not within {within:?}: {what}; last verdict: {last:?}"
+        );
     }
 }
 

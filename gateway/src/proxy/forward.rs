@@ -24,12 +24,12 @@
 //! A gRPC call's `grpc-timeout` caps its first-answer bound.
 //!
 //! ## HTTP/2 replicas
-//! A request opens a stream on a shared connection ([`crate::upstream::h2`]).
+//! A request opens a stream on a shared connection ([`crate::upstream::http2`]).
 //! Its body and trailers go up as they come; a replica may answer before
 //! the body has ended (a bidirectional gRPC stream): the rest of the body
 //! then goes on in a task of its own, unbounded, while the answer streams
 //! back. The body of a gRPC call is kept (up to
-//! [`super::request::REPLAY_LIMIT`]) so that a call a replica refuses
+//! [`super::incoming::REPLAY_LIMIT`]) so that a call a replica refuses
 //! unprocessed can go to the next.
 
 use std::sync::Arc;
@@ -42,14 +42,14 @@ use tokio::time::{Instant, timeout};
 
 use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
+use super::incoming::{BodyError, ClientRequest, Replay, RequestBody};
 use super::limits::Limited;
-use super::request::{BodyError, ClientRequest, Replay, RequestBody};
 use super::{ProxyError, Route, grpc, plan};
 use crate::breaker::Outcome;
 use crate::config::Protocol;
 use crate::h1::request::BodyKind;
 use crate::h1::response::{BodyFraming, ResponseHead};
-use crate::upstream::h2::{H2Body, H2Conn, io_error};
+use crate::upstream::http2::{H2Body, H2Conn, io_error};
 use crate::upstream::{
     Attempt, Conn, ConnError, Connection, Io, Release, Replica, Target, Tried, UpstreamBody,
 };
@@ -84,7 +84,7 @@ enum Exchange {
     Answered(ResponseHead),
     /// Failed before any byte of an answer arrived.
     Failed(ConnError),
-    ClientBody(super::request::BodyError),
+    ClientBody(super::incoming::BodyError),
     TimedOut,
     /// The replica stopped reading the request for the body bound.
     Stalled,
@@ -682,7 +682,7 @@ impl From<WriteError> for Exchange {
 fn h2_head(
     response: http::Response<h2::RecvStream>,
     method: &Method,
-    slot: crate::upstream::h2::StreamSlot,
+    slot: crate::upstream::http2::StreamSlot,
     underscores: bool,
 ) -> (ResponseHead, H2Body) {
     let (parts, recv) = response.into_parts();
@@ -783,7 +783,7 @@ fn end_h2_body(
 /// after the replica has answered: a stream that has started is never cut
 /// by a bound.
 async fn pump(
-    mut rest: super::request::IncomingBody,
+    mut rest: super::incoming::IncomingBody,
     mut stream: h2::SendStream<Bytes>,
     underscores: bool,
 ) {

@@ -18,7 +18,7 @@ use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 
 use super::error::ProxyError;
-use super::request::Fields;
+use super::incoming::Fields;
 use crate::body::GatewayBody;
 use crate::h1::response::ResponseHead;
 

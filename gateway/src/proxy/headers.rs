@@ -26,7 +26,7 @@ use std::net::IpAddr;
 
 use http::header::HeaderValue;
 
-use super::request::ClientRequest;
+use super::incoming::ClientRequest;
 use super::scheme::Scheme;
 use crate::h1::{self, request};
 use crate::upstream::Target;
@@ -237,7 +237,7 @@ fn forwarded_fields(
 mod tests {
     use super::*;
     use crate::h1::request::parse_request;
-    use crate::proxy::request::Fields;
+    use crate::proxy::incoming::Fields;
     use crate::proxy::rules::RequestId;
     use bytes::BytesMut;
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::request::{BodyError, RequestBody};
+use super::incoming::{BodyError, RequestBody};
 use crate::config::{RateKey, RateSettings};
 
 /// A token bucket: `burst` tokens, refilled at `per_second`; a request
@@ -153,7 +153,7 @@ impl<B: RequestBody> RequestBody for Limited<'_, B> {
     }
 
     /// The rest of the body keeps the limit: what it may still give.
-    fn detach(&mut self) -> Option<super::request::IncomingBody> {
+    fn detach(&mut self) -> Option<super::incoming::IncomingBody> {
         let mut rest = self.body.detach()?;
         rest.limit(self.max.saturating_sub(self.seen), self.max);
         Some(rest)

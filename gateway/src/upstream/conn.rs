@@ -1,7 +1,7 @@
 //! One HTTP/1.1 connection to a replica, driven by the task that serves
 //! the client: it writes the request, reads the response head, and lends
 //! itself to the response body, which gives it back to the pool when the
-//! body has been read to its end. HTTP/2 connections are in [`super::h2`].
+//! body has been read to its end. HTTP/2 connections are in [`super::http2`].
 
 use std::io;
 use std::pin::Pin;
@@ -60,7 +60,7 @@ pub enum ConnError {
 pub enum Conn {
     H1(Connection),
     /// A handle on a multiplexed connection.
-    H2(super::h2::H2Conn),
+    H2(super::http2::H2Conn),
 }
 
 /// An open HTTP/1.1 connection to a replica.
@@ -215,7 +215,7 @@ pub struct Release {
 #[derive(Debug)]
 pub enum UpstreamBody {
     H1(H1Body),
-    H2(super::h2::H2Body),
+    H2(super::http2::H2Body),
 }
 
 impl UpstreamBody {

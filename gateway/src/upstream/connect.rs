@@ -243,7 +243,7 @@ impl Upstream {
                 };
                 let authority = replica.key.target.authority();
                 let left = deadline.saturating_duration_since(Instant::now());
-                let check = super::h2::health_check(&mut conn, scheme, &authority, service);
+                let check = super::http2::health_check(&mut conn, scheme, &authority, service);
                 match timeout(left, check).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(failure)) => Err(failure),
@@ -367,7 +367,7 @@ pub async fn open(
         Protocol::H2 | Protocol::Auto => conn.alpn_h2(),
     };
     if h2 {
-        return super::h2::handshake(conn.into_io()).await.map(Conn::H2);
+        return super::http2::handshake(conn.into_io()).await.map(Conn::H2);
     }
     Ok(Conn::H1(conn))
 }

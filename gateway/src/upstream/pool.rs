@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::conn::{Conn, Connection};
-use super::h2::H2Conn;
+use super::http2::H2Conn;
 use super::{Replica, ReplicaKey};
 use crate::config::Bounds;
 

@@ -21,7 +21,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
-use super::h1::Rewind;
+use super::http1::Rewind;
 use crate::access::Record;
 use crate::body::GatewayBody;
 use crate::h1::request::{BodyKind, is_host};
