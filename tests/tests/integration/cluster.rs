@@ -154,7 +154,7 @@ async fn peers_publishing_red_change_nothing_this_node_does() {
         failed.len(),
         served + failed.len()
     );
-    assert!(served > 50, "a steady load ({served} requests)");
+    assert!(served >= 10, "a steady load ({served} requests)");
     let (_, routes) = me.admin_json("/v1/routes").await;
     let api = &routes["routes"][0];
     assert_eq!(api["breaker"]["state"], "closed", "{api:#}");

@@ -77,6 +77,7 @@ async fn stopped_containers_leave_the_rotation_before_any_request_fails() {
         })
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = tokio::time::Instant::now();
     containers[0].stop();
     node.verdict_until("api", "orange 2/3", SOON, |v| {
         v.heart == Heart::Orange && v.ready == 2
@@ -102,7 +103,14 @@ async fn stopped_containers_leave_the_rotation_before_any_request_fails() {
         after.is_empty(),
         "the stopped replica answered after the event: {after:?}"
     );
-    assert!(seen.len() > 100, "a steady load ({} requests)", seen.len());
+    // The load ran on both sides of the stop (how many requests a loaded
+    // machine fits in is not the point).
+    let before = seen.iter().filter(|(.., at)| *at < stopping).count();
+    let past = seen.iter().filter(|(.., at)| *at > flipped).count();
+    assert!(
+        before >= 10 && past >= 10,
+        "a steady load: {before} requests before the stop, {past} after the flip"
+    );
 
     containers[1].stop();
     containers[2].stop();
