@@ -30,9 +30,11 @@ use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::shutdown::Shutdown;
 use crate::verdict::board::Board;
+use filter::Filter;
 
 pub mod cluster;
 pub mod feed;
+pub mod filter;
 pub mod routes;
 
 /// What the admin endpoints report.
@@ -75,8 +77,13 @@ impl AdminState {
     }
 }
 
-/// Answers one admin request.
-pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<Bytes>> {
+/// Answers one admin request (`query`: the filters of `/v1/cluster`).
+pub fn answer(
+    state: &AdminState,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Response<Full<Bytes>> {
     if method != Method::GET && method != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "read-only: GET or HEAD\n");
     }
@@ -111,8 +118,16 @@ pub fn answer(state: &AdminState, method: &Method, path: &str) -> Response<Full<
                     &state.certificates.load(),
                     crate::clock::now_unix(),
                 )),
-                "/v1/nodes" => json(&cluster::cluster(membership, false, now)),
-                _ => json(&cluster::cluster(membership, true, now)),
+                "/v1/nodes" => json(&cluster::cluster(
+                    membership,
+                    false,
+                    now,
+                    &Filter::default(),
+                )),
+                _ => match Filter::parse(query) {
+                    Ok(filter) => json(&cluster::cluster(membership, true, now, &filter)),
+                    Err(error) => text(StatusCode::BAD_REQUEST, format!("{error}\n")),
+                },
             }
         }
         _ => match path.strip_prefix("/v1/routes/") {
@@ -173,8 +188,8 @@ fn json(value: &impl serde::Serialize) -> Response<Full<Bytes>> {
     }
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -200,7 +215,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut shutdown: 
         let _ = stream.set_nodelay(true);
         let state = Arc::clone(&state);
         let service = service_fn(move |req: Request<Incoming>| {
-            let response = answer(&state, req.method(), req.uri().path());
+            let response = answer(&state, req.method(), req.uri().path(), req.uri().query());
             async move { Ok::<_, Infallible>(response) }
         });
         tokio::spawn(async move {
@@ -233,28 +248,28 @@ mod tests {
             certificates,
         );
         assert_eq!(
-            answer(&state, &Method::GET, "/healthz").status(),
+            answer(&state, &Method::GET, "/healthz", None).status(),
             StatusCode::OK
         );
         assert_eq!(
-            answer(&state, &Method::GET, "/readyz").status(),
+            answer(&state, &Method::GET, "/readyz", None).status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
         state.ready.store(true, Ordering::Relaxed);
         assert_eq!(
-            answer(&state, &Method::GET, "/readyz").status(),
+            answer(&state, &Method::GET, "/readyz", None).status(),
             StatusCode::OK
         );
         assert_eq!(
-            answer(&state, &Method::GET, "/metrics").status(),
+            answer(&state, &Method::GET, "/metrics", None).status(),
             StatusCode::OK
         );
         assert_eq!(
-            answer(&state, &Method::POST, "/healthz").status(),
+            answer(&state, &Method::POST, "/healthz", None).status(),
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(
-            answer(&state, &Method::GET, "/nope").status(),
+            answer(&state, &Method::GET, "/nope", None).status(),
             StatusCode::NOT_FOUND
         );
     }

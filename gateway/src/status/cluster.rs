@@ -5,6 +5,7 @@
 use picket_proto::{ClusterView, Liveness, Member, NodeInfo, Verdict};
 use serde::Serialize;
 
+use super::filter::Filter;
 use crate::edge::Served;
 use crate::gossip::Membership;
 use crate::gossip::view::{RouteAcross, route_across};
@@ -108,7 +109,13 @@ fn age(view: &ClusterView, m: &Member, now_ms: u64) -> u64 {
     }
 }
 
-fn member(view: &ClusterView, m: &Member, now_ms: u64, with_verdicts: bool) -> MemberAnswer {
+fn member(
+    view: &ClusterView,
+    m: &Member,
+    now_ms: u64,
+    with_verdicts: bool,
+    filter: &Filter,
+) -> MemberAnswer {
     MemberAnswer {
         name: m.name.clone(),
         gossip: m.gossip.clone(),
@@ -117,7 +124,17 @@ fn member(view: &ClusterView, m: &Member, now_ms: u64, with_verdicts: bool) -> M
         age_ms: age(view, m, now_ms),
         info: m.info.clone(),
         routes: (!with_verdicts).then_some(m.verdicts.len()),
-        verdicts: with_verdicts.then(|| m.verdicts.clone()),
+        verdicts: with_verdicts.then(|| {
+            if filter.is_empty() {
+                m.verdicts.clone()
+            } else {
+                m.verdicts
+                    .iter()
+                    .filter(|v| filter.keeps_verdict(v))
+                    .cloned()
+                    .collect()
+            }
+        }),
     }
 }
 
@@ -161,12 +178,18 @@ pub fn node(
 
 /// Every member with its verdicts (`/v1/cluster`), or without them
 /// (`/v1/nodes`).
-pub fn cluster(membership: &Membership, with_verdicts: bool, now_ms: u64) -> ClusterAnswer {
+pub fn cluster(
+    membership: &Membership,
+    with_verdicts: bool,
+    now_ms: u64,
+    filter: &Filter,
+) -> ClusterAnswer {
     let view = membership.view();
     let members: Vec<MemberAnswer> = view
         .members
         .iter()
-        .map(|m| member(&view, m, now_ms, with_verdicts))
+        .filter(|m| filter.keeps_member(m))
+        .map(|m| member(&view, m, now_ms, with_verdicts, filter))
         .collect();
     let (members, nodes) = if with_verdicts {
         (Some(members), None)

@@ -179,6 +179,77 @@ async fn every_endpoint_answers_as_documented() {
     assert_eq!(across["nodes"].as_array().unwrap().len(), 3);
     assert_eq!(across["disagreement"], false);
 
+    // The filters of /v1/cluster: those the description lists, and each
+    // keeping what it says.
+    let cluster = &spec["paths"]["/v1/cluster"]["get"];
+    let documented: Vec<&str> = cluster["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(documented, picket::status::filter::Filter::NAMES);
+    let kept = |answer: &Value| -> Vec<(String, String, String)> {
+        let mut kept: Vec<(String, String, String)> = answer["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| {
+                m["verdicts"].as_array().unwrap().iter().map(|v| {
+                    (
+                        m["name"].as_str().unwrap().to_string(),
+                        v["route"].as_str().unwrap().to_string(),
+                        v["heart"].as_str().unwrap().to_string(),
+                    )
+                })
+            })
+            .collect();
+        kept.sort();
+        kept
+    };
+    let (_, everything) = first.admin_json("/v1/cluster").await;
+    let all = kept(&everything);
+    assert_eq!(all.len(), 6, "{everything:#}");
+    let filtered = async |query: &str| {
+        let (status, answer) = first.admin_json(&format!("/v1/cluster?{query}")).await;
+        assert_eq!(status, 200, "{query}");
+        check(&spec, "/v1/cluster", "200", &answer);
+        answer
+    };
+    let only = |keep: &dyn Fn(&(String, String, String)) -> bool| -> Vec<(String, String, String)> {
+        all.iter().filter(|t| keep(t)).cloned().collect()
+    };
+    assert_eq!(
+        kept(&filtered("route=billing").await),
+        only(&|(_, route, _)| route == "billing")
+    );
+    for heart in ["green", "orange", "red"] {
+        assert_eq!(
+            kept(&filtered(&format!("heart={heart}")).await),
+            only(&|(_, _, h)| h == heart),
+            "{heart}"
+        );
+    }
+    let one = filtered("node=n2").await;
+    assert_eq!(one["members"].as_array().unwrap().len(), 1);
+    assert_eq!(kept(&one), only(&|(node, _, _)| node == "n2"));
+    assert_eq!(
+        kept(&filtered("route=api&node=n3").await),
+        only(&|(node, route, _)| node == "n3" && route == "api")
+    );
+    assert!(cluster["responses"]["400"].is_object(), "400 is documented");
+    for (query, said) in [
+        ("routes=api", "unknown filter"),
+        ("heart=pink", "green, orange or red"),
+        ("route=a&route=b", "given twice"),
+    ] {
+        let answer = client::get(first.admin, "admin", &format!("/v1/cluster?{query}"))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 400, "{query}");
+        assert!(answer.text().contains(said), "{query}: {}", answer.text());
+    }
+
     // Read-only.
     let post = client::send(
         first.admin,
