@@ -130,10 +130,11 @@ pub struct Options {
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reload {
-    /// The file is what was last read: nothing to do.
+    /// The file is what was last read and applied: nothing to do.
     Unchanged,
     Applied(ReloadPlan),
-    /// The file is invalid; the running configuration stays.
+    /// The file is invalid; the running configuration stays. A file
+    /// refused already is refused again with the same error, quietly.
     Refused(String),
 }
 
@@ -141,6 +142,8 @@ struct Current {
     config: Config,
     /// The text last read from the file, applied or refused.
     text: Option<String>,
+    /// Why that text was refused, if it was.
+    refused: Option<String>,
     /// The file the cluster keys in use were read from (`None`: from the
     /// environment, or no keys).
     key_file: Option<PathBuf>,
@@ -244,6 +247,7 @@ impl Node {
             current: Mutex::new(Current {
                 config,
                 text,
+                refused: None,
                 key_file,
             }),
             options,
@@ -357,8 +361,16 @@ impl Node {
                 return self.refuse(None, error);
             }
         };
-        if self.lock().text.as_deref() == Some(text.as_str()) {
-            return Reload::Unchanged;
+        {
+            let current = self.lock();
+            if current.text.as_deref() == Some(text.as_str()) {
+                // Read and judged already (by the watch or an earlier
+                // SIGHUP): the same answer, logged and counted once.
+                return match &current.refused {
+                    Some(error) => Reload::Refused(error.clone()),
+                    None => Reload::Unchanged,
+                };
+            }
         }
         if text.trim().is_empty() {
             // Most likely a file being written in place (truncated, then
@@ -375,7 +387,11 @@ impl Node {
                 if let Some(problem) = config.edge_problem() {
                     return self.refuse(Some(text), problem);
                 }
-                self.lock().text = Some(text);
+                {
+                    let mut current = self.lock();
+                    current.text = Some(text);
+                    current.refused = None;
+                }
                 Reload::Applied(self.apply(config))
             }
             Err(error) => self.refuse(Some(text), error.to_string()),
@@ -402,7 +418,11 @@ impl Node {
     }
 
     fn refuse(&self, text: Option<String>, error: String) -> Reload {
-        self.lock().text = text;
+        {
+            let mut current = self.lock();
+            current.text = text;
+            current.refused = Some(error.clone());
+        }
         self.ctx.metrics.reload(false);
         tracing::warn!(%error, "configuration refused; the running configuration stays");
         Reload::Refused(error)

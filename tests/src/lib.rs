@@ -22,6 +22,7 @@ pub mod node;
 pub mod ports;
 pub mod process;
 pub mod recorder;
+pub mod sources;
 pub mod tls;
 pub use picket_test_upstream as upstream;
 pub mod wire;

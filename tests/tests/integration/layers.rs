@@ -3,29 +3,8 @@
 //! cycle is what makes a module impossible to read, test or move alone.
 //! (Test modules are left out: a test may use anything.)
 
+use picket_tests::sources::{gateway_src, module_files};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-
-/// Every `.rs` file of a module: `NAME.rs` and everything under `NAME/`.
-fn sources(root: &Path, module: &str) -> Vec<PathBuf> {
-    let mut files = vec![root.join(format!("{module}.rs"))];
-    let mut dirs = vec![root.join(module)];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.retain(|f| f.exists());
-    files
-}
 
 /// The leading identifiers of a `use crate::{…}` group's items at depth
 /// one: `{a, b::{c, d}, e::f}` gives `a`, `b`, `e`.
@@ -138,7 +117,7 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 
 #[test]
 fn the_gateway_modules_import_each_other_in_one_direction() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway/src");
+    let root = gateway_src();
     let modules: BTreeSet<String> = std::fs::read_dir(&root)
         .unwrap()
         .flatten()
@@ -152,7 +131,7 @@ fn the_gateway_modules_import_each_other_in_one_direction() {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut seen_at: BTreeMap<(String, String), String> = BTreeMap::new();
     for module in &modules {
-        for file in sources(&root, module) {
+        for file in module_files(&root, module) {
             let text = std::fs::read_to_string(&file).unwrap();
             for (target, line) in named(&text) {
                 if &target == module || !modules.contains(&target) {

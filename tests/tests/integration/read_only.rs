@@ -3,7 +3,9 @@
 //! cluster, chitchat or anything gossip brings. (The behaviour is tested in
 //! `cluster.rs`: peers that all publish red change nothing a node does.)
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use picket_tests::sources::module_files;
 
 const DATA_PATH: [&str; 16] = [
     "body",
@@ -34,27 +36,6 @@ const GOSSIP_NAMES: [&str; 7] = [
     "gossip",
 ];
 
-fn sources(root: &Path, module: &str) -> Vec<PathBuf> {
-    let mut files = vec![root.join(format!("{module}.rs"))];
-    let dir = root.join(module);
-    let mut stack = vec![dir];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.retain(|f| f.exists());
-    files
-}
-
 #[test]
 fn the_data_path_never_names_gossip_state() {
     let gateway = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gateway");
@@ -67,7 +48,7 @@ fn the_data_path_never_names_gossip_state() {
         .map(|module| (root.clone(), *module))
         .chain([(gateway.join("h1"), "src")]);
     for (root, module) in modules {
-        let files = sources(&root, module);
+        let files = module_files(&root, module);
         assert!(!files.is_empty(), "module {module} exists");
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();

@@ -4,10 +4,20 @@
 
 use std::time::Duration;
 
+use picket::node::Reload;
 use picket_tests::client;
 use picket_tests::node::{TestNode, route};
 use picket_tests::upstream::{Behaviour, Upstream};
 use tokio::time::Instant;
+
+/// Whether the node's answer to `/` comes from the upstream `name`.
+async fn answered_by(node: &TestNode, name: &str) -> bool {
+    client::get(node.proxy, "x", "/")
+        .await
+        .unwrap()
+        .text()
+        .starts_with(&format!("{name}:"))
+}
 
 /// Polls `check` every 50 ms until it holds or 5 s pass.
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
@@ -58,6 +68,18 @@ async fn reloads_keep_serving_and_never_cut_requests_in_flight() {
     .await;
     let answer = client::get(node.proxy, "x", "/").await.unwrap();
     assert!(answer.text().starts_with("old:"), "{}", answer.text());
+    // Asked again (a SIGHUP), the same broken file gets the same answer,
+    // counted once.
+    match node.node().reload_from_file() {
+        Reload::Refused(error) => assert!(error.contains("not an address"), "{error}"),
+        other => panic!("the broken file, asked again: {other:?}"),
+    }
+    assert!(
+        node.node()
+            .metrics()
+            .encode()
+            .contains("picket_config_reloads_total{result=\"refused\"} 1")
+    );
 
     // A good file: routing changes.
     std::fs::write(
@@ -66,11 +88,7 @@ async fn reloads_keep_serving_and_never_cut_requests_in_flight() {
     )
     .unwrap();
     eventually("the new route answers", async || {
-        client::get(node.proxy, "x", "/")
-            .await
-            .unwrap()
-            .text()
-            .starts_with("new:")
+        answered_by(&node, "new").await
     })
     .await;
 
@@ -295,11 +313,7 @@ async fn a_file_written_in_place_is_never_applied_half_written() {
     drop(file);
 
     eventually("the whole new file is applied", async || {
-        client::get(node.proxy, "x", "/")
-            .await
-            .unwrap()
-            .text()
-            .starts_with("new:")
+        answered_by(&node, "new").await
     })
     .await;
     running.store(false, std::sync::atomic::Ordering::SeqCst);
