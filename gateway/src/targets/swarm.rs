@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::Link;
 use super::docker::{self, Engine, Engines};
@@ -43,7 +43,9 @@ pub fn spawn(
     tasks: &mut Tasks,
 ) {
     tasks.spawn("swarm", async move {
-        let mut followed: HashMap<SocketAddr, JoinHandle<()>> = HashMap::new();
+        // Each engine's task ends when its handle goes: gone from the
+        // proxies' name, at shutdown, or with this task if it is aborted.
+        let mut followed: HashMap<SocketAddr, AbortOnDropHandle<()>> = HashMap::new();
         loop {
             let found = resolve(&proxies).await;
             for addr in &found {
@@ -55,7 +57,7 @@ pub fn spawn(
                 {
                     Ok(docker) => {
                         tracing::info!(%engine, "following a swarm engine through its socket proxy");
-                        let task = tokio::spawn(docker::run(
+                        let task = AbortOnDropHandle::new(tokio::spawn(docker::run(
                             Engine {
                                 gate: link.gates.get(&engine),
                                 name: engine,
@@ -65,7 +67,7 @@ pub fn spawn(
                             Arc::clone(&engines),
                             Arc::clone(&link),
                             shutdown.clone(),
-                        ));
+                        )));
                         followed.insert(*addr, task);
                     }
                     Err(error) => tracing::warn!(%engine, %error, "cannot follow a swarm engine"),
@@ -74,6 +76,8 @@ pub fn spawn(
             followed.retain(|addr, task| {
                 let keep = found.contains(addr);
                 if !keep {
+                    // Before its inventory is forgotten, so that it
+                    // cannot write it again.
                     task.abort();
                     let engine = format!("http://{addr}");
                     engines.forget(&engine);
@@ -86,9 +90,6 @@ pub fn spawn(
                 () = tokio::time::sleep(RESOLVE_EVERY) => {}
                 () = shutdown.wait() => break,
             }
-        }
-        for task in followed.values() {
-            task.abort();
         }
     });
 }
