@@ -561,6 +561,22 @@ impl Container {
         .parse()
         .ok()
     }
+
+    /// Waits, up to `within`, until its process accepts connections on
+    /// port 8080: a container the engine reports started may not listen
+    /// yet.
+    pub async fn listening(&self, within: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(ip) = self.ip()
+                && tokio::net::TcpStream::connect((ip, 8080)).await.is_ok()
+            {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        false
+    }
 }
 
 impl Drop for Container {

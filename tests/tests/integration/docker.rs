@@ -118,15 +118,21 @@ async fn stopped_containers_leave_the_rotation_before_any_request_fails() {
         v.heart == Heart::Red && v.reason.starts_with("none ready") && v.total == 3
     })
     .await;
+    // Back in rotation once it runs; asked once its process listens (the
+    // engine says `start` before the upstream inside has bound its port).
     containers[1].start();
+    assert!(
+        containers[1].listening(SOON).await,
+        "the started replica listens"
+    );
     node.verdict_until("api", "one back", SOON, |v| v.ready == 1)
         .await;
+    let answer = client::get(node.proxy, "a", "/").await.expect("an answer");
     assert!(
-        client::get(node.proxy, "a", "/")
-            .await
-            .unwrap()
-            .text()
-            .starts_with(&containers[1].name)
+        answer.status == 200 && answer.text().starts_with(&containers[1].name),
+        "the started replica answers: {} {}",
+        answer.status,
+        answer.text()
     );
     node.stop().await;
 }
