@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Builds the static `picket` and `picket-tui` binaries (glibc, statically
-# linked) and the `picket:TAG` image from scratch around them.
+# Builds the static `picket` binary (glibc, statically linked; it carries
+# the terminal view too, as `picket tui`) and the `picket:TAG` image from
+# scratch around it.
 #
 #   bash deploy/build-image.sh [tag]
 #
-# The image carries the binaries stripped of symbols and line tables; the
-# debug info is kept beside the build as `picket.debug` and
-# `picket-tui.debug` (in `target/x86_64-unknown-linux-gnu/release/`), each
-# linked from its binary by a GNU debuglink: a debugger or `addr2line -e
-# picket.debug` turns a stripped binary's addresses back into lines.
+# The image carries the binary stripped of symbols and line tables; the
+# debug info is kept beside the build as `picket.debug` (in
+# `target/x86_64-unknown-linux-gnu/release/`), linked from the binary by a
+# GNU debuglink: a debugger or `addr2line -e picket.debug` turns the
+# stripped binary's addresses back into lines.
 set -euo pipefail
 tag=${1:-latest}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,13 +17,11 @@ target=${CARGO_TARGET_DIR:-$root/target}
 triple=x86_64-unknown-linux-gnu
 release="$target/$triple/release"
 # --target keeps build scripts and proc macros dynamic; only the binaries are static.
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$triple" -p picket -p picket-tui)
+(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$triple" -p picket)
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
-for bin in picket picket-tui; do
-  objcopy --only-keep-debug "$release/$bin" "$release/$bin.debug"
-  objcopy --strip-all --add-gnu-debuglink="$release/$bin.debug" "$release/$bin" "$context/$bin"
-done
+objcopy --only-keep-debug "$release/picket" "$release/picket.debug"
+objcopy --strip-all --add-gnu-debuglink="$release/picket.debug" "$release/picket" "$context/picket"
 cp "$root/deploy/Dockerfile" "$context/Dockerfile"
 docker build -q -t "picket:$tag" "$context"
 echo "built picket:$tag: $(docker image inspect -f '{{.Size}}' "picket:$tag" | awk '{ printf "%.1f MB", $1 / 1e6 }')"

@@ -1,5 +1,6 @@
 //! The `picket` command: run a node, check a configuration, or try the demo.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::OpenOptionsExt;
@@ -166,6 +167,14 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9901")]
         feed: SocketAddr,
     },
+    /// Watch the cluster from a node's feed: `picket-tui`, built in, so that
+    /// an image holding this one binary has both (`picket tui --help`).
+    #[command(disable_help_flag = true)]
+    Tui {
+        /// `picket-tui`'s arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 /// Per-deployment settings; each wins over the configuration file.
@@ -227,6 +236,24 @@ fn access_log_target(text: &str) -> Result<picket::config::AccessLogTarget, Stri
     })
 }
 
+/// The arguments for `picket-tui` when this run is one: the binary called
+/// `picket-tui` (a link to it), or `picket tui …`.
+fn tui_args(args: impl IntoIterator<Item = OsString>) -> Option<Vec<OsString>> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let program = args.first()?;
+    let called = std::path::Path::new(program)
+        .file_name()
+        .is_some_and(|name| name == "picket-tui");
+    if called {
+        return Some(args);
+    }
+    (args.get(1)? == "tui").then(|| {
+        std::iter::once(OsString::from("picket tui"))
+            .chain(args.into_iter().skip(2))
+            .collect()
+    })
+}
+
 /// A runtime breaker cool-down within its bounds.
 fn runtime_breaker_cooldown(text: &str) -> Result<std::time::Duration, String> {
     let (min, max) = picket::config::RUNTIME_BREAKER_COOLDOWN_RANGE;
@@ -259,6 +286,12 @@ impl NodeFlags {
 }
 
 fn main() -> ExitCode {
+    // `picket tui …`, or this binary under the name `picket-tui`: the
+    // terminal view, before any logging is set up (its screen is the
+    // terminal).
+    if let Some(args) = tui_args(std::env::args_os()) {
+        return picket_tui::cli::main(args);
+    }
     let cli = Cli::parse();
     init_logging(cli.log_format, &cli.log);
     let result = match cli.command {
@@ -293,6 +326,11 @@ fn main() -> ExitCode {
             usize::from(workers),
         ),
         Command::Health { admin } => health(admin),
+        Command::Tui { args } => {
+            return picket_tui::cli::main(
+                std::iter::once(OsString::from("picket tui")).chain(args),
+            );
+        }
         Command::GenKey => match picket::gossip::keys::generate() {
             Some(key) => {
                 println!("{key}");
@@ -614,7 +652,28 @@ async fn wait_for_stop_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::log_filter;
+    use super::{OsString, log_filter, tui_args};
+
+    fn args(all: &[&str]) -> Vec<OsString> {
+        all.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_terminal_view_runs_as_a_subcommand_or_under_its_own_name() {
+        assert_eq!(
+            tui_args(args(&["/picket", "tui", "--once", "127.0.0.1:9901"])),
+            Some(args(&["picket tui", "--once", "127.0.0.1:9901"]))
+        );
+        assert_eq!(
+            tui_args(args(&["/usr/local/bin/picket-tui", "--help"])),
+            Some(args(&["/usr/local/bin/picket-tui", "--help"]))
+        );
+        assert_eq!(tui_args(args(&["picket", "run"])), None);
+        // Only the first argument names the subcommand.
+        assert_eq!(tui_args(args(&["picket", "check", "tui"])), None);
+        assert_eq!(tui_args(args(&["picket"])), None);
+        assert_eq!(tui_args(Vec::new()), None);
+    }
 
     #[test]
     fn client_driven_libraries_are_held_to_errors_unless_named() {

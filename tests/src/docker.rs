@@ -94,19 +94,15 @@ impl Images {
         format!("{tag}@{start}")
     }
 
-    /// The Picket image of `deploy/Dockerfile`, around static `picket` and
-    /// `picket-tui` binaries; built on first use.
+    /// The Picket image of `deploy/Dockerfile`, around the static `picket`
+    /// binary (the terminal view built in); built on first use.
     pub fn picket(&self) -> String {
         let tag = format!("{PICKET}:t{}", std::process::id());
         let mut built = built();
         if !built.tags.contains(&tag) {
             let context = tempfile::tempdir().expect("a build context");
-            for (binary, name) in [
-                (crate::binaries::picket(), "picket"),
-                (crate::binaries::picket_tui(), "picket-tui"),
-            ] {
-                std::fs::copy(&binary, context.path().join(name)).expect("copy a static binary");
-            }
+            std::fs::copy(crate::binaries::picket(), context.path().join("picket"))
+                .expect("copy the static binary");
             let dockerfile =
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
             std::fs::copy(&dockerfile, context.path().join("Dockerfile"))

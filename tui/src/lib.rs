@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod cli;
 pub mod feed;
 pub mod table;
 pub mod theme;

@@ -4,7 +4,7 @@
 //! to), traffic through the published port, HTTPS through the published
 //! TLS port with the certificate of the stack's secrets, that certificate
 //! rotated as docs/install.md says, the verdict in the status API, in
-//! `picket-tui --once --json` and in the image's own `picket-tui` run
+//! `picket-tui --once --json` and in the image's own `picket tui` run
 //! inside a node, the socket proxy refusing a create,
 //! rolling updates of a two-replica service under load (stop-first and
 //! start-first: nothing fails, nothing waits a second), the service scaled
@@ -309,8 +309,8 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         .unwrap();
     assert_eq!(web.heart, picket_proto::Heart::Green, "{view:#?}");
 
-    // The image carries picket-tui: run inside a node, against that
-    // node's own feed, it shows the same.
+    // The image's one binary carries the terminal view (`picket tui`):
+    // run inside a node, against that node's own feed, it shows the same.
     let node_container = docker(&[
         "ps",
         "-q",
@@ -322,13 +322,14 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     let inside = docker(&[
         "exec",
         node_container,
-        "/picket-tui",
+        "/picket",
+        "tui",
         "--insecure",
         "--once",
         "--json",
         "127.0.0.1:9901",
     ])
-    .unwrap_or_else(|e| panic!("picket-tui inside the node: {e}"));
+    .unwrap_or_else(|e| panic!("picket tui inside the node: {e}"));
     let view: picket_proto::ClusterView = serde_json::from_str(&inside).unwrap();
     let web = view.members[0]
         .verdicts

@@ -247,6 +247,20 @@ fn once_json_prints_the_cluster_view_and_exits() {
                 .map(|v| v.route.as_str())
                 .collect();
             assert_eq!(routes, ["flaky", "refused", "slow", "web"]);
+            // `picket tui` is the same program, built into `picket` (the
+            // image's one binary).
+            let built_in = Command::new(binaries::picket())
+                .args(["tui", "--insecure", "--once", "--json", &feed.to_string()])
+                .output()
+                .expect("picket tui runs");
+            assert!(
+                built_in.status.success(),
+                "{}",
+                String::from_utf8_lossy(&built_in.stderr)
+            );
+            let same: picket_proto::ClusterView =
+                serde_json::from_slice(&built_in.stdout).expect("the view as JSON");
+            assert_eq!((same.node.as_str(), same.members.len()), ("demo-1", 3));
             return;
         }
         assert!(
