@@ -33,6 +33,18 @@ if ! "$grpc_venv/bin/python" -c 'import grpc, grpc_health' 2>/dev/null \
 fi
 export PICKET_GRPC_PYTHON="$grpc_venv/bin/python"
 
+# The static binaries the tests run and put into images, built beside the
+# lints and the test build rather than by the first test that needs them:
+# with the very arguments of tests/src/binaries.rs, so that the tests find
+# them fresh. A cold run then keeps both cores busy while either build
+# waits on one large crate.
+target=${CARGO_TARGET_DIR:-$PWD/target}
+bins_log=$(mktemp)
+RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_DEV_DEBUG=false \
+  cargo build --locked -p picket -p picket-tui -p picket-test-upstream --bins \
+  --target "$(rustc -vV | sed -n 's/^host: //p')" --target-dir "$target/bins" >"$bins_log" 2>&1 &
+bins=$!
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
@@ -57,5 +69,11 @@ fi
 # than compute: six at a time on two cores. The faults under load measure
 # while they run (no request may fail while a node, a replica or a runtime
 # fails): they run after the rest, alone, one at a time.
+if ! wait "$bins"; then
+  cat "$bins_log" >&2
+  echo "tests: building the static binaries failed" >&2
+  exit 1
+fi
+rm -f "$bins_log"
 cargo test --workspace --locked -- --skip faults::under_load --test-threads=6
 cargo test -p picket-tests --test integration --locked -- faults::under_load
