@@ -22,8 +22,31 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
+/// What cargo tells a running test about its own package: a build script
+/// that reads one of these (ring's reads `CARGO_MANIFEST_DIR`) would see
+/// the test's package, not its own, and rebuild what `tests/run.sh` built
+/// beforehand with the same arguments.
+fn test_package_variable(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    matches!(
+        name.as_ref(),
+        "CARGO_MANIFEST_DIR"
+            | "CARGO_MANIFEST_PATH"
+            | "CARGO_CRATE_NAME"
+            | "CARGO_BIN_NAME"
+            | "CARGO_PRIMARY_PACKAGE"
+            | "CARGO_TARGET_TMPDIR"
+            | "OUT_DIR"
+    ) || name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+}
+
 fn cargo(args: &[&str], envs: &[(&str, &str)]) {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os().filter(|(name, _)| test_package_variable(name)) {
+        command.env_remove(name);
+    }
+    let status = command
         .args(args)
         .envs(envs.iter().copied())
         .current_dir(workspace())
