@@ -415,17 +415,52 @@ impl Service {
             "{{.ID}} {{.Names}} {{.State}} {{.Status}}",
         ]);
         let show = |r: Result<String, String>| r.unwrap_or_else(|e| e);
-        format!("tasks:\n{}\ncontainers:\n{}", show(tasks), show(containers))
+        format!(
+            "replicas in the spec: {:?}\ntasks:\n{}\ncontainers:\n{}",
+            self.replicas(),
+            show(tasks),
+            show(containers)
+        )
     }
 
+    /// Sets the service's replicas, and sees the engine's spec say so: a
+    /// scale the engine reports done but did not keep is asked again.
     pub fn scale(&self, replicas: u32) {
+        for _ in 0..5 {
+            docker(&[
+                "service",
+                "scale",
+                "-d",
+                &format!("{}={replicas}", self.name),
+            ])
+            .unwrap_or_else(|e| panic!("{e}"));
+            for _ in 0..20 {
+                if self.replicas() == Some(replicas) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+        panic!(
+            "the engine does not keep {replicas} replicas for {}: {:?}",
+            self.name,
+            self.replicas()
+        );
+    }
+
+    /// The replicas of the service's spec, as the engine has it.
+    pub fn replicas(&self) -> Option<u32> {
         docker(&[
             "service",
-            "scale",
-            "-d",
-            &format!("{}={replicas}", self.name),
+            "inspect",
+            "-f",
+            "{{.Spec.Mode.Replicated.Replicas}}",
+            &self.name,
         ])
-        .unwrap_or_else(|e| panic!("{e}"));
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
     }
 }
 
