@@ -44,6 +44,8 @@ RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_DEV_DEBUG=false \
   cargo build --locked -p picket -p picket-tui -p picket-test-upstream --bins \
   --target "$(rustc -vV | sed -n 's/^host: //p')" --target-dir "$target/bins" >"$bins_log" 2>&1 &
 bins=$!
+# A step that fails before the wait below does not leave the build running.
+trap 'kill "$bins" 2>/dev/null || true; rm -f "$bins_log"' EXIT
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -75,5 +77,6 @@ if ! wait "$bins"; then
   exit 1
 fi
 rm -f "$bins_log"
+trap - EXIT
 cargo test --workspace --locked -- --skip faults::under_load --test-threads=6
 cargo test -p picket-tests --test integration --locked -- faults::under_load
