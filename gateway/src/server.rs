@@ -22,8 +22,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
@@ -75,6 +76,12 @@ pub async fn serve(
     limits: ClientLimits,
 ) {
     let ProxyListeners { plain, tls } = listeners;
+    // Set once on each listener, which its accepted connections inherit
+    // (Linux copies the option to them): no system call per connection.
+    no_delay(&plain);
+    if let Some((listener, _)) = &tls {
+        no_delay(listener);
+    }
     let https_port = tls
         .as_ref()
         .and_then(|(listener, _)| listener.local_addr().ok())
@@ -133,21 +140,16 @@ pub async fn serve(
                 continue;
             }
         };
-        let open = metrics.open.clone();
-        open.inc();
-        let task = connection(
+        let slot = Slot::new(&metrics.open, permit);
+        connections.spawn(connection(
             stream,
             peer,
             edge,
             Arc::clone(&proxy),
             shutdown.clone(),
             limits,
-        );
-        connections.spawn(async move {
-            task.await;
-            open.dec();
-            drop(permit);
-        });
+            slot,
+        ));
     }
     drop((plain, tls));
     let drained = tokio::time::timeout(drain, async {
@@ -162,6 +164,15 @@ pub async fn serve(
 
 type Accepted = ((TcpStream, SocketAddr), Edge);
 
+/// Turns Nagle's algorithm off for the connections `listener` accepts: an
+/// answer's head and body leave as written, never held back for an
+/// acknowledgement.
+fn no_delay(listener: &TcpListener) {
+    if let Err(error) = socket2::SockRef::from(listener).set_tcp_nodelay(true) {
+        tracing::warn!(%error, "setting TCP_NODELAY on a proxy listener failed");
+    }
+}
+
 /// The next connection of the HTTPS listener; never, without one.
 async fn accept_tls(tls: Option<&(TcpListener, TlsAcceptor)>) -> std::io::Result<Accepted> {
     match tls {
@@ -173,59 +184,124 @@ async fn accept_tls(tls: Option<&(TcpListener, TlsAcceptor)>) -> std::io::Result
     }
 }
 
-async fn connection(
+/// A client connection's place: it counts as open, and holds one of the
+/// `max_connections` permits, until its task ends.
+struct Slot {
+    open: Gauge,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    fn new(open: &Gauge, permit: OwnedSemaphorePermit) -> Slot {
+        open.inc();
+        Slot {
+            open: open.clone(),
+            _permit: permit,
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// Serves one client connection until it closes.
+///
+/// Its task lives as long as the connection, idle keep-alive time
+/// included, so it holds as little as it can: opening the connection (the
+/// TLS handshake, telling HTTP/2 from HTTP/1) is boxed and freed once
+/// done, as is HTTP/2 and each request (see [`http1::serve`]). An idle
+/// HTTP/1.x connection's task keeps the connection, its client and the
+/// wait for the next request, under a kilobyte in all.
+fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    edge: Edge,
+    proxy: Arc<Proxy>,
+    shutdown: Shutdown,
+    limits: ClientLimits,
+    slot: Slot,
+) -> impl Future<Output = ()> + Send + 'static {
+    let opening = Box::pin(open(stream, peer, edge, proxy, shutdown, limits));
+    async move {
+        // Held (not moved out: that would keep it twice) until the end.
+        let _slot = &slot;
+        let Some(Opened {
+            mut conn,
+            client,
+            proxy,
+            mut shutdown,
+            protocol,
+        }) = opening.await
+        else {
+            return;
+        };
+        match protocol {
+            http1::Protocol::Http1 => http1::serve(&mut conn, &proxy, &client, &mut shutdown).await,
+            http1::Protocol::Http2 => {
+                let idle = conn.limits().idle;
+                Box::pin(http2::serve(
+                    conn.into_rewind(),
+                    proxy,
+                    client,
+                    shutdown,
+                    idle,
+                ))
+                .await;
+            }
+        }
+    }
+}
+
+/// A connection ready for its requests.
+struct Opened {
+    conn: http1::ClientConn,
+    client: Client,
+    proxy: Arc<Proxy>,
+    shutdown: Shutdown,
+    protocol: http1::Protocol,
+}
+
+/// Completes the TLS handshake (HTTPS) and tells the protocol: ALPN's
+/// choice over TLS, else the client's first bytes. `None` when the client
+/// goes away, stays silent or fails its handshake.
+async fn open(
     stream: TcpStream,
     peer: SocketAddr,
     edge: Edge,
     proxy: Arc<Proxy>,
     mut shutdown: Shutdown,
     limits: ClientLimits,
-) {
-    let _ = stream.set_nodelay(true);
+) -> Option<Opened> {
     let (io, scheme, h2) = match edge {
         Edge::Plain { https_port } => (Either::Left(stream), Scheme::Http { https_port }, false),
         Edge::Tls(acceptor) => {
             let connections = &proxy.metrics().connections;
-            // Boxed, as HTTP/2 below: an idle connection's task keeps only
-            // what waiting for a request needs.
-            let accept = Box::pin(tokio::time::timeout(limits.header, acceptor.accept(stream)));
             let handshake = tokio::select! {
-                done = accept => done,
-                () = shutdown.wait() => return,
+                done = tokio::time::timeout(limits.header, acceptor.accept(stream)) => done,
+                () = shutdown.wait() => return None,
             };
-            let Some(tls) = handshaken(handshake, peer, limits.header, connections) else {
-                return;
-            };
+            let tls = handshaken(handshake, peer, limits.header, connections)?;
             let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
             (Either::Right(Box::new(tls)), Scheme::Https, h2)
         }
     };
     let client = Client::new(peer.ip(), scheme);
     let mut conn = http1::ClientConn::new(io, limits);
-    if h2 {
-        return Box::pin(http2::serve(
-            conn.into_rewind(),
-            proxy,
-            client,
-            shutdown,
-            limits.idle,
-        ))
-        .await;
-    }
-    match conn.sniff().await {
-        Some(http1::Protocol::Http2) => {
-            Box::pin(http2::serve(
-                conn.into_rewind(),
-                proxy,
-                client,
-                shutdown,
-                limits.idle,
-            ))
-            .await
-        }
-        Some(http1::Protocol::Http1) => http1::serve(conn, &proxy, &client, shutdown).await,
-        None => {}
-    }
+    let protocol = if h2 {
+        http1::Protocol::Http2
+    } else {
+        conn.sniff().await?
+    };
+    Some(Opened {
+        conn,
+        client,
+        proxy,
+        shutdown,
+        protocol,
+    })
 }
 
 /// The TLS stream of a handshake that finished in time; a failed or slow
@@ -249,5 +325,66 @@ fn handshaken<T>(
             tracing::debug!(%peer, bound = ?bound, "TLS handshake not finished within the header timeout; dropped");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections take TCP_NODELAY from their listener: the proxy sets it
+    /// there once rather than on every connection it accepts.
+    #[tokio::test]
+    async fn accepted_connections_inherit_no_delay_from_the_listener() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        no_delay(&listener);
+        let addr = listener.local_addr().unwrap();
+        let (_client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (stream, _) = accepted.unwrap();
+        assert!(
+            stream.nodelay().unwrap(),
+            "the accepted connection has Nagle off"
+        );
+    }
+
+    /// The task of a client connection lives as long as the connection,
+    /// idle keep-alive time included: ten thousand idle clients hold ten
+    /// thousand of them. It once held 3.8 kB (the connection's future
+    /// twice over, and the largest state of opening it inline), when
+    /// nginx keeps under 600 bytes per idle connection.
+    #[tokio::test]
+    async fn a_connection_task_stays_small() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (stream, peer) = accepted.unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let proxy = Arc::new(Proxy::new(
+            crate::router::RouteTable::default(),
+            Arc::clone(&metrics),
+        ));
+        let (_trigger, shutdown) = crate::shutdown::channel();
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let limits = ClientLimits {
+            header: Duration::from_secs(30),
+            idle: Duration::from_secs(60),
+            max_connections: 1,
+        };
+        let slot = Slot::new(&metrics.connections.open, permit);
+        assert_eq!(metrics.connections.open.get(), 1);
+        let task = connection(
+            stream,
+            peer,
+            Edge::Plain { https_port: None },
+            proxy,
+            shutdown,
+            limits,
+            slot,
+        );
+        let size = std::mem::size_of_val(&task);
+        eprintln!("connection task: {size} bytes");
+        assert!(size <= 1024, "a connection's task holds {size} bytes");
+        drop((task, client));
+        assert_eq!(metrics.connections.open.get(), 0, "its slot is given back");
     }
 }

@@ -30,8 +30,16 @@ impl Trigger {
 
 impl Shutdown {
     /// Waits until shutdown is asked for.
+    ///
+    /// Every idle client connection holds one of these futures: a loop
+    /// over `changed()` keeps it smaller than `wait_for`'s.
     pub async fn wait(&mut self) {
-        let _ = self.0.wait_for(|fired| *fired).await;
+        while !*self.0.borrow_and_update() {
+            if self.0.changed().await.is_err() {
+                // The trigger was dropped: as good as fired.
+                return;
+            }
+        }
     }
 
     pub fn is_fired(&self) -> bool {

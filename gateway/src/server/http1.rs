@@ -99,8 +99,9 @@ impl ClientConn {
         };
         loop {
             // Known readiness answers at once; the read below learns
-            // whether there is anything.
-            tcp.readable().await?;
+            // whether there is anything. Polled rather than awaited
+            // through `readable()`, whose future an idle task would hold.
+            std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await?;
             spare::take(&mut self.buf);
             if self.buf.capacity() - self.buf.len() < 1024 {
                 self.buf.reserve(READ_CHUNK);
@@ -127,6 +128,15 @@ impl ClientConn {
         }
     }
 
+    /// Closes the connection with nothing left to read: TLS says
+    /// close_notify first; plain TCP is simply closed (the kernel sends
+    /// the FIN), without a `shutdown` call of its own.
+    async fn close(&mut self) {
+        if let tokio_util::either::Either::Right(tls) = &mut self.io {
+            let _ = tls.shutdown().await;
+        }
+    }
+
     /// Reads until the protocol is known: the HTTP/2 preface, or anything
     /// else. `None` when the client goes away or stays silent.
     pub async fn sniff(&mut self) -> Option<Protocol> {
@@ -147,6 +157,11 @@ impl ClientConn {
                 () = sleep_until(deadline) => return None,
             }
         }
+    }
+
+    /// The bounds the connection is served under.
+    pub fn limits(&self) -> ClientLimits {
+        self.limits
     }
 
     /// The stream with the bytes read so far put back in front, for hyper.
@@ -239,36 +254,62 @@ enum Read {
 /// request needs (routing, forwarding, writing the answer, a tunnel, the
 /// lingering close and its buffer) is boxed and allocated only while it
 /// runs, so that ten thousand idle keep-alive clients do not each keep the
-/// largest request's state.
-pub async fn serve(mut conn: ClientConn, proxy: &Proxy, client: &Client, mut shutdown: Shutdown) {
+/// largest request's state. The connection, its client and the shutdown
+/// signal are the caller's, borrowed: an async function keeps what it owns
+/// twice over.
+pub async fn serve(conn: &mut ClientConn, proxy: &Proxy, client: &Client, shutdown: &mut Shutdown) {
     loop {
-        let parts = match read_request(&mut conn, &mut shutdown).await {
-            Read::Request(parts) => parts,
-            Read::Gone => return,
-            Read::Refused(error) => return Box::pin(refuse(conn, error, proxy, client)).await,
-        };
-        let bodiless = parts.body == BodyKind::None;
-        match Box::pin(one(&mut conn, parts, proxy, client)).await {
-            Next::KeepAlive if !shutdown.is_fired() => {}
-            Next::Tunnel { upstream, leftover } => {
-                return Box::pin(tunnel(conn, upstream, leftover)).await;
-            }
-            // Nothing of the client's is left unread, as far as the node
-            // can know: closed at once, as nginx does, rather than waiting
-            // for the client's end (one wake-up and up to 2 s per
-            // connection that churns).
-            Next::KeepAlive | Next::Close if bodiless && conn.buf.is_empty() => {
-                let _ = conn.io.shutdown().await;
-                return;
-            }
-            Next::KeepAlive | Next::Close => return Box::pin(linger(conn)).await,
+        let read = read_request(conn, shutdown).await;
+        if matches!(read, Read::Gone)
+            || !Box::pin(answer(conn, read, proxy, client, shutdown)).await
+        {
+            return;
+        }
+    }
+}
+
+/// Answers what [`read_request`] read: whether the connection goes on to
+/// its next request.
+async fn answer(
+    conn: &mut ClientConn,
+    read: Read,
+    proxy: &Proxy,
+    client: &Client,
+    shutdown: &Shutdown,
+) -> bool {
+    let parts = match read {
+        Read::Request(parts) => parts,
+        Read::Gone => return false,
+        Read::Refused(error) => {
+            Box::pin(refuse(conn, error, proxy, client)).await;
+            return false;
+        }
+    };
+    let bodiless = parts.body == BodyKind::None;
+    match one(conn, parts, proxy, client).await {
+        Next::KeepAlive if !shutdown.is_fired() => true,
+        Next::Tunnel { upstream, leftover } => {
+            Box::pin(tunnel(conn, upstream, leftover)).await;
+            false
+        }
+        // Nothing of the client's is left unread, as far as the node can
+        // know: closed at once, as nginx does, rather than waiting for the
+        // client's end (one wake-up and up to 2 s per connection that
+        // churns).
+        Next::KeepAlive | Next::Close if bodiless && conn.buf.is_empty() => {
+            conn.close().await;
+            false
+        }
+        Next::KeepAlive | Next::Close => {
+            Box::pin(linger(conn)).await;
+            false
         }
     }
 }
 
 /// Answers a head that could not be parsed (400, 431 or 501), logs it, and
 /// closes the connection.
-async fn refuse(mut conn: ClientConn, error: ParseError, proxy: &Proxy, client: &Client) {
+async fn refuse(conn: &mut ClientConn, error: ParseError, proxy: &Proxy, client: &Client) {
     let started = Instant::now();
     let time = std::time::SystemTime::now();
     let id = RequestId::generate();
@@ -293,7 +334,7 @@ async fn refuse(mut conn: ClientConn, error: ParseError, proxy: &Proxy, client: 
         location: None,
         request_id: Some(id),
     };
-    let written = write_page(&mut conn, &page, Version::HTTP_11, false, false).await;
+    let written = write_page(conn, &page, Version::HTTP_11, false, false).await;
     if let Some(log) = proxy.access_log() {
         log.log(&Record {
             time,
@@ -369,7 +410,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// read and dropped for at most [`LINGER`]. Closed at once, those unread
 /// bytes would reset the connection and could destroy the answer before
 /// the client reads it.
-async fn linger(mut conn: ClientConn) {
+async fn linger(conn: &mut ClientConn) {
     if conn.io.shutdown().await.is_err() {
         return;
     }
@@ -742,15 +783,15 @@ async fn write_body(
 /// Joins the client's connection to the upstream's after a 101, and copies
 /// bytes both ways until either closes. What either side sent past its
 /// head goes first.
-async fn tunnel(conn: ClientConn, mut upstream: Io, leftover: Bytes) {
-    let ClientConn { mut io, buf, .. } = conn;
-    if !buf.is_empty() && upstream.write_all(&buf).await.is_err() {
+async fn tunnel(conn: &mut ClientConn, mut upstream: Io, leftover: Bytes) {
+    let ClientConn { io, buf, .. } = conn;
+    if !buf.is_empty() && upstream.write_all(buf).await.is_err() {
         return;
     }
     if !leftover.is_empty() && io.write_all(&leftover).await.is_err() {
         return;
     }
-    if let Err(error) = tokio::io::copy_bidirectional(&mut io, &mut upstream).await {
+    if let Err(error) = tokio::io::copy_bidirectional(io, &mut upstream).await {
         tracing::debug!(%error, "upgraded connection ended");
     }
 }
