@@ -119,13 +119,20 @@ pub fn answer(
                     crate::clock::now_unix(),
                 )),
                 "/v1/nodes" => json(&cluster::cluster(
-                    membership,
+                    &membership.view(),
+                    membership.cluster.as_deref(),
                     false,
                     now,
                     &Filter::default(),
                 )),
                 _ => match Filter::parse(query) {
-                    Ok(filter) => json(&cluster::cluster(membership, true, now, &filter)),
+                    Ok(filter) => json(&cluster::cluster(
+                        &membership.view(),
+                        membership.cluster.as_deref(),
+                        true,
+                        now,
+                        &filter,
+                    )),
                     Err(error) => text(StatusCode::BAD_REQUEST, format!("{error}\n")),
                 },
             }
@@ -171,8 +178,13 @@ fn echoed(name: &str) -> String {
     }
 }
 
+/// An answer's JSON body, as the status API sends it.
+pub fn json_body(value: &impl serde::Serialize) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(value)
+}
+
 fn json(value: &impl serde::Serialize) -> Response<Full<Bytes>> {
-    match serde_json::to_vec_pretty(value) {
+    match json_body(value) {
         Ok(mut body) => {
             body.push(b'\n');
             let mut response = Response::new(Full::new(Bytes::from(body)));

@@ -53,31 +53,42 @@ pub struct Counts {
     pub dead: usize,
 }
 
+/// A member as `/v1/cluster` and `/v1/nodes` show it, borrowed from the
+/// view: at 100 nodes × 1,000 routes an answer holds 100,000 verdicts,
+/// which are encoded where they are, never copied.
 #[derive(Debug, Serialize)]
-pub struct MemberAnswer {
-    pub name: String,
-    pub gossip: String,
+pub struct MemberAnswer<'a> {
+    pub name: &'a str,
+    pub gossip: &'a str,
     pub generation: u64,
     pub liveness: Liveness,
     /// Since this node last heard from it, in milliseconds.
     pub age_ms: u64,
-    pub info: Option<NodeInfo>,
+    pub info: Option<&'a NodeInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub verdicts: Option<Vec<Verdict>>,
+    pub verdicts: Option<Verdicts<'a>>,
+}
+
+/// A member's verdicts in an answer: all of them, or those a filter kept.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Verdicts<'a> {
+    All(&'a [Verdict]),
+    Kept(Vec<&'a Verdict>),
 }
 
 #[derive(Debug, Serialize)]
-pub struct ClusterAnswer {
+pub struct ClusterAnswer<'a> {
     /// The node answering.
-    pub node: String,
-    pub cluster: Option<String>,
+    pub node: &'a str,
+    pub cluster: Option<&'a str>,
     pub taken_unix_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub members: Option<Vec<MemberAnswer>>,
+    pub members: Option<Vec<MemberAnswer<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nodes: Option<Vec<MemberAnswer>>,
+    pub nodes: Option<Vec<MemberAnswer<'a>>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -109,30 +120,31 @@ fn age(view: &ClusterView, m: &Member, now_ms: u64) -> u64 {
     }
 }
 
-fn member(
+fn member<'a>(
     view: &ClusterView,
-    m: &Member,
+    m: &'a Member,
     now_ms: u64,
     with_verdicts: bool,
     filter: &Filter,
-) -> MemberAnswer {
+) -> MemberAnswer<'a> {
     MemberAnswer {
-        name: m.name.clone(),
-        gossip: m.gossip.clone(),
+        name: &m.name,
+        gossip: &m.gossip,
         generation: m.generation,
         liveness: m.liveness,
         age_ms: age(view, m, now_ms),
-        info: m.info.clone(),
+        info: m.info.as_ref(),
         routes: (!with_verdicts).then_some(m.verdicts.len()),
         verdicts: with_verdicts.then(|| {
             if filter.is_empty() {
-                m.verdicts.clone()
+                Verdicts::All(&m.verdicts)
             } else {
-                m.verdicts
-                    .iter()
-                    .filter(|v| filter.keeps_verdict(v))
-                    .cloned()
-                    .collect()
+                Verdicts::Kept(
+                    m.verdicts
+                        .iter()
+                        .filter(|v| filter.keeps_verdict(v))
+                        .collect(),
+                )
             }
         }),
     }
@@ -177,19 +189,20 @@ pub fn node(
 }
 
 /// Every member with its verdicts (`/v1/cluster`), or without them
-/// (`/v1/nodes`).
-pub fn cluster(
-    membership: &Membership,
+/// (`/v1/nodes`), from `view`, the view of the node answering (a member
+/// of `cluster`).
+pub fn cluster<'a>(
+    view: &'a ClusterView,
+    cluster: Option<&'a str>,
     with_verdicts: bool,
     now_ms: u64,
     filter: &Filter,
-) -> ClusterAnswer {
-    let view = membership.view();
-    let members: Vec<MemberAnswer> = view
+) -> ClusterAnswer<'a> {
+    let members: Vec<MemberAnswer<'a>> = view
         .members
         .iter()
         .filter(|m| filter.keeps_member(m))
-        .map(|m| member(&view, m, now_ms, with_verdicts, filter))
+        .map(|m| member(view, m, now_ms, with_verdicts, filter))
         .collect();
     let (members, nodes) = if with_verdicts {
         (Some(members), None)
@@ -197,8 +210,8 @@ pub fn cluster(
         (None, Some(members))
     };
     ClusterAnswer {
-        node: view.node.clone(),
-        cluster: membership.cluster.clone(),
+        node: &view.node,
+        cluster,
         taken_unix_ms: view.taken_unix_ms,
         members,
         nodes,
@@ -219,4 +232,88 @@ pub fn route(membership: &Membership, name: &str, now_ms: u64) -> Option<RouteAn
         node: view.node.clone(),
         across,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use picket_proto::{BreakerState, Heart};
+
+    fn verdict(route: &str, heart: Heart) -> Verdict {
+        Verdict {
+            route: route.to_string(),
+            heart,
+            reason: "because".to_string(),
+            ready: 1,
+            total: 2,
+            images: Vec::new(),
+            circuit: BreakerState::Closed,
+            since_unix_ms: 5,
+            runtime_stale_since_unix_ms: None,
+        }
+    }
+
+    fn member(name: &str, verdicts: Vec<Verdict>) -> Member {
+        Member {
+            name: name.to_string(),
+            gossip: "10.0.0.1:7946".to_string(),
+            generation: 1,
+            liveness: Liveness::Alive,
+            heard_unix_ms: 1_000,
+            info: None,
+            verdicts,
+        }
+    }
+
+    fn view() -> ClusterView {
+        ClusterView {
+            node: "n1".to_string(),
+            cluster: "c".to_string(),
+            taken_unix_ms: 1_000,
+            members: vec![
+                member(
+                    "n1",
+                    vec![verdict("api", Heart::Green), verdict("web", Heart::Red)],
+                ),
+                member(
+                    "n2",
+                    vec![verdict("api", Heart::Red), verdict("web", Heart::Red)],
+                ),
+            ],
+        }
+    }
+
+    /// The answer borrows the view's verdicts and shows them as they are,
+    /// all of them or those the filter keeps.
+    #[test]
+    fn an_answer_shows_the_views_verdicts_without_copying_them() {
+        let view = view();
+        let all = cluster(&view, Some("c"), true, 1_500, &Filter::default());
+        let json = serde_json::to_value(&all).unwrap();
+        for (i, m) in view.members.iter().enumerate() {
+            assert_eq!(
+                json["members"][i]["verdicts"],
+                serde_json::to_value(&m.verdicts).unwrap()
+            );
+        }
+        assert_eq!(json["members"][1]["age_ms"], 500);
+        assert!(json["members"][0].get("routes").is_none());
+
+        let red = Filter::parse(Some("heart=red")).unwrap();
+        let kept = cluster(&view, Some("c"), true, 1_500, &red);
+        let json = serde_json::to_value(&kept).unwrap();
+        assert_eq!(
+            json["members"][0]["verdicts"],
+            serde_json::to_value([&view.members[0].verdicts[1]]).unwrap()
+        );
+        assert_eq!(
+            json["members"][1]["verdicts"],
+            serde_json::to_value(&view.members[1].verdicts).unwrap()
+        );
+
+        let nodes = cluster(&view, Some("c"), false, 1_500, &Filter::default());
+        let json = serde_json::to_value(&nodes).unwrap();
+        assert_eq!(json["nodes"][0]["routes"], 2);
+        assert!(json["nodes"][0].get("verdicts").is_none());
+    }
 }

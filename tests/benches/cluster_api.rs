@@ -1,0 +1,110 @@
+//! `/v1/cluster` at scale: the time to build and encode the answer from a
+//! view of N nodes × R routes, whole and with each filter, as the status
+//! API does. Run by hand:
+//!
+//!     cargo bench -p picket-tests --bench cluster_api -- 100 1000
+//!
+//! Prints the median and the slowest of 21 answers for each query, and the
+//! size of the body.
+
+#![allow(clippy::disallowed_types)]
+
+use std::time::Instant as Wall;
+
+use picket::status::cluster::cluster;
+use picket::status::filter::Filter;
+use picket::status::json_body;
+use picket_proto::{
+    BreakerState, ClusterView, Heart, ImageCount, Liveness, Member, NodeInfo, Verdict,
+};
+
+fn verdict(node: usize, route: usize) -> Verdict {
+    // One verdict in fifty is red, as a fleet with a few failing routes.
+    let red = (route + node).is_multiple_of(50);
+    Verdict {
+        route: format!("route-{route:04}"),
+        heart: if red { Heart::Red } else { Heart::Green },
+        reason: if red {
+            "none ready: connect refused".to_string()
+        } else {
+            format!("all {} ready", 2 + (route + node) % 3)
+        },
+        ready: if red { 0 } else { 2 },
+        total: 2,
+        images: vec![ImageCount {
+            image: format!("registry.example.com/team/service-{route}:1.0"),
+            replicas: 2,
+        }],
+        circuit: BreakerState::Closed,
+        since_unix_ms: 1_796_000_000_000,
+        runtime_stale_since_unix_ms: None,
+    }
+}
+
+fn view(nodes: usize, routes: usize) -> ClusterView {
+    ClusterView {
+        node: "n000".to_string(),
+        cluster: "bench".to_string(),
+        taken_unix_ms: 1_796_000_000_000,
+        members: (0..nodes)
+            .map(|n| Member {
+                name: format!("n{n:03}"),
+                gossip: format!("10.0.{}.{}:7946", n / 250, n % 250 + 1),
+                generation: 1,
+                liveness: Liveness::Alive,
+                heard_unix_ms: 1_796_000_000_000,
+                info: Some(NodeInfo {
+                    name: format!("n{n:03}"),
+                    version: "bench".to_string(),
+                    admin: format!("10.0.{}.{}:9900", n / 250, n % 250 + 1),
+                    feed: None,
+                    feed_fingerprint: None,
+                    runtime: "kubernetes".to_string(),
+                    started_unix_ms: 1_796_000_000_000,
+                }),
+                verdicts: (0..routes).map(|r| verdict(n, r)).collect(),
+            })
+            .collect(),
+    }
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (nodes, routes) = (
+        args.first().copied().unwrap_or(100),
+        args.get(1).copied().unwrap_or(1000),
+    );
+    let view = view(nodes, routes);
+    println!(
+        "{nodes} nodes x {routes} routes = {} verdicts",
+        nodes * routes
+    );
+    for query in [
+        None,
+        Some("route=route-0007"),
+        Some("heart=red"),
+        Some("node=n042"),
+    ] {
+        let filter = Filter::parse(query).expect("a valid query");
+        let mut times = Vec::new();
+        let mut size = 0;
+        for _ in 0..21 {
+            let started = Wall::now();
+            let answer = cluster(&view, Some("bench"), true, 1_796_000_000_500, &filter);
+            let body = json_body(&answer).expect("an answer encodes");
+            times.push(started.elapsed());
+            size = body.len();
+            drop(body);
+        }
+        times.sort();
+        println!(
+            "/v1/cluster{}: median {:.1} ms, slowest {:.1} ms, {size} bytes",
+            query.map(|q| format!("?{q}")).unwrap_or_default(),
+            times[times.len() / 2].as_secs_f64() * 1000.0,
+            times[times.len() - 1].as_secs_f64() * 1000.0,
+        );
+    }
+}
