@@ -367,7 +367,12 @@ pub async fn open(
         Protocol::H2 | Protocol::Auto => conn.alpn_h2(),
     };
     if h2 {
-        return super::http2::handshake(conn.into_io()).await.map(Conn::H2);
+        // Boxed, as the TLS handshake and the tunnel below: a connect
+        // check of every replica runs at once, each holding only what a
+        // plain TCP connect needs.
+        return Box::pin(super::http2::handshake(conn.into_io()))
+            .await
+            .map(Conn::H2);
     }
     Ok(Conn::H1(conn))
 }
@@ -386,7 +391,7 @@ async fn open_stream(
         Some(proxy) => {
             let tcp = tcp_connect(&proxy.target).await?;
             if tunnel {
-                proxy.tunnel(tcp, &key.target).await?
+                Box::pin(proxy.tunnel(tcp, &key.target)).await?
             } else {
                 tcp
             }
@@ -398,14 +403,12 @@ async fn open_stream(
                 failure: TlsFailure::InvalidName,
                 detail: TlsFailure::InvalidName.to_string(),
             })?;
-            let stream =
-                tls.connector
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| ConnectFailure::Tls {
-                        failure: TlsFailure::of(&e),
-                        detail: e.to_string(),
-                    })?;
+            let stream = Box::pin(tls.connector.connect(name, tcp))
+                .await
+                .map_err(|e| ConnectFailure::Tls {
+                    failure: TlsFailure::of(&e),
+                    detail: e.to_string(),
+                })?;
             Either::Right(Box::new(stream))
         }
         None => Either::Left(tcp),
