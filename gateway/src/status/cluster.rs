@@ -237,33 +237,8 @@ pub fn route(membership: &Membership, name: &str, now_ms: u64) -> Option<RouteAn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use picket_proto::{BreakerState, Heart};
-
-    fn verdict(route: &str, heart: Heart) -> Verdict {
-        Verdict {
-            route: route.to_string(),
-            heart,
-            reason: "because".to_string(),
-            ready: 1,
-            total: 2,
-            images: Vec::new(),
-            circuit: BreakerState::Closed,
-            since_unix_ms: 5,
-            runtime_stale_since_unix_ms: None,
-        }
-    }
-
-    fn member(name: &str, verdicts: Vec<Verdict>) -> Member {
-        Member {
-            name: name.to_string(),
-            gossip: "10.0.0.1:7946".to_string(),
-            generation: 1,
-            liveness: Liveness::Alive,
-            heard_unix_ms: 1_000,
-            info: None,
-            verdicts,
-        }
-    }
+    use crate::status::filter::tests::{member, verdict};
+    use picket_proto::Heart;
 
     fn view() -> ClusterView {
         ClusterView {
@@ -296,7 +271,7 @@ mod tests {
                 serde_json::to_value(&m.verdicts).unwrap()
             );
         }
-        assert_eq!(json["members"][1]["age_ms"], 500);
+        assert_eq!(json["members"][1]["age_ms"], 1_500, "last heard at 0");
         assert!(json["members"][0].get("routes").is_none());
 
         let red = Filter::parse(Some("heart=red")).unwrap();

@@ -77,11 +77,11 @@ fn set<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), Filt
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use picket_proto::{BreakerState, Liveness};
 
-    fn verdict(route: &str, heart: Heart) -> Verdict {
+    pub(in crate::status) fn verdict(route: &str, heart: Heart) -> Verdict {
         Verdict {
             route: route.to_string(),
             heart,
@@ -95,7 +95,7 @@ mod tests {
         }
     }
 
-    fn member(name: &str) -> Member {
+    pub(in crate::status) fn member(name: &str, verdicts: Vec<Verdict>) -> Member {
         Member {
             name: name.to_string(),
             gossip: String::new(),
@@ -103,7 +103,7 @@ mod tests {
             liveness: Liveness::Alive,
             heard_unix_ms: 0,
             info: None,
-            verdicts: Vec::new(),
+            verdicts,
         }
     }
 
@@ -136,13 +136,13 @@ mod tests {
     #[test]
     fn every_given_filter_must_hold() {
         let filter = Filter::parse(Some("route=api&heart=red&node=n1")).unwrap();
-        assert!(filter.keeps_member(&member("n1")));
-        assert!(!filter.keeps_member(&member("n2")));
+        assert!(filter.keeps_member(&member("n1", Vec::new())));
+        assert!(!filter.keeps_member(&member("n2", Vec::new())));
         assert!(filter.keeps_verdict(&verdict("api", Heart::Red)));
         assert!(!filter.keeps_verdict(&verdict("api", Heart::Green)));
         assert!(!filter.keeps_verdict(&verdict("web", Heart::Red)));
         let none = Filter::default();
-        assert!(none.keeps_member(&member("n2")));
+        assert!(none.keeps_member(&member("n2", Vec::new())));
         assert!(none.keeps_verdict(&verdict("web", Heart::Orange)));
     }
 }
