@@ -69,14 +69,7 @@ fn view(nodes: usize, routes: usize) -> ClusterView {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (nodes, routes) = (
-        args.first().copied().unwrap_or(100),
-        args.get(1).copied().unwrap_or(1000),
-    );
+    let (nodes, routes) = picket_tests::bench_size(100, 1000);
     let view = view(nodes, routes);
     println!(
         "{nodes} nodes x {routes} routes = {} verdicts",

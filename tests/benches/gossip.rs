@@ -128,14 +128,7 @@ fn full(view: &picket_proto::ClusterView, nodes: usize, routes: usize) -> bool {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (count, routes) = (
-        args.first().copied().unwrap_or(32),
-        args.get(1).copied().unwrap_or(500),
-    );
+    let (count, routes) = picket_tests::bench_size(32, 500);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)

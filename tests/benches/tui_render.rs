@@ -180,14 +180,7 @@ fn cpu_time() -> Option<Duration> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let (nodes, routes) = (
-        args.first().copied().unwrap_or(100),
-        args.get(1).copied().unwrap_or(500),
-    );
+    let (nodes, routes) = picket_tests::bench_size(100, 500);
     let mut view = cluster(nodes, routes);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut app = App::new();

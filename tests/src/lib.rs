@@ -58,3 +58,16 @@ pub fn has_program(name: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
 }
+
+/// The cluster size a scale benchmark was asked for: its first two numeric
+/// arguments, nodes then routes, each defaulting to the given value.
+pub fn bench_size(nodes: usize, routes: usize) -> (usize, usize) {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    (
+        args.first().copied().unwrap_or(nodes),
+        args.get(1).copied().unwrap_or(routes),
+    )
+}
