@@ -174,7 +174,7 @@ pub async fn start(
 }
 
 /// The view before anything was heard: this node alone.
-fn first_view(me: &Me, cluster: &str, verdicts: &[Verdict]) -> ClusterView {
+fn first_view(me: &Me, cluster: &str, verdicts: &Arc<Vec<Verdict>>) -> ClusterView {
     ClusterView {
         node: me.info.name.clone(),
         cluster: cluster.to_string(),

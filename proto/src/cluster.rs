@@ -2,6 +2,8 @@
 //! cluster: each node's description and every node's verdicts, with how
 //! alive each node looks from where the view was taken.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::Verdict;
@@ -49,8 +51,11 @@ pub struct Member {
     pub heard_unix_ms: u64,
     /// `None` until its node info has arrived.
     pub info: Option<NodeInfo>,
-    /// Its verdicts, by route name.
-    pub verdicts: Vec<Verdict>,
+    /// Its verdicts, by route name. Shared, not copied: the view of a
+    /// member whose values did not change holds the very verdicts the
+    /// view before it held, and this node's own are those its checks
+    /// published.
+    pub verdicts: Arc<Vec<Verdict>>,
 }
 
 /// The cluster as one node sees it.

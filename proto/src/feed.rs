@@ -17,6 +17,7 @@
 //! and hands out the whole [`ClusterView`] at every `Synced`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -135,7 +136,7 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
             Some(old) if !fresh => old.verdicts.iter().map(|v| (v.route.as_str(), v)).collect(),
             _ => BTreeMap::new(),
         };
-        for verdict in &member.verdicts {
+        for verdict in member.verdicts.iter() {
             if old_verdicts.get(verdict.route.as_str()) != Some(&verdict) {
                 frames.push(Frame::Verdict {
                     node: member.name.clone(),
@@ -195,7 +196,8 @@ pub struct Follower {
 struct Held {
     node: String,
     cluster: String,
-    members: BTreeMap<String, (Head, BTreeMap<String, Verdict>)>,
+    /// By name: its head and its verdicts by route name.
+    members: BTreeMap<String, (Head, Arc<Vec<Verdict>>)>,
 }
 
 impl Follower {
@@ -225,13 +227,13 @@ impl Follower {
             Frame::Head(head) => match held.members.get_mut(&head.name) {
                 Some((old, verdicts)) => {
                     if old.generation != head.generation {
-                        verdicts.clear();
+                        *verdicts = Arc::default();
                     }
                     *old = head;
                 }
                 None => {
                     held.members
-                        .insert(head.name.clone(), (head, BTreeMap::new()));
+                        .insert(head.name.clone(), (head, Arc::default()));
                 }
             },
             Frame::Verdict { node, verdict } => {
@@ -239,14 +241,22 @@ impl Follower {
                     .members
                     .get_mut(&node)
                     .ok_or(FollowError::UnknownMember(node))?;
-                verdicts.insert(verdict.route.clone(), verdict);
+                // Copied only if the last view given out still holds it:
+                // once per changed member per batch.
+                let verdicts = Arc::make_mut(verdicts);
+                match verdicts.binary_search_by(|v| v.route.cmp(&verdict.route)) {
+                    Ok(at) => verdicts[at] = verdict,
+                    Err(at) => verdicts.insert(at, verdict),
+                }
             }
             Frame::RouteGone { node, route } => {
                 let (_, verdicts) = held
                     .members
                     .get_mut(&node)
                     .ok_or(FollowError::UnknownMember(node))?;
-                verdicts.remove(&route);
+                if let Ok(at) = verdicts.binary_search_by(|v| v.route.cmp(&route)) {
+                    Arc::make_mut(verdicts).remove(at);
+                }
             }
             Frame::Gone { node } => {
                 held.members.remove(&node);
@@ -273,7 +283,7 @@ impl Held {
                     liveness: head.liveness,
                     heard_unix_ms: head.heard_unix_ms,
                     info: head.info.clone(),
-                    verdicts: verdicts.values().cloned().collect(),
+                    verdicts: Arc::clone(verdicts),
                 })
                 .collect(),
         }
@@ -350,7 +360,7 @@ mod tests {
                         runtime: "none".into(),
                         started_unix_ms: 0,
                     }),
-                    verdicts: std::mem::take(&mut verdicts).into_values().collect(),
+                    verdicts: Arc::new(std::mem::take(&mut verdicts).into_values().collect()),
                 }
             })
     }
@@ -414,6 +424,62 @@ mod tests {
             members: vec![],
         };
         assert_eq!(diff(&view, &view), vec![Frame::Synced { taken_unix_ms: 5 }]);
+    }
+
+    /// A client at 100 nodes × 1,000 routes gets a view per batch of
+    /// changes: a member whose verdicts did not change keeps the very list
+    /// the view before held, and the changed member's list is copied once.
+    #[test]
+    fn views_share_the_verdicts_of_unchanged_members() {
+        let verdict = |route: &str, reason: &str| Verdict {
+            route: route.into(),
+            heart: crate::Heart::Green,
+            reason: reason.into(),
+            ready: 1,
+            total: 1,
+            images: Vec::new(),
+            circuit: crate::BreakerState::Closed,
+            since_unix_ms: 0,
+            runtime_stale_since_unix_ms: None,
+        };
+        let member = |name: &str, verdicts: Vec<Verdict>| Member {
+            name: name.into(),
+            gossip: format!("{name}:7946"),
+            generation: 1,
+            liveness: Liveness::Alive,
+            heard_unix_ms: 1,
+            info: None,
+            verdicts: Arc::new(verdicts),
+        };
+        let before = ClusterView {
+            node: "n1".into(),
+            cluster: "c".into(),
+            taken_unix_ms: 1,
+            members: vec![
+                member("n1", vec![verdict("api", "up"), verdict("web", "up")]),
+                member("n2", vec![verdict("api", "up"), verdict("web", "up")]),
+            ],
+        };
+        let mut after = before.clone();
+        after.members[1].verdicts = Arc::new(vec![verdict("api", "down"), verdict("web", "up")]);
+        after.taken_unix_ms = 2;
+
+        let mut follower = Follower::new();
+        let first = follow(&mut follower, snapshot(&before)).unwrap();
+        let second = follow(&mut follower, diff(&before, &after)).unwrap();
+        assert_eq!(second, after);
+        assert!(Arc::ptr_eq(
+            &first.members[0].verdicts,
+            &second.members[0].verdicts
+        ));
+        assert!(!Arc::ptr_eq(
+            &first.members[1].verdicts,
+            &second.members[1].verdicts
+        ));
+        assert_eq!(
+            first.members[1].verdicts[0].reason, "up",
+            "the view given out is not changed"
+        );
     }
 
     #[test]

@@ -72,26 +72,28 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
                 runtime: "kubernetes".into(),
                 started_unix_ms: T0 - 3_600_000,
             }),
-            verdicts: (0..routes)
-                .map(|r| Verdict {
-                    route: format!("team-{}/service-{r:04}", r % 17),
-                    heart: Heart::Green,
-                    reason: "all 3 replicas ready".into(),
-                    ready: 3,
-                    total: 3,
-                    images: vec![ImageCount {
-                        image: format!("registry.example.com/team/service-{r}:1.4"),
-                        replicas: 3,
-                    }],
-                    circuit: BreakerState::Closed,
-                    since_unix_ms: T0 - 600_000,
-                    runtime_stale_since_unix_ms: None,
-                })
-                .collect::<Vec<_>>(),
+            verdicts: std::sync::Arc::new(
+                (0..routes)
+                    .map(|r| Verdict {
+                        route: format!("team-{}/service-{r:04}", r % 17),
+                        heart: Heart::Green,
+                        reason: "all 3 replicas ready".into(),
+                        ready: 3,
+                        total: 3,
+                        images: vec![ImageCount {
+                            image: format!("registry.example.com/team/service-{r}:1.4"),
+                            replicas: 3,
+                        }],
+                        circuit: BreakerState::Closed,
+                        since_unix_ms: T0 - 600_000,
+                        runtime_stale_since_unix_ms: None,
+                    })
+                    .collect::<Vec<_>>(),
+            ),
         })
         .map(|mut member| {
             // As the feed hands them out: by route.
-            member.verdicts.sort_by(|a, b| a.route.cmp(&b.route));
+            std::sync::Arc::make_mut(&mut member.verdicts).sort_by(|a, b| a.route.cmp(&b.route));
             member
         })
         .collect();
@@ -106,7 +108,7 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
 /// A random cell gets another heart (and the circuit that goes with it).
 fn change(view: &mut ClusterView, rng: &mut Rng, now: u64) {
     let member = rng.below(view.members.len());
-    let verdicts = &mut view.members[member].verdicts;
+    let verdicts = std::sync::Arc::make_mut(&mut view.members[member].verdicts);
     let route = rng.below(verdicts.len());
     let verdict = &mut verdicts[route];
     let (heart, circuit, ready, reason) = match (verdict.heart, rng.below(2)) {

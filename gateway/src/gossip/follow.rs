@@ -20,7 +20,7 @@ pub(super) fn self_member(
     me: &Me,
     generation: u64,
     gossip: Option<SocketAddr>,
-    verdicts: &[Verdict],
+    verdicts: &Arc<Vec<Verdict>>,
 ) -> Member {
     Member {
         name: me.info.name.clone(),
@@ -29,7 +29,7 @@ pub(super) fn self_member(
         liveness: Liveness::Alive,
         heard_unix_ms: now_unix_ms(),
         info: Some(me.info.clone()),
-        verdicts: verdicts.to_vec(),
+        verdicts: Arc::clone(verdicts),
     }
 }
 /// Reads gossip state into the view: on membership or state changes, on

@@ -103,7 +103,7 @@ pub(super) mod tests {
             liveness: Liveness::Alive,
             heard_unix_ms: 0,
             info: None,
-            verdicts,
+            verdicts: std::sync::Arc::new(verdicts),
         }
     }
 

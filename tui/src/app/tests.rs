@@ -3,6 +3,7 @@ use picket_proto::{BreakerState, Heart, Liveness};
 
 use super::fixture::{T0, app_with, big, key, keys, member, three_nodes, verdict, view};
 use super::*;
+use std::sync::Arc;
 
 fn routes(app: &App) -> Vec<&str> {
     app.order()
@@ -186,7 +187,8 @@ fn the_selection_follows_its_route() {
     assert_eq!(selected(&app), "web");
     // orders heals: by severity all are equal, so name order; web stays.
     let mut healed = three_nodes();
-    healed.members[2].verdicts[1] = verdict("orders", Heart::Green, BreakerState::Closed);
+    Arc::make_mut(&mut healed.members[2].verdicts)[1] =
+        verdict("orders", Heart::Green, BreakerState::Closed);
     app.update(Msg::View(healed));
     assert_eq!(routes(&app), ["api", "orders", "web"]);
     assert_eq!(selected(&app), "web");
@@ -264,8 +266,10 @@ fn history_records_heart_and_circuit_changes() {
 
     let mut next = three_nodes();
     next.taken_unix_ms = T0 + 5_000;
-    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, BreakerState::HalfOpen);
-    next.members[0].verdicts[0] = verdict("api", Heart::Green, BreakerState::Disabled);
+    Arc::make_mut(&mut next.members[2].verdicts)[1] =
+        verdict("orders", Heart::Orange, BreakerState::HalfOpen);
+    Arc::make_mut(&mut next.members[0].verdicts)[0] =
+        verdict("api", Heart::Green, BreakerState::Disabled);
     app.update(Msg::View(next));
 
     let orders: Vec<&Transition> = app.history().of("orders").collect();
@@ -298,7 +302,8 @@ fn history_is_bounded_and_forgets_routes_gone() {
         let mut next = three_nodes();
         next.taken_unix_ms = T0 + i;
         let heart = if i % 2 == 0 { Heart::Green } else { Heart::Red };
-        next.members[2].verdicts[1] = verdict("orders", heart, BreakerState::Closed);
+        Arc::make_mut(&mut next.members[2].verdicts)[1] =
+            verdict("orders", heart, BreakerState::Closed);
         app.update(Msg::View(next));
     }
     assert_eq!(app.history().len("orders"), history::PER_ROUTE);
@@ -307,7 +312,7 @@ fn history_is_bounded_and_forgets_routes_gone() {
 
     let mut gone = three_nodes();
     for member in &mut gone.members {
-        member.verdicts.retain(|v| v.route != "orders");
+        Arc::make_mut(&mut member.verdicts).retain(|v| v.route != "orders");
     }
     app.update(Msg::View(gone));
     assert_eq!(app.history().len("orders"), 0);
@@ -318,7 +323,8 @@ fn another_nodes_view_is_a_new_baseline() {
     let mut app = app_with(three_nodes());
     let mut from_n2 = three_nodes();
     from_n2.node = "n2".into();
-    from_n2.members[2].verdicts[1] = verdict("orders", Heart::Green, BreakerState::Closed);
+    Arc::make_mut(&mut from_n2.members[2].verdicts)[1] =
+        verdict("orders", Heart::Green, BreakerState::Closed);
     app.update(Msg::View(from_n2));
     assert_eq!(app.history().len("orders"), 0);
 }

@@ -11,6 +11,7 @@ use ratatui::style::Color;
 use super::*;
 use crate::app::Msg;
 use crate::app::fixture::{T0, app_with, big, key, keys, three_nodes, verdict};
+use std::sync::Arc;
 
 fn draw(app: &App, width: u16, height: u16) -> Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
@@ -241,7 +242,8 @@ fn history_shows_transitions_in_the_detail_pane() {
     let mut app = app_with(three_nodes());
     let mut next = three_nodes();
     next.taken_unix_ms = T0 + 5_000;
-    next.members[2].verdicts[1] = verdict("orders", Heart::Orange, BreakerState::HalfOpen);
+    Arc::make_mut(&mut next.members[2].verdicts)[1] =
+        verdict("orders", Heart::Orange, BreakerState::HalfOpen);
     app.update(Msg::View(next));
     app.update(Msg::Tick {
         now_unix_ms: T0 + 5_000,
@@ -372,7 +374,10 @@ fn with_images(mut view: ClusterView, nodes: &[&str], images: &[(&str, u32)]) ->
         .iter_mut()
         .filter(|m| nodes.contains(&m.name.as_str()))
     {
-        for verdict in member.verdicts.iter_mut().filter(|v| v.route == "orders") {
+        for verdict in Arc::make_mut(&mut member.verdicts)
+            .iter_mut()
+            .filter(|v| v.route == "orders")
+        {
             verdict.images = images
                 .iter()
                 .map(|(image, replicas)| ImageCount {
@@ -489,7 +494,10 @@ fn an_ejection_for_gateway_errors_reads_in_the_detail_pane() {
     let reason = "1 of 2 ready (1 ejected by this node: 5 consecutive 503)";
     let mut view = three_nodes();
     for member in view.members.iter_mut().filter(|m| m.name == "n3") {
-        for verdict in member.verdicts.iter_mut().filter(|v| v.route == "orders") {
+        for verdict in Arc::make_mut(&mut member.verdicts)
+            .iter_mut()
+            .filter(|v| v.route == "orders")
+        {
             verdict.reason = reason.into();
         }
     }
@@ -508,7 +516,7 @@ fn a_long_reason_gets_a_line_of_its_own_at_80_columns() {
     let reason = "1 of 2 ready (1 ejected by this node: connect refused)";
     let mut view = three_nodes();
     for member in &mut view.members {
-        for verdict in &mut member.verdicts {
+        for verdict in Arc::make_mut(&mut member.verdicts) {
             if verdict.route == "orders" {
                 verdict.reason = reason.into();
             }
