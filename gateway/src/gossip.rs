@@ -331,7 +331,89 @@ fn chitchat_config(
         },
         marked_for_deletion_grace_period: TOMBSTONE_GRACE,
         catchup_callback: None,
-        extra_liveness_predicate: None,
+        // chitchat sends every live node's whole state (a copy of every
+        // key and value) on its live-nodes watch each time a node's
+        // version moves, and keeps the last one sent: at 100 nodes x
+        // 1,000 routes a second copy of all gossip, made again at every
+        // change. This node reads that watch only as a wake-up and reads
+        // liveness from the failure detector, so the predicate, consulted
+        // before each copy, keeps the map empty. Nothing else reads it.
+        extra_liveness_predicate: Some(Box::new(|_| false)),
         protocol_version: ProtocolVersion::V1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, port: u16) -> (ClusterSettings, Me, SocketAddr) {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let settings = ClusterSettings {
+            id: "test".into(),
+            gossip: addr,
+            advertise: None,
+            seeds: vec!["127.0.0.1:47001".into()],
+            key_file: None,
+            insecure: true,
+            gossip_interval: Duration::from_millis(50),
+        };
+        let me = Me {
+            info: NodeInfo {
+                name: name.into(),
+                version: "test".into(),
+                admin: "127.0.0.1:9900".into(),
+                feed: None,
+                feed_fingerprint: None,
+                runtime: "none".into(),
+                started_unix_ms: 1,
+            },
+        };
+        (settings, me, addr)
+    }
+
+    /// Guards a node's memory at scale: chitchat's live-nodes watch must
+    /// not hold a copy of every node's keys and values, while it still
+    /// wakes the view and the failure detector still counts both live.
+    #[tokio::test]
+    async fn chitchat_keeps_no_copy_of_the_live_nodes_states() {
+        let transport = ChannelTransport::default();
+        let mut handles = Vec::new();
+        for (name, port) in [("a", 47001), ("b", 47002)] {
+            let (settings, me, addr) = node(name, port);
+            let config = chitchat_config(&settings, &me, addr, addr);
+            let values = vec![(format!("{ROUTE_PREFIX}api"), format!("from {name}"))];
+            handles.push(
+                spawn_chitchat(config, values, &transport)
+                    .await
+                    .expect("chitchat starts"),
+            );
+        }
+        let chitchat = handles[0].chitchat();
+        let mut woken = chitchat.lock().await.live_nodes_watcher();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (live, values) = {
+                let c = chitchat.lock().await;
+                let values: usize = c.node_states().values().map(|s| s.num_key_values()).sum();
+                (c.live_nodes().count(), values)
+            };
+            if live == 2 && values >= 2 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a never saw b: {live} live"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            woken.has_changed().unwrap_or(false),
+            "the watch still wakes"
+        );
+        assert!(woken.borrow_and_update().is_empty());
+        for handle in handles {
+            let _ = handle.shutdown().await;
+        }
     }
 }

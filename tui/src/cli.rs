@@ -119,13 +119,16 @@ async fn once(address: &str, trust: &Trust, json: bool) -> anyhow::Result<()> {
         .await
         .context("no view from the node in 10 s")??;
     session.close().await;
-    let mut out = std::io::stdout().lock();
+    // Buffered: stdout alone writes line by line, and the view of 100
+    // nodes x 1,000 routes is two million lines of JSON.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if json {
         serde_json::to_writer_pretty(&mut out, &view)?;
         writeln!(out)?;
     } else {
         out.write_all(crate::table::table(&view).as_bytes())?;
     }
+    out.flush()?;
     Ok(())
 }
 
