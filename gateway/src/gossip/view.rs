@@ -181,8 +181,9 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>) -> usize {
     routes.sort_by(|a, b| a.1.route.cmp(&b.1.route));
     routes.dedup_by(|later, first| later.1.route == first.1.route);
     let (versions, verdicts): (Vec<u64>, Vec<Verdict>) = routes.into_iter().unzip();
-    // Every verdict kept (only its node info changed): the views before
-    // and after share one list.
+    // The same versions are the same verdicts (chitchat gives each write
+    // of a node's key the node's next version): only its node info
+    // changed, and the views before and after share one list.
     if versions != known.versions {
         known.versions = versions;
         known.verdicts = Arc::new(verdicts);
