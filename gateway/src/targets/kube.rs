@@ -30,19 +30,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use picket_proto::Backoff;
 
+use self::objects::{Pod, Service};
 use super::gate::{Gate, GateLayer};
 use super::image::label as image_label;
 use super::{Catalog, Inventory, Link};
 use crate::config::{RuntimeSettings, ServicePort};
 use crate::shutdown::{Shutdown, Tasks};
 use crate::upstream::{Endpoint, Target};
+
+mod objects;
 
 /// The namespace a node watches: configured, else the pod's own.
 pub fn namespace(settings: &RuntimeSettings) -> String {
