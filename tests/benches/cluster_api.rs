@@ -5,7 +5,8 @@
 //!     cargo bench -p picket-tests --bench cluster_api -- 100 1000
 //!
 //! Prints the median and the slowest of 21 answers for each query, and the
-//! size of the body.
+//! size of the body; then the whole view indented, as the status API sent
+//! it before its answers became compact.
 
 #![allow(clippy::disallowed_types)]
 
@@ -82,22 +83,42 @@ fn main() {
         Some("node=n042"),
     ] {
         let filter = Filter::parse(query).expect("a valid query");
-        let mut times = Vec::new();
-        let mut size = 0;
-        for _ in 0..21 {
-            let started = Wall::now();
+        let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+        measure(&format!("/v1/cluster{query}"), || {
             let answer = cluster(&view, Some("bench"), true, 1_796_000_000_500, &filter);
-            let body = json_body(&answer).expect("an answer encodes");
-            times.push(started.elapsed());
-            size = body.len();
-            drop(body);
-        }
-        times.sort();
-        println!(
-            "/v1/cluster{}: median {:.1} ms, slowest {:.1} ms, {size} bytes",
-            query.map(|q| format!("?{q}")).unwrap_or_default(),
-            times[times.len() / 2].as_secs_f64() * 1000.0,
-            times[times.len() - 1].as_secs_f64() * 1000.0,
-        );
+            json_body(&answer).expect("an answer encodes")
+        });
     }
+    // The whole view as the status API encoded it before its answers
+    // became compact, for the comparison in one run.
+    measure("/v1/cluster, indented as before", || {
+        let answer = cluster(
+            &view,
+            Some("bench"),
+            true,
+            1_796_000_000_500,
+            &Filter::default(),
+        );
+        serde_json::to_vec_pretty(&answer).expect("an answer encodes")
+    });
+}
+
+/// Builds and encodes an answer 21 times; prints the median and the
+/// slowest time and the size of the body.
+fn measure(what: &str, mut answer: impl FnMut() -> Vec<u8>) {
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..21 {
+        let started = Wall::now();
+        let body = answer();
+        times.push(started.elapsed());
+        size = body.len();
+        drop(body);
+    }
+    times.sort();
+    println!(
+        "{what}: median {:.1} ms, slowest {:.1} ms, {size} bytes",
+        times[times.len() / 2].as_secs_f64() * 1000.0,
+        times[times.len() - 1].as_secs_f64() * 1000.0,
+    );
 }

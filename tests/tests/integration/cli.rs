@@ -630,14 +630,14 @@ fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
         || {
             get(admin, "/v1/routes/web").is_some_and(|(status, body)| {
                 status == 200
-                    && body.contains("\"disagreement\": true")
-                    && body.matches("\"node\": \"demo-").count() == 4
+                    && body.contains("\"disagreement\":true")
+                    && body.matches("\"node\":\"demo-").count() == 4
             })
         },
     );
     let (_, cluster) = get(admin, "/v1/cluster").unwrap();
     assert_eq!(
-        cluster.matches("\"liveness\": \"alive\"").count(),
+        cluster.matches("\"liveness\":\"alive\"").count(),
         3,
         "{cluster}"
     );
