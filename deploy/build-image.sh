@@ -16,8 +16,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 triple=x86_64-unknown-linux-gnu
 release="$target/$triple/release"
-# --target keeps build scripts and proc macros dynamic; only the binaries are static.
-(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked --target "$triple" -p picket)
+# --target keeps build scripts and proc macros dynamic; only the binaries
+# are static. The binary's relocations are packed (RELR: a bitmap of the
+# pointers to adjust at start instead of 24 bytes each): 0.6 MB less, and
+# still position-independent, so its address is still randomised.
+(cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" cargo rustc --release --locked \
+  --target "$triple" -p picket --bin picket -- -C link-arg=-Wl,-z,pack-relative-relocs)
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 objcopy --only-keep-debug "$release/picket" "$release/picket.debug"

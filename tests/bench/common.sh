@@ -9,7 +9,12 @@ need() {
 }
 
 # Builds picket in release (from $root into $target) and sets $picket.
+# `PICKET=path` benches that binary instead (another build, an image's).
 build_picket() {
+  if [ -n "${PICKET:-}" ]; then
+    picket=$PICKET
+    return
+  fi
   (cd "$root" && cargo build --release --locked -p picket >&2)
   picket="$target/release/picket"
 }
