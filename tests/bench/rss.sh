@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Peak RSS of a node with 1,000 routes after every route has carried
-# traffic. Run by hand.
+# traffic, before and after a scrape of its metrics. Run by hand.
 #
 #   bash tests/bench/rss.sh [routes] [workers]
+#   PICKET=path bash tests/bench/rss.sh [routes] [workers]
 set -euo pipefail
 
 routes=${1:-1000}
@@ -13,8 +14,14 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-(cd "$root" && cargo build --release --locked -p picket -p picket-test-upstream >&2)
-picket="$target/release/picket"
+# `PICKET=path` measures that binary instead (the image's, another build's).
+if [ -n "${PICKET:-}" ]; then
+  (cd "$root" && cargo build --release --locked -p picket-test-upstream >&2)
+  picket=$PICKET
+else
+  (cd "$root" && cargo build --release --locked -p picket -p picket-test-upstream >&2)
+  picket="$target/release/picket"
+fi
 upstream_bin="$target/release/picket-test-upstream"
 
 # Four upstream processes; route i goes to upstream i % 4 on its own host name.
@@ -40,6 +47,8 @@ pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
 echo "after start: $(grep VmRSS /proc/$pid/status)"
 seq 0 $((routes - 1)) | xargs -P 16 -I{} curl -s -o /dev/null -H "Host: r{}.example.com" http://127.0.0.1:18420/
 sleep 0.5
+echo "served, before a metrics scrape: $(grep -E 'VmHWM' /proc/$pid/status)"
 ok=$(curl -s http://127.0.0.1:18421/metrics | grep -cE '^picket_requests_total\{route="r[0-9]+",class="2xx"\} 1$' || true)
 echo "routes that answered 2xx: $ok of $routes"
+echo "after a scrape of /metrics:"
 grep -E 'VmRSS|VmHWM' /proc/$pid/status
