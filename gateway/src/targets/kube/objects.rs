@@ -3,10 +3,10 @@
 //! The API server sends whole objects: a pod's volumes, probes, resources,
 //! environment, managed fields. k8s-openapi's types decode and keep all of
 //! it; a node needs a dozen fields. These types name only those (serde
-//! skips the rest while decoding), so the watch stores hold a few hundred
-//! bytes per pod instead of the whole object, and the binary carries no
-//! decoder for the rest of the Kubernetes API. Field names follow the API's
-//! JSON; `tests::fields_match_the_api` checks them against k8s-openapi's.
+//! skips the rest while decoding), so the watch stores hold those fields
+//! and no more, and the binary carries no decoder for the rest of the
+//! Kubernetes API. Field names follow the API's JSON;
+//! `tests::fields_match_the_api` checks them against k8s-openapi's.
 
 use std::collections::BTreeMap;
 
@@ -143,47 +143,34 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-impl k8s_openapi::Resource for Pod {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Pod";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "pods";
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// What kube needs to list and watch a core (`v1`, namespaced) kind.
+macro_rules! core_v1 {
+    ($type:ident, $kind:literal, $plural:literal) => {
+        impl k8s_openapi::Resource for $type {
+            const API_VERSION: &'static str = "v1";
+            const GROUP: &'static str = "";
+            const KIND: &'static str = $kind;
+            const VERSION: &'static str = "v1";
+            const URL_PATH_SEGMENT: &'static str = $plural;
+            type Scope = k8s_openapi::NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::Metadata for $type {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
 
-impl k8s_openapi::Metadata for Pod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-impl k8s_openapi::Resource for Service {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Service";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "services";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for Service {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+core_v1!(Pod, "Pod", "pods");
+core_v1!(Service, "Service", "services");
 
 #[cfg(test)]
 mod tests {
