@@ -119,11 +119,12 @@ async fn once(address: &str, trust: &Trust, json: bool) -> anyhow::Result<()> {
         .await
         .context("no view from the node in 10 s")??;
     session.close().await;
-    // Buffered: stdout alone writes line by line, and the view of 100
-    // nodes x 1,000 routes is two million lines of JSON.
+    // Buffered: stdout alone writes line by line. The JSON is compact, as
+    // the status API's answers are (`jq .` indents it): indented, the view
+    // of 100 nodes x 1,000 routes was two million lines.
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     if json {
-        serde_json::to_writer_pretty(&mut out, &view)?;
+        serde_json::to_writer(&mut out, &view)?;
         writeln!(out)?;
     } else {
         out.write_all(crate::table::table(&view).as_bytes())?;
