@@ -842,9 +842,10 @@ impl Metrics {
     /// The text exposition.
     ///
     /// The buffer is sized from the last exposition's length (1,000 routes
-    /// make 2 MB of text), so that a scrape allocates the text once
-    /// instead of growing a buffer by doubling, which held the old buffer
-    /// and the new one at once and raised the node's peak RSS by 3.4 MB.
+    /// make 2 MB of text), so that every scrape after the first allocates
+    /// the text once instead of growing a buffer by doubling, which holds
+    /// the old buffer and the new one at once and left another megabyte of
+    /// heap behind at each scrape. The first scrape still grows its buffer.
     pub fn encode(&self) -> String {
         use std::sync::atomic::Ordering::Relaxed;
         let last = self.encoded_len.load(Relaxed);

@@ -115,21 +115,14 @@ struct Meta {
 }
 
 fn meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
-    let Meta {
-        name,
-        namespace,
-        uid,
-        resource_version,
-        labels,
-        deletion_timestamp,
-    } = Meta::deserialize(deserializer)?;
+    let meta = Meta::deserialize(deserializer)?;
     Ok(ObjectMeta {
-        name,
-        namespace,
-        uid,
-        resource_version,
-        labels,
-        deletion_timestamp,
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        labels: meta.labels,
+        deletion_timestamp: meta.deletion_timestamp,
         ..ObjectMeta::default()
     })
 }
