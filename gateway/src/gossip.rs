@@ -23,6 +23,7 @@
 
 mod advertise;
 mod follow;
+mod intern;
 pub mod keys;
 mod publish;
 pub mod seal;

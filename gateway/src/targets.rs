@@ -207,7 +207,7 @@ mod tests {
             id: id.into(),
             target: Some(Target::Addr(([10, 0, 0, 1], port).into())),
             ready,
-            images: Vec::new(),
+            images: [].into(),
             checked: false,
         }
     }

@@ -221,29 +221,36 @@ impl Verdicts {
         } = judgement;
         match self.by_route.get_mut(route) {
             Some(v) => {
-                let moved = v.heart != heart || v.reason != reason;
+                let moved = v.heart != heart || *v.reason != *reason;
                 let changed = moved
                     || v.ready != ready
                     || v.total != total
-                    || v.images != images
+                    || *v.images != *images
                     || v.circuit != circuit
                     || v.runtime_stale_since_unix_ms != stale_since;
                 if moved {
                     v.since_unix_ms = now_unix_ms;
                 }
-                (v.heart, v.reason, v.ready, v.total, v.images, v.circuit) =
-                    (heart, reason, ready, total, images, circuit);
+                // Texts are replaced only when they changed: a verdict that
+                // holds still keeps the copies it shares.
+                if *v.reason != *reason {
+                    v.reason = reason.into();
+                }
+                if *v.images != *images {
+                    v.images = images.into();
+                }
+                (v.heart, v.ready, v.total, v.circuit) = (heart, ready, total, circuit);
                 v.runtime_stale_since_unix_ms = stale_since;
                 changed
             }
             None => {
                 let verdict = Verdict {
-                    route: route.to_string(),
+                    route: route.into(),
                     heart,
-                    reason,
+                    reason: reason.into(),
                     ready,
                     total,
-                    images,
+                    images: images.into(),
                     circuit,
                     since_unix_ms: now_unix_ms,
                     runtime_stale_since_unix_ms: stale_since,

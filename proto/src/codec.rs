@@ -139,7 +139,8 @@ mod tests {
                 images: vec![ImageCount {
                     image: "api:1.4".into(),
                     replicas: 2,
-                }],
+                }]
+                .into(),
                 circuit: BreakerState::Closed,
                 since_unix_ms: 1_790_000_000_000,
                 runtime_stale_since_unix_ms: None,

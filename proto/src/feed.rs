@@ -133,22 +133,18 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
             frames.push(Frame::Head(Head::of(member)));
         }
         let old_verdicts: BTreeMap<&str, &Verdict> = match old {
-            Some(old) if !fresh => old.verdicts.iter().map(|v| (v.route.as_str(), v)).collect(),
+            Some(old) if !fresh => old.verdicts.iter().map(|v| (&*v.route, v)).collect(),
             _ => BTreeMap::new(),
         };
         for verdict in member.verdicts.iter() {
-            if old_verdicts.get(verdict.route.as_str()) != Some(&verdict) {
+            if old_verdicts.get(&*verdict.route) != Some(&verdict) {
                 frames.push(Frame::Verdict {
                     node: member.name.clone(),
                     verdict: verdict.clone(),
                 });
             }
         }
-        let now: BTreeMap<&str, ()> = member
-            .verdicts
-            .iter()
-            .map(|v| (v.route.as_str(), ()))
-            .collect();
+        let now: BTreeMap<&str, ()> = member.verdicts.iter().map(|v| (&*v.route, ())).collect();
         for route in old_verdicts.keys().filter(|r| !now.contains_key(*r)) {
             frames.push(Frame::RouteGone {
                 node: member.name.clone(),
@@ -254,7 +250,7 @@ impl Follower {
                     .members
                     .get_mut(&node)
                     .ok_or(FollowError::UnknownMember(node))?;
-                if let Ok(at) = verdicts.binary_search_by(|v| v.route.cmp(&route)) {
+                if let Ok(at) = verdicts.binary_search_by(|v| (*v.route).cmp(&route)) {
                     Arc::make_mut(verdicts).remove(at);
                 }
             }
@@ -311,9 +307,9 @@ mod tests {
         )
             .prop_map(
                 |(route, heart, reason, ready, total, images, circuit, since, stale)| Verdict {
-                    route,
+                    route: route.into(),
                     heart: [Heart::Green, Heart::Orange, Heart::Red][usize::from(heart)],
-                    reason,
+                    reason: reason.into(),
                     ready,
                     total,
                     images: images
@@ -342,8 +338,10 @@ mod tests {
             proptest::collection::vec(verdict(), 0..5),
         )
             .prop_map(|(name, generation, liveness, heard, admin, verdicts)| {
-                let mut verdicts: BTreeMap<String, Verdict> =
-                    verdicts.into_iter().map(|v| (v.route.clone(), v)).collect();
+                let mut verdicts: BTreeMap<String, Verdict> = verdicts
+                    .into_iter()
+                    .map(|v| (v.route.to_string(), v))
+                    .collect();
                 Member {
                     gossip: format!("{name}:7946"),
                     name,
@@ -437,7 +435,7 @@ mod tests {
             reason: reason.into(),
             ready: 1,
             total: 1,
-            images: Vec::new(),
+            images: [].into(),
             circuit: crate::BreakerState::Closed,
             since_unix_ms: 0,
             runtime_stale_since_unix_ms: None,
@@ -477,7 +475,7 @@ mod tests {
             &second.members[1].verdicts
         ));
         assert_eq!(
-            first.members[1].verdicts[0].reason, "up",
+            &*first.members[1].verdicts[0].reason, "up",
             "the view given out is not changed"
         );
     }

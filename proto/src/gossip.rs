@@ -8,8 +8,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::Verdict;
 use crate::codec::{self, CodecError};
+use crate::{ImageCount, Verdict};
 
 /// The key of a node's description.
 pub const NODE_KEY: &str = "node";
@@ -49,41 +49,53 @@ pub fn decode_value<T: DeserializeOwned>(text: &str) -> Result<T, CodecError> {
     codec::decode(&bytes)
 }
 
-fn cut(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max.saturating_sub('…'.len_utf8());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
+/// `text` cut to its first `max` bytes, ending with `…` when cut.
+fn cut(text: &str, max: usize) -> Option<String> {
+    if text.len() <= max {
+        return None;
     }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(format!("{}…", &text[..end]))
 }
 
 /// `text` cut to its last `max` bytes, starting with `…` when cut.
-fn cut_start(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut start = text.len() - max.saturating_sub('…'.len_utf8());
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        *text = format!("…{}", &text[start..]);
+fn cut_start(text: &str, max: usize) -> Option<String> {
+    if text.len() <= max {
+        return None;
     }
+    let mut start = text.len() - max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    Some(format!("…{}", &text[start..]))
 }
 
 /// A verdict cut to what gossip carries: its reason and image list bounded
 /// (the images with the most replicas kept), so that its value always fits.
+/// A verdict that fits already is returned as it is, its texts still shared.
 pub fn fit(mut verdict: Verdict) -> Verdict {
-    cut(&mut verdict.reason, MAX_REASON);
-    cut(&mut verdict.route, 63);
-    if verdict.images.len() > MAX_IMAGES {
-        verdict
-            .images
-            .sort_by_key(|i| std::cmp::Reverse(i.replicas));
-        verdict.images.truncate(MAX_IMAGES);
+    if let Some(reason) = cut(&verdict.reason, MAX_REASON) {
+        verdict.reason = reason.into();
     }
-    for image in &mut verdict.images {
-        cut_start(&mut image.image, MAX_IMAGE);
+    if let Some(route) = cut(&verdict.route, 63) {
+        verdict.route = route.into();
+    }
+    let too_long = |i: &ImageCount| i.image.len() > MAX_IMAGE;
+    if verdict.images.len() > MAX_IMAGES || verdict.images.iter().any(too_long) {
+        let mut images = verdict.images.to_vec();
+        if images.len() > MAX_IMAGES {
+            images.sort_by_key(|i| std::cmp::Reverse(i.replicas));
+            images.truncate(MAX_IMAGES);
+        }
+        for image in &mut images {
+            if let Some(label) = cut_start(&image.image, MAX_IMAGE) {
+                image.image = label;
+            }
+        }
+        verdict.images = images.into();
     }
     verdict
 }
@@ -91,7 +103,8 @@ pub fn fit(mut verdict: Verdict) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BreakerState, Heart, ImageCount, NodeInfo};
+    use crate::{BreakerState, Heart, NodeInfo};
+    use std::sync::Arc;
 
     fn verdict() -> Verdict {
         Verdict {
@@ -100,10 +113,11 @@ mod tests {
             reason: "2 of 3 ready (1 not ready)".into(),
             ready: 2,
             total: 3,
-            images: vec![ImageCount {
+            images: [ImageCount {
                 image: "api:1.4".into(),
                 replicas: 3,
-            }],
+            }]
+            .into(),
             circuit: BreakerState::Closed,
             since_unix_ms: 1_796_000_000_000,
             runtime_stale_since_unix_ms: None,
@@ -132,8 +146,8 @@ mod tests {
     #[test]
     fn the_largest_verdict_fits() {
         let mut huge = verdict();
-        huge.route = "r".repeat(500);
-        huge.reason = "é".repeat(5000);
+        huge.route = "r".repeat(500).into();
+        huge.reason = "é".repeat(5000).into();
         huge.images = (0..1000)
             .map(|i| ImageCount {
                 image: format!("{}:{i}", "x".repeat(300)),
@@ -154,20 +168,21 @@ mod tests {
         let mut rollout = verdict();
         // Nine builds under one tag, the newest on most replicas, and a
         // label longer than gossip carries.
-        rollout.images = (0..9)
+        let mut images: Vec<ImageCount> = (0..9)
             .map(|i| ImageCount {
                 image: format!("api:1.4@sha256:{i}c0f12ab9d2e"),
                 replicas: if i == 8 { 1 } else { 3 },
             })
             .collect();
         let long = format!("{}/api:1.4@sha256:9b1d7e0c3a55", "é".repeat(60));
-        rollout.images.insert(
+        images.insert(
             0,
             ImageCount {
                 image: long,
                 replicas: 4,
             },
         );
+        rollout.images = images.into();
         let fitted = fit(rollout);
         let labels: Vec<&str> = fitted.images.iter().map(|i| i.image.as_str()).collect();
         assert_eq!(labels.len(), MAX_IMAGES);
@@ -180,6 +195,15 @@ mod tests {
                 .collect::<Vec<_>>(),
             "most replicas first, ties in their order, the fewest left out"
         );
+    }
+
+    #[test]
+    fn a_verdict_that_fits_keeps_its_shared_texts() {
+        let verdict = verdict();
+        let fitted = fit(verdict.clone());
+        assert!(Arc::ptr_eq(&fitted.route, &verdict.route));
+        assert!(Arc::ptr_eq(&fitted.reason, &verdict.reason));
+        assert!(Arc::ptr_eq(&fitted.images, &verdict.images));
     }
 
     #[test]

@@ -23,19 +23,20 @@ fn verdict(node: usize, route: usize) -> Verdict {
     // One verdict in fifty is red, as a fleet with a few failing routes.
     let red = (route + node).is_multiple_of(50);
     Verdict {
-        route: format!("route-{route:04}"),
+        route: format!("route-{route:04}").into(),
         heart: if red { Heart::Red } else { Heart::Green },
         reason: if red {
-            "none ready: connect refused".to_string()
+            "none ready: connect refused".into()
         } else {
-            format!("all {} ready", 2 + (route + node) % 3)
+            format!("all {} ready", 2 + (route + node) % 3).into()
         },
         ready: if red { 0 } else { 2 },
         total: 2,
         images: vec![ImageCount {
             image: format!("registry.example.com/team/service-{route}:1.0"),
             replicas: 2,
-        }],
+        }]
+        .into(),
         circuit: BreakerState::Closed,
         since_unix_ms: 1_796_000_000_000,
         runtime_stale_since_unix_ms: None,

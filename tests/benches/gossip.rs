@@ -31,15 +31,16 @@ fn verdicts(node: usize, routes: usize, generation: u64) -> Arc<Vec<Verdict>> {
     Arc::new(
         (0..routes)
             .map(|r| Verdict {
-                route: format!("route-{r:04}"),
+                route: format!("route-{r:04}").into(),
                 heart: Heart::Green,
-                reason: format!("all {} ready", 2 + (r + node) % 3),
+                reason: format!("all {} ready", 2 + (r + node) % 3).into(),
                 ready: 2,
                 total: 2,
                 images: vec![ImageCount {
                     image: format!("registry.example.com/team/service-{r}:1.{generation}"),
                     replicas: 2,
-                }],
+                }]
+                .into(),
                 circuit: BreakerState::Closed,
                 since_unix_ms: 1_796_000_000_000 + generation,
                 runtime_stale_since_unix_ms: None,
@@ -164,11 +165,11 @@ fn main() {
         for generation in 1..=10u64 {
             let mut changed = (*verdicts(0, routes, 0)).clone();
             changed[7].heart = Heart::Red;
-            changed[7].reason = format!("none ready ({generation})");
+            changed[7].reason = format!("none ready ({generation})").into();
             nodes[0].verdicts.send_replace(Arc::new(changed));
             let reason = format!("none ready ({generation})");
             let took = until(&nodes, |v| {
-                v.members.iter().find(|m| m.name == "n000").is_some_and(|m| m.verdicts.get(7).is_some_and(|v| v.reason == reason))
+                v.members.iter().find(|m| m.name == "n000").is_some_and(|m| m.verdicts.get(7).is_some_and(|v| *v.reason == *reason))
             })
             .await;
             changes.push(took);

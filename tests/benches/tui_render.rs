@@ -75,7 +75,7 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
             verdicts: std::sync::Arc::new(
                 (0..routes)
                     .map(|r| Verdict {
-                        route: format!("team-{}/service-{r:04}", r % 17),
+                        route: format!("team-{}/service-{r:04}", r % 17).into(),
                         heart: Heart::Green,
                         reason: "all 3 replicas ready".into(),
                         ready: 3,
@@ -83,7 +83,8 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
                         images: vec![ImageCount {
                             image: format!("registry.example.com/team/service-{r}:1.4"),
                             replicas: 3,
-                        }],
+                        }]
+                        .into(),
                         circuit: BreakerState::Closed,
                         since_unix_ms: T0 - 600_000,
                         runtime_stale_since_unix_ms: None,

@@ -44,7 +44,7 @@ pub fn verdict_in<'a>(view: &'a ClusterView, node: &str, route: &str) -> Option<
         .find(|m| m.name == node)?
         .verdicts
         .iter()
-        .find(|v| v.route == route)
+        .find(|v| *v.route == *route)
 }
 
 /// `node`'s liveness as `view` holds it.

@@ -161,7 +161,7 @@ impl TestNode {
             .board()
             .snapshot()
             .iter()
-            .find(|v| v.route == route)
+            .find(|v| *v.route == *route)
             .cloned()
     }
 }
@@ -195,7 +195,7 @@ impl TestNode {
             let verdict = snapshots
                 .borrow_and_update()
                 .iter()
-                .find(|v| v.route == route)
+                .find(|v| *v.route == *route)
                 .cloned();
             if each(verdict.as_ref()) {
                 return (true, verdict);

@@ -15,7 +15,7 @@ pub fn table(view: &ClusterView) -> String {
     let routes: BTreeSet<&str> = view
         .members
         .iter()
-        .flat_map(|m| m.verdicts.iter().map(|v| v.route.as_str()))
+        .flat_map(|m| m.verdicts.iter().map(|v| &*v.route))
         .collect();
     let cell = |verdict: Option<&Verdict>| match verdict {
         Some(v) => format!(
@@ -33,7 +33,7 @@ pub fn table(view: &ClusterView) -> String {
             let verdicts: Vec<Option<&Verdict>> = view
                 .members
                 .iter()
-                .map(|m| m.verdicts.iter().find(|v| v.route == *route))
+                .map(|m| m.verdicts.iter().find(|v| *v.route == **route))
                 .collect();
             let live: BTreeSet<Heart> = view
                 .members

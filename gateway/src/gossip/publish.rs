@@ -51,7 +51,7 @@ pub(super) fn diff(written: &Written, now: &Written) -> Writes {
 pub(super) fn values(verdicts: &[Verdict]) -> Written {
     verdicts
         .iter()
-        .filter_map(|v| Some((v.route.clone(), encoded(&gossip::fit(v.clone()))?)))
+        .filter_map(|v| Some((v.route.to_string(), encoded(&gossip::fit(v.clone()))?)))
         .collect()
 }
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 use picket_proto::gossip::{self, NODE_KEY, ROUTE_PREFIX};
 use picket_proto::{ClusterView, Heart, Liveness, Member, NodeInfo, Verdict};
 
+use super::intern::Interner;
+
 /// A node's heartbeat has not advanced for this many gossip intervals:
 /// it is suspect, though the failure detector still counts it live.
 pub const SUSPECT_AFTER_INTERVALS: u32 = 5;
@@ -72,6 +74,9 @@ struct Known {
 #[derive(Debug, Default)]
 pub struct Assembler {
     known: HashMap<(String, u64), Known>,
+    /// One copy of each route name, reason and image list the members'
+    /// verdicts carry.
+    interner: Interner,
 }
 
 /// Values that could not be decoded in one update.
@@ -117,7 +122,7 @@ impl Assembler {
                 known.heard_ms = now_ms;
             }
             if let Some(values) = node.values {
-                refused += update(known, values);
+                refused += update(known, values, &mut self.interner);
                 known.max_version = node.max_version;
             }
             members.push(Member {
@@ -150,7 +155,7 @@ impl Assembler {
 
 /// Applies a node's values; returns how many could not be decoded. A
 /// verdict whose value kept its version is kept, not decoded again.
-fn update(known: &mut Known, values: Vec<(String, u64, String)>) -> usize {
+fn update(known: &mut Known, values: Vec<(String, u64, String)>, interner: &mut Interner) -> usize {
     let mut refused = 0;
     let mut routes: Vec<(u64, Verdict)> = Vec::with_capacity(known.verdicts.len());
     for (key, version, value) in values {
@@ -162,7 +167,7 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>) -> usize {
         } else if let Some(route) = key.strip_prefix(ROUTE_PREFIX) {
             let kept = known
                 .verdicts
-                .binary_search_by(|v| v.route.as_str().cmp(route))
+                .binary_search_by(|v| (*v.route).cmp(route))
                 .ok()
                 .filter(|&at| known.versions.get(at) == Some(&version));
             match kept {
@@ -170,8 +175,8 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>) -> usize {
                 None => match gossip::decode_value::<Verdict>(&value) {
                     // The key names the route: a value cannot speak for another.
                     Ok(mut verdict) => {
-                        verdict.route = route.to_string();
-                        routes.push((version, verdict));
+                        verdict.route = interner.route(route);
+                        routes.push((version, interner.verdict(verdict)));
                     }
                     Err(_) => refused += 1,
                 },
@@ -222,7 +227,7 @@ pub fn route_across(view: &ClusterView, route: &str) -> Option<RouteAcross> {
         .members
         .iter()
         .filter_map(|m| {
-            let verdict = m.verdicts.iter().find(|v| v.route == route)?;
+            let verdict = m.verdicts.iter().find(|v| *v.route == *route)?;
             Some(RouteOnNode {
                 node: m.name.clone(),
                 liveness: m.liveness,
@@ -259,10 +264,10 @@ mod tests {
         Verdict {
             route: route.into(),
             heart,
-            reason: format!("{heart:?}"),
+            reason: format!("{heart:?}").into(),
             ready: 1,
             total: 1,
-            images: Vec::new(),
+            images: [].into(),
             circuit: BreakerState::Disabled,
             since_unix_ms: NOW,
             runtime_stale_since_unix_ms: None,
@@ -437,6 +442,40 @@ mod tests {
         );
     }
 
+    /// 100 nodes name the same 1,000 routes with the same few reasons: a
+    /// node holds each such text once, however many members carry it.
+    #[test]
+    fn members_verdicts_share_one_copy_of_each_text() {
+        let mut assembler = Assembler::default();
+        let peers: Vec<Gossiped> = ["n2", "n3", "n4"]
+            .into_iter()
+            .map(|name| {
+                let values = vec![
+                    route_value("api", 1, Heart::Green),
+                    route_value("web", 2, Heart::Red),
+                ];
+                peer(name, 1, 1, Some(values))
+            })
+            .collect();
+        let (view, refused) = assembler.assemble(&me(), "prod", peers, NOW, SECOND);
+        assert_eq!(refused, 0);
+        let peers = &view.members[1..];
+        assert_eq!(peers.len(), 3);
+        for member in &peers[1..] {
+            for (theirs, first) in member.verdicts.iter().zip(peers[0].verdicts.iter()) {
+                assert_eq!(theirs.route, first.route);
+                assert!(Arc::ptr_eq(&theirs.route, &first.route), "{}", theirs.route);
+                assert!(Arc::ptr_eq(&theirs.reason, &first.reason));
+                assert!(Arc::ptr_eq(&theirs.images, &first.images));
+            }
+        }
+        let (api, web) = (&peers[0].verdicts[0], &peers[0].verdicts[1]);
+        assert!(
+            !Arc::ptr_eq(&api.reason, &web.reason),
+            "Green and Red differ"
+        );
+    }
+
     #[test]
     fn undecodable_values_are_refused_and_a_key_speaks_for_its_route_only() {
         let mut assembler = Assembler::default();
@@ -456,7 +495,7 @@ mod tests {
         );
         assert_eq!(refused, 2);
         assert_eq!(view.members[1].verdicts.len(), 1);
-        assert_eq!(view.members[1].verdicts[0].route, "api");
+        assert_eq!(view.members[1].verdicts[0].route, "api".into());
     }
 
     #[test]

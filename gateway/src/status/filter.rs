@@ -59,7 +59,7 @@ impl Filter {
     pub fn keeps_verdict(&self, verdict: &Verdict) -> bool {
         self.route
             .as_ref()
-            .is_none_or(|route| *route == verdict.route)
+            .is_none_or(|route| **route == *verdict.route)
             && self.heart.is_none_or(|heart| heart == verdict.heart)
     }
 
@@ -83,12 +83,12 @@ pub(super) mod tests {
 
     pub(in crate::status) fn verdict(route: &str, heart: Heart) -> Verdict {
         Verdict {
-            route: route.to_string(),
+            route: route.into(),
             heart,
-            reason: String::new(),
+            reason: "".into(),
             ready: 0,
             total: 0,
-            images: Vec::new(),
+            images: [].into(),
             circuit: BreakerState::Disabled,
             since_unix_ms: 0,
             runtime_stale_since_unix_ms: None,

@@ -170,7 +170,7 @@ fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
                 clients: rate.clients(),
             }),
         },
-        verdict: verdicts.iter().find(|v| v.route == config.name).cloned(),
+        verdict: verdicts.iter().find(|v| *v.route == *config.name).cloned(),
     }
 }
 

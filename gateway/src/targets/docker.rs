@@ -191,7 +191,7 @@ impl Inventory for DockerInventory {
                     port: *port,
                 }),
                 ready: true,
-                images: Vec::new(),
+                images: [].into(),
                 checked: true,
             }];
         }

@@ -325,7 +325,7 @@ fn fallback(service: &str, namespace: &str, port: u16) -> Endpoint {
             port,
         }),
         ready: true,
-        images: Vec::new(),
+        images: [].into(),
         checked: true,
     }
 }

@@ -26,7 +26,7 @@ async fn a_replica_answering_503_is_ejected_after_five_in_a_row() {
     let verdict = node.verdict("r").expect("a verdict");
     assert_eq!(verdict.heart, Heart::Orange, "{verdict:?}");
     assert_eq!(
-        verdict.reason,
+        &*verdict.reason,
         "1 of 2 ready (1 ejected by this node: 5 consecutive 503)"
     );
     let metrics = client::get(node.admin, "admin", "/metrics")

@@ -38,7 +38,7 @@ async fn external_hosts_are_red_when_refusing_and_green_when_accepting() {
     .await;
     eventually("up is green", Duration::from_millis(1500), || {
         node.verdict("up")
-            .is_some_and(|v| v.heart == Heart::Green && v.reason == "host accepts connections")
+            .is_some_and(|v| v.heart == Heart::Green && *v.reason == *"host accepts connections")
     })
     .await;
     // The refusing host comes up: green within one interval (plus the probe).
@@ -91,7 +91,7 @@ async fn behind_http_proxy_the_proxy_is_dialled() {
         board
             .snapshot()
             .iter()
-            .any(|v| v.route == "billing" && v.heart == Heart::Green)
+            .any(|v| *v.route == *"billing" && v.heart == Heart::Green)
     })
     .await;
     running.stop().await.unwrap();

@@ -305,7 +305,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     let web = view.members[0]
         .verdicts
         .iter()
-        .find(|v| v.route == "web")
+        .find(|v| *v.route == *"web")
         .unwrap();
     assert_eq!(web.heart, picket_proto::Heart::Green, "{view:#?}");
 
@@ -334,7 +334,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     let web = view.members[0]
         .verdicts
         .iter()
-        .find(|v| v.route == "web")
+        .find(|v| *v.route == *"web")
         .unwrap();
     assert_eq!(web.heart, picket_proto::Heart::Green, "{view:#?}");
 

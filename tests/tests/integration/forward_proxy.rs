@@ -181,7 +181,7 @@ async fn a_proxy_refusing_the_tunnel_is_the_verdict_and_the_answer() {
         Duration::from_millis(1500),
         |v| {
             v.heart == Heart::Red
-                && v.reason == "host unusable: the forward proxy answered 403 to CONNECT"
+                && *v.reason == *"host unusable: the forward proxy answered 403 to CONNECT"
         },
     )
     .await;

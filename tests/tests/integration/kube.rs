@@ -133,7 +133,7 @@ async fn pods_becoming_ready_unready_or_deleted_move_rotation_and_verdict() {
     kube.delete(Kind::Pods, "api-1");
     eventually("scaled to zero", SOON, || {
         node.verdict("api")
-            .is_some_and(|v| v.heart == Heart::Red && v.reason == "scaled to zero")
+            .is_some_and(|v| v.heart == Heart::Red && *v.reason == *"scaled to zero")
     })
     .await;
     assert_eq!(client::get(node.proxy, "a", "/").await.unwrap().status, 502);
@@ -145,8 +145,8 @@ fn image_counts(node: &TestNode) -> Vec<(String, u32)> {
     node.verdict("api")
         .map(|v| {
             v.images
-                .into_iter()
-                .map(|i| (i.image, i.replicas))
+                .iter()
+                .map(|i| (i.image.clone(), i.replicas))
                 .collect()
         })
         .unwrap_or_default()

@@ -241,11 +241,7 @@ fn once_json_prints_the_cluster_view_and_exits() {
         if let Some(view) = view.filter(|v| v.members.len() == 3) {
             assert_eq!(view.node, "demo-1");
             assert_eq!(view.cluster, "demo");
-            let routes: Vec<&str> = view.members[0]
-                .verdicts
-                .iter()
-                .map(|v| v.route.as_str())
-                .collect();
+            let routes: Vec<&str> = view.members[0].verdicts.iter().map(|v| &*v.route).collect();
             assert_eq!(routes, ["flaky", "refused", "slow", "web"]);
             // `picket tui` is the same program, built into `picket` (the
             // image's one binary).

@@ -35,7 +35,7 @@ async fn stays_red(node: &TestNode, route: &str, reason: &str, during: Duration)
         }
     };
     let watched = node.verdicts_hold_for(route, "the verdict flapped", during, |v| {
-        v.heart == Heart::Red && v.reason == reason
+        v.heart == Heart::Red && *v.reason == *reason
     });
     tokio::join!(requests, watched);
 }
@@ -57,7 +57,7 @@ async fn a_certificate_from_an_unknown_ca_is_red_with_the_tls_reason_and_never_g
         "billing",
         "red with the TLS reason within one check",
         Duration::from_millis(1500),
-        |v| v.heart == Heart::Red && v.reason == UNKNOWN_ISSUER,
+        |v| v.heart == Heart::Red && *v.reason == *UNKNOWN_ISSUER,
     )
     .await;
     // Two more check rounds and the probe's first steps (250 ms, 500 ms,
@@ -124,7 +124,7 @@ async fn with_its_ca_trusted_the_host_is_green_and_serves() {
         "billing",
         "green once checked",
         Duration::from_millis(1500),
-        |v| v.heart == Heart::Green && v.reason == "host accepts connections",
+        |v| v.heart == Heart::Green && *v.reason == *"host accepts connections",
     )
     .await;
     // Before any request: the check itself completed a handshake.
@@ -169,7 +169,7 @@ async fn the_probe_completes_the_handshake_before_it_re_admits() {
         "billing",
         "red after the first check",
         Duration::from_millis(1500),
-        |v| v.heart == Heart::Red && v.reason == UNKNOWN_ISSUER,
+        |v| v.heart == Heart::Red && *v.reason == *UNKNOWN_ISSUER,
     )
     .await;
     let probed_from = upstream.accepted();
@@ -177,7 +177,7 @@ async fn the_probe_completes_the_handshake_before_it_re_admits() {
         "billing",
         "a probe re-admitted a host whose certificate fails",
         Duration::from_millis(2500),
-        |v| v.heart == Heart::Red && v.reason == UNKNOWN_ISSUER,
+        |v| v.heart == Heart::Red && *v.reason == *UNKNOWN_ISSUER,
     )
     .await;
     assert!(

@@ -19,13 +19,14 @@ pub fn verdict(route: &str, heart: Heart, circuit: BreakerState) -> Verdict {
     Verdict {
         route: route.into(),
         heart,
-        reason: format!("{ready} of 2 ready"),
+        reason: format!("{ready} of 2 ready").into(),
         ready,
         total: 2,
         images: vec![ImageCount {
             image: format!("{route}:1.4"),
             replicas: 2,
-        }],
+        }]
+        .into(),
         circuit,
         since_unix_ms: T0 - 192_000,
         runtime_stale_since_unix_ms: None,

@@ -33,11 +33,11 @@ fn route_names(members: &[Member]) -> Vec<&str> {
                 .verdicts
                 .iter()
                 .zip(&names)
-                .all(|(v, n)| v.route == *n);
+                .all(|(v, n)| *v.route == **n);
         if same {
             continue;
         }
-        let mut theirs: Vec<&str> = member.verdicts.iter().map(|v| v.route.as_str()).collect();
+        let mut theirs: Vec<&str> = member.verdicts.iter().map(|v| &*v.route).collect();
         theirs.sort_unstable();
         theirs.dedup();
         names = merge(&names, &theirs);
@@ -202,8 +202,8 @@ impl Matrix {
             let mut row = 0;
             for (i, verdict) in member.verdicts.iter().enumerate() {
                 // Verdicts come by route, so the next row is the likely one.
-                if names.get(row) != Some(&verdict.route.as_str()) {
-                    match names.binary_search(&verdict.route.as_str()) {
+                if names.get(row) != Some(&&*verdict.route) {
+                    match names.binary_search(&&*verdict.route) {
                         Ok(found) => row = found,
                         Err(_) => continue,
                     }

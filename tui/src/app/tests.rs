@@ -49,7 +49,7 @@ fn rows_are_routes_and_columns_members() {
         })
     );
     let verdict = matrix.verdict(app.view().unwrap(), 1, 2).unwrap();
-    assert_eq!(verdict.reason, "no replica ready");
+    assert_eq!(&*verdict.reason, "no replica ready");
     assert_eq!(matrix.disagreements(), 1);
 }
 
@@ -107,7 +107,7 @@ fn members_may_judge_different_routes_in_any_order() {
         ]
     );
     let d = matrix.verdict(app.view().unwrap(), 3, 1).unwrap();
-    assert_eq!((d.route.as_str(), d.heart), ("d", Heart::Orange));
+    assert_eq!((&*d.route, d.heart), ("d", Heart::Orange));
 }
 
 #[test]
@@ -312,7 +312,7 @@ fn history_is_bounded_and_forgets_routes_gone() {
 
     let mut gone = three_nodes();
     for member in &mut gone.members {
-        Arc::make_mut(&mut member.verdicts).retain(|v| v.route != "orders");
+        Arc::make_mut(&mut member.verdicts).retain(|v| *v.route != *"orders");
     }
     app.update(Msg::View(gone));
     assert_eq!(app.history().len("orders"), 0);

@@ -274,7 +274,7 @@ fn verdict_spans(verdict: &Verdict, now: u64, dim: Style) -> Vec<Span<'static>> 
             ),
             theme::muted(),
         ),
-        Span::styled(verdict.reason.clone(), dim),
+        Span::styled(verdict.reason.to_string(), dim),
     ];
     if let Some(stale) = verdict.runtime_stale_since_unix_ms {
         spans.push(Span::styled(
@@ -305,7 +305,7 @@ fn image_groups<'v>(
             continue;
         };
         let name = matrix.columns()[col].name.as_str();
-        match groups.iter_mut().find(|g| g.images == verdict.images) {
+        match groups.iter_mut().find(|g| *g.images == *verdict.images) {
             Some(group) => group.nodes.push(name),
             None => groups.push(ImageGroup {
                 nodes: vec![name],

@@ -376,7 +376,7 @@ fn with_images(mut view: ClusterView, nodes: &[&str], images: &[(&str, u32)]) ->
     {
         for verdict in Arc::make_mut(&mut member.verdicts)
             .iter_mut()
-            .filter(|v| v.route == "orders")
+            .filter(|v| *v.route == *"orders")
         {
             verdict.images = images
                 .iter()
@@ -496,7 +496,7 @@ fn an_ejection_for_gateway_errors_reads_in_the_detail_pane() {
     for member in view.members.iter_mut().filter(|m| m.name == "n3") {
         for verdict in Arc::make_mut(&mut member.verdicts)
             .iter_mut()
-            .filter(|v| v.route == "orders")
+            .filter(|v| *v.route == *"orders")
         {
             verdict.reason = reason.into();
         }
@@ -517,7 +517,7 @@ fn a_long_reason_gets_a_line_of_its_own_at_80_columns() {
     let mut view = three_nodes();
     for member in &mut view.members {
         for verdict in Arc::make_mut(&mut member.verdicts) {
-            if verdict.route == "orders" {
+            if *verdict.route == *"orders" {
                 verdict.reason = reason.into();
             }
         }
