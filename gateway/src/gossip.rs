@@ -22,6 +22,7 @@
 //! without one, only `insecure = true` lets a node gossip, and it says so.
 
 mod advertise;
+mod catch_up;
 mod follow;
 mod intern;
 pub mod keys;
@@ -282,6 +283,16 @@ async fn join(
             Arc::clone(&chitchat),
             verdicts.clone(),
             written,
+            shutdown.clone(),
+        ),
+    );
+    tasks.spawn(
+        "gossip catch-up",
+        catch_up::run(
+            Arc::clone(&membership),
+            Arc::clone(&chitchat),
+            settings.gossip_interval,
+            Arc::clone(&metrics),
             shutdown.clone(),
         ),
     );

@@ -209,6 +209,7 @@ pub struct Metrics {
     gossip: GossipMetrics,
     members: Family<LivenessLabels, Gauge>,
     values_refused: Counter,
+    catch_up: Counter,
     feed: FeedMetrics,
     runtime_breaker_state: Family<EndpointStateLabels, Gauge>,
     runtime_breaker_trips: Family<EndpointLabels, Counter>,
@@ -471,6 +472,12 @@ impl Metrics {
             "Gossip values from peers that could not be decoded, and were ignored",
             values_refused.clone(),
         );
+        let catch_up = Counter::default();
+        registry.register(
+            "gossip_catch_up_exchanges",
+            "Gossip exchanges this node started beyond chitchat's three a round, while it was behind",
+            catch_up.clone(),
+        );
         let feed = FeedMetrics::default();
         for (name, help, counter) in [
             ("feed_frames", "Frames sent to feed clients", &feed.frames),
@@ -587,6 +594,7 @@ impl Metrics {
             gossip,
             members,
             values_refused,
+            catch_up,
             connections,
             certificate_expiry,
         }
@@ -616,6 +624,11 @@ impl Metrics {
     /// Counts a gossip value from a peer that could not be decoded.
     pub fn value_refused(&self) {
         self.values_refused.inc();
+    }
+
+    /// Counts an exchange started to catch up.
+    pub fn catch_up_exchange(&self) {
+        self.catch_up.inc();
     }
 
     /// The breaker metric handles of one route.
