@@ -5,9 +5,9 @@
 //! starts cold in a cluster of 100 nodes × 1,000 routes has 99,000 values
 //! to receive, a few thousand per exchange: ten rounds at three exchanges
 //! started a round (and those peers started). A node that received many
-//! values in the last interval is behind: it starts [`EXTRA`] more
+//! values in the last half interval is behind: it starts [`EXTRA`] more
 //! exchanges with random live peers, each of which brings it a delta (and
-//! gives one to the peer), every interval until the flow falls back. A
+//! gives one to the peer), every half interval until the flow falls back. A
 //! cluster that holds still adds nothing; a burst of changes (a restarted
 //! node's verdicts, a cluster-wide incident) spreads in fewer rounds, at
 //! the cost of more datagrams while it lasts.
@@ -20,16 +20,17 @@ use super::{Chitchat, Membership};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
-/// Exchanges started each interval while behind, beyond chitchat's own.
+/// Exchanges started each half interval while behind, beyond chitchat's
+/// own three each interval.
 pub const EXTRA: usize = 3;
 
-/// Values received in one interval from which a node counts as behind:
-/// far more than a steady cluster changes in a second, far fewer than
-/// one full exchange carries.
+/// Values received in half an interval from which a node counts as
+/// behind: far more than a steady cluster changes in a second, far fewer
+/// than one full exchange carries.
 pub const BEHIND_AT: u64 = 256;
 
 /// Whether a node is behind, from the values it held of other nodes
-/// (the sum of their versions) an interval ago and now.
+/// (the sum of their versions) half an interval ago and now.
 pub fn behind(before: u64, now: u64) -> bool {
     now.saturating_sub(before) >= BEHIND_AT
 }
@@ -42,8 +43,11 @@ pub fn pick(rng: &mut fastrand::Rng, peers: &[SocketAddr], count: usize) -> Vec<
     peers
 }
 
-/// Each interval: starts [`EXTRA`] exchanges when the last interval found
-/// this node behind, until `shutdown` or the node leaves.
+/// Each half interval: starts [`EXTRA`] exchanges when the last half
+/// interval found this node behind, until `shutdown` or the node leaves.
+/// Half intervals, not whole ones: the answers to one batch carry the
+/// digests the next batch is chosen by, and a round's pulls are spread
+/// over it.
 pub(super) async fn run(
     membership: Arc<Membership>,
     chitchat: Chitchat,
@@ -51,7 +55,7 @@ pub(super) async fn run(
     metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
 ) {
-    let mut ticks = tokio::time::interval(interval);
+    let mut ticks = tokio::time::interval(interval / 2);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rng = fastrand::Rng::new();
     let mut held = 0;
