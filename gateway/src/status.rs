@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -36,6 +36,7 @@ pub mod cluster;
 pub mod feed;
 pub mod filter;
 pub mod routes;
+mod streamed;
 
 /// What the admin endpoints report.
 #[derive(Debug)]
@@ -77,13 +78,54 @@ impl AdminState {
     }
 }
 
+/// An admin answer's body: whole, or (`/v1/cluster`, up to 18 MB at 100
+/// nodes x 1,000 routes) sent as it is encoded.
+pub type AnswerBody = Either<Full<Bytes>, streamed::Streamed>;
+
 /// Answers one admin request (`query`: the filters of `/v1/cluster`).
+/// Within a tokio runtime: `/v1/cluster` is encoded on a blocking thread.
 pub fn answer(
     state: &AdminState,
     method: &Method,
     path: &str,
     query: Option<&str>,
-) -> Response<Full<Bytes>> {
+) -> Response<AnswerBody> {
+    if path == "/v1/cluster" && (method == Method::GET || method == Method::HEAD) {
+        return cluster_view(state, query);
+    }
+    whole(state, method, path).map(Either::Left)
+}
+
+/// `/v1/cluster`: every member with its verdicts, filtered by `query`.
+fn cluster_view(state: &AdminState, query: Option<&str>) -> Response<AnswerBody> {
+    let Some(membership) = state.membership.get() else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n").map(Either::Left);
+    };
+    let filter = match Filter::parse(query) {
+        Ok(filter) => filter,
+        Err(error) => {
+            return text(StatusCode::BAD_REQUEST, format!("{error}\n")).map(Either::Left);
+        }
+    };
+    let view = membership.view();
+    let name = membership.cluster.clone();
+    let now = now_unix_ms();
+    json_response(Either::Right(streamed::json(move |out| {
+        let answer = cluster::cluster(&view, name.as_deref(), true, now, &filter);
+        serde_json::to_writer(out, &answer)
+    })))
+}
+
+fn json_response(body: AnswerBody) -> Response<AnswerBody> {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Every answer but a cluster view's.
+fn whole(state: &AdminState, method: &Method, path: &str) -> Response<Full<Bytes>> {
     if method != Method::GET && method != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "read-only: GET or HEAD\n");
     }
@@ -106,11 +148,10 @@ pub fn answer(
             &state.proxy.table(),
             &state.board.snapshot(),
         )),
-        "/v1/node" | "/v1/nodes" | "/v1/cluster" => {
+        "/v1/node" | "/v1/nodes" => {
             let Some(membership) = state.membership.get() else {
                 return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n");
             };
-            let now = now_unix_ms();
             match path {
                 "/v1/node" => json(&cluster::node(
                     membership,
@@ -118,23 +159,13 @@ pub fn answer(
                     &state.certificates.load(),
                     crate::clock::now_unix(),
                 )),
-                "/v1/nodes" => json(&cluster::cluster(
+                _ => json(&cluster::cluster(
                     &membership.view(),
                     membership.cluster.as_deref(),
                     false,
-                    now,
+                    now_unix_ms(),
                     &Filter::default(),
                 )),
-                _ => match Filter::parse(query) {
-                    Ok(filter) => json(&cluster::cluster(
-                        &membership.view(),
-                        membership.cluster.as_deref(),
-                        true,
-                        now,
-                        &filter,
-                    )),
-                    Err(error) => text(StatusCode::BAD_REQUEST, format!("{error}\n")),
-                },
             }
         }
         _ => match path.strip_prefix("/v1/routes/") {
