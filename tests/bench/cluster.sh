@@ -13,7 +13,8 @@
 # - steady state: each node's RSS (least, median, most, and beyond the
 #   node alone) and CPU over 10 s;
 # - a change (one node's new route) until every node shows it;
-# - `/v1/cluster` whole and filtered, `picket-tui --once --json`, timed;
+# - `/v1/cluster` whole and filtered, `picket-tui --once --json`, timed,
+#   with every node running and with the other nodes paused;
 # - a node joining the full cluster: rounds until it holds the view.
 set -euo pipefail
 
@@ -23,12 +24,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+# Paused nodes are woken first: a stopped process does not act on SIGTERM.
+trap 'kill -CONT $(jobs -p) 2>/dev/null; kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 # shellcheck source=common.sh
 source "$here/common.sh"
 need curl python3
 
-(cd "$root" && cargo build --release --locked -p picket -p picket-test-upstream >&2)
+# Another build of picket (PICKET) is benched as it is: only the upstream
+# is built.
+if [ -n "${PICKET:-}" ]; then
+  (cd "$root" && cargo build --release --locked -p picket-test-upstream >&2)
+else
+  (cd "$root" && cargo build --release --locked -p picket -p picket-test-upstream >&2)
+fi
 picket=${PICKET:-$target/release/picket}
 upstream_bin="$target/release/picket-test-upstream"
 ulimit -n 65536 2>/dev/null || true
@@ -165,14 +173,29 @@ while [ -n "$pending" ]; do
 done
 echo "a change on $probe_node: on every node after $(since "$changed") s"
 
-# What a script and the TUI read.
-for query in "" "?route=route-0007" "?heart=red" "?node=n042"; do
-  curl -s -o /dev/null -w "/v1/cluster$query: %{time_total} s, %{size_download} bytes\n" \
-    "http://127.0.0.1:22000/v1/cluster$query"
-done
-tui_started=$(now)
-"$picket" tui --insecure --once --json 127.0.0.1:19901 > "$work/tui.json"
-echo "picket tui --once --json: $(since "$tui_started") s, $(wc -c < "$work/tui.json") bytes"
+# What a script and the TUI read: first on this machine shared by every
+# node, then with the other nodes paused (SIGSTOP, a few seconds), as on
+# a fleet where node 0's machine runs node 0 alone.
+# The whole view five times (a script polling it), the filters once.
+reads() {
+  local times=""
+  for _ in 1 2 3 4 5; do
+    times="$times $(curl -s -o /dev/null -w '%{time_total}' "http://127.0.0.1:22000/v1/cluster")"
+  done
+  echo "/v1/cluster ($1), five times: $times s, $(curl -s "http://127.0.0.1:22000/v1/cluster" | wc -c) bytes"
+  for query in "?route=route-0007" "?heart=red" "?node=n042"; do
+    curl -s -o /dev/null -w "/v1/cluster$query ($1): %{time_total} s, %{size_download} bytes\n" \
+      "http://127.0.0.1:22000/v1/cluster$query"
+  done
+  tui_started=$(now)
+  "$picket" tui --insecure --once --json 127.0.0.1:19901 > "$work/tui.json"
+  echo "picket tui --once --json ($1): $(since "$tui_started") s, $(wc -c < "$work/tui.json") bytes"
+}
+reads "all nodes running"
+for i in $(seq 1 $((nodes - 1))); do kill -STOP "${pids[i]}"; done
+sleep 1
+reads "the other nodes paused"
+for i in $(seq 1 $((nodes - 1))); do kill -CONT "${pids[i]}"; done
 
 # A node joining the full cluster.
 joined=$(now)
