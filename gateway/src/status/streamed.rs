@@ -10,7 +10,10 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -20,11 +23,17 @@ use tokio::sync::mpsc;
 const PIECE: usize = 64 * 1024;
 /// Pieces encoded ahead of the client.
 const AHEAD: usize = 4;
+/// How long the encoder waits for a client to take a piece before it
+/// gives up, freeing its thread and the view it holds (nginx's
+/// `send_timeout` is 60 s too).
+const PATIENCE: Duration = Duration::from_secs(60);
 
 /// An answer's body, its pieces coming from the encoder.
 #[derive(Debug)]
 pub struct Streamed {
-    pieces: mpsc::Receiver<io::Result<Bytes>>,
+    pieces: mpsc::Receiver<Bytes>,
+    /// Set by the encoder once its last piece is sent.
+    finished: Arc<AtomicBool>,
 }
 
 impl Body for Streamed {
@@ -35,11 +44,14 @@ impl Body for Streamed {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
-        // An error ends the body without its last chunk: the client sees
-        // an answer cut short, never a shorter answer that looks whole.
-        self.pieces
-            .poll_recv(cx)
-            .map(|piece| piece.map(|piece| piece.map(Frame::data)))
+        self.pieces.poll_recv(cx).map(|piece| match piece {
+            Some(piece) => Some(Ok(Frame::data(piece))),
+            None if self.finished.load(Ordering::Acquire) => None,
+            // The encoder failed, gave up or panicked: the body ends with
+            // an error, without its last chunk, so the client sees an
+            // answer cut short, never a shorter answer that looks whole.
+            None => Some(Err(io::Error::other("the answer could not be finished"))),
+        })
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -49,45 +61,70 @@ impl Body for Streamed {
 
 /// Runs `encode` on a blocking thread, writing compact JSON (the status
 /// API's encoding) to the body as it comes, then a closing newline. Must
-/// be called within a tokio runtime.
+/// be called within a tokio runtime with its timer.
 pub fn json<F>(encode: F) -> Streamed
 where
     F: FnOnce(&mut dyn io::Write) -> serde_json::Result<()> + Send + 'static,
 {
+    json_within(encode, PATIENCE)
+}
+
+fn json_within<F>(encode: F, patience: Duration) -> Streamed
+where
+    F: FnOnce(&mut dyn io::Write) -> serde_json::Result<()> + Send + 'static,
+{
     let (tx, pieces) = mpsc::channel(AHEAD);
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&finished);
     tokio::task::spawn_blocking(move || {
         let mut out = Pieces {
-            tx: tx.clone(),
+            tx,
+            runtime: tokio::runtime::Handle::current(),
+            patience,
             piece: Vec::with_capacity(PIECE),
         };
         let encoded = encode(&mut out).map_err(io::Error::from).and_then(|()| {
             out.piece.push(b'\n');
             out.send()
         });
-        if let Err(error) = encoded {
-            // Gone already if the client left; otherwise it ends the body.
-            let _ = tx.blocking_send(Err(error));
+        match encoded {
+            Ok(()) => done.store(true, Ordering::Release),
+            Err(error) => tracing::debug!(%error, "a streamed answer was not finished"),
         }
     });
-    Streamed { pieces }
+    Streamed { pieces, finished }
 }
 
 /// The encoder's output, cut into pieces.
 struct Pieces {
-    tx: mpsc::Sender<io::Result<Bytes>>,
+    tx: mpsc::Sender<Bytes>,
+    runtime: tokio::runtime::Handle,
+    patience: Duration,
     piece: Vec<u8>,
 }
 
 impl Pieces {
-    /// Sends the piece so far; waits while the client is behind.
+    /// Sends the piece so far; waits while the client is behind, for
+    /// `patience` at most.
     fn send(&mut self) -> io::Result<()> {
         if self.piece.is_empty() {
             return Ok(());
         }
-        let piece = std::mem::replace(&mut self.piece, Vec::with_capacity(PIECE));
-        self.tx
-            .blocking_send(Ok(Bytes::from(piece)))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client left"))
+        let piece = Bytes::from(std::mem::replace(
+            &mut self.piece,
+            Vec::with_capacity(PIECE),
+        ));
+        let sent = self
+            .runtime
+            .block_on(tokio::time::timeout(self.patience, self.tx.send(piece)));
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client left")),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took nothing for too long",
+            )),
+        }
     }
 }
 
@@ -155,8 +192,45 @@ mod tests {
         let mut body = json(move |out| serde_json::to_writer(out, &Endless(done_tx)));
         body.frame().await.unwrap().unwrap();
         drop(body);
-        done_rx
-            .recv_timeout(std::time::Duration::from_secs(5))
+        tokio::task::spawn_blocking(move || done_rx.recv_timeout(Duration::from_secs(5)))
+            .await
+            .unwrap()
             .expect("the encoder gave up once the body was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_takes_nothing_is_given_up_and_sees_the_answer_cut_short() {
+        let answer: Vec<String> = (0..100_000).map(|i| format!("route-{i:05}")).collect();
+        let mut body = json_within(
+            move |out| serde_json::to_writer(out, &answer),
+            Duration::from_millis(100),
+        );
+        // The client takes nothing while the encoder fills what it may
+        // encode ahead, and waits, and gives up.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut pieces = 0;
+        let end = loop {
+            match body.frame().await {
+                Some(Ok(_)) => pieces += 1,
+                other => break other,
+            }
+        };
+        assert_eq!(pieces, AHEAD, "what was encoded ahead, nothing more");
+        assert!(
+            matches!(end, Some(Err(_))),
+            "an error, not the end of a whole answer: {end:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_encoding_error_cuts_the_answer_short() {
+        struct Fails;
+        impl serde::Serialize for Fails {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        let mut body = json(move |out| serde_json::to_writer(out, &Fails));
+        assert!(matches!(body.frame().await, Some(Err(_))));
     }
 }
