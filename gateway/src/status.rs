@@ -36,7 +36,7 @@ pub mod cluster;
 pub mod feed;
 pub mod filter;
 pub mod routes;
-mod streamed;
+pub mod streamed;
 
 /// What the admin endpoints report.
 #[derive(Debug)]

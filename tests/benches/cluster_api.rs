@@ -5,8 +5,10 @@
 //!     cargo bench -p picket-tests --bench cluster_api -- 100 1000
 //!
 //! Prints the median and the slowest of 21 answers for each query, and the
-//! size of the body; then the whole view indented, as the status API sent
-//! it before its answers became compact.
+//! size of the body; then the whole view streamed as the status API sends
+//! it (encoded on a blocking thread into 64 KiB pieces, timed until the
+//! last piece is taken), and indented, as the status API sent it before
+//! its answers became compact.
 
 #![allow(clippy::disallowed_types)]
 
@@ -90,6 +92,34 @@ fn main() {
             json_body(&answer).expect("an answer encodes")
         });
     }
+    // The whole view as the status API sends it: pieces taken as they come.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let shared = std::sync::Arc::new(view.clone());
+    measure("/v1/cluster, streamed as served", || {
+        let view = std::sync::Arc::clone(&shared);
+        runtime.block_on(async move {
+            use http_body_util::BodyExt;
+            let mut body = picket::status::streamed::json(move |out| {
+                let answer = cluster(
+                    &view,
+                    Some("bench"),
+                    true,
+                    1_796_000_000_500,
+                    &Filter::default(),
+                );
+                serde_json::to_writer(out, &answer)
+            });
+            let mut size = 0;
+            while let Some(frame) = body.frame().await {
+                size += frame.expect("a piece").into_data().map_or(0, |d| d.len());
+            }
+            // The pieces were taken and let go, as a socket takes them.
+            Sent(size)
+        })
+    });
     // The whole view as the status API encoded it before its answers
     // became compact, for the comparison in one run.
     measure("/v1/cluster, indented as before", || {
@@ -104,16 +134,35 @@ fn main() {
     });
 }
 
+/// An answer's body, or only its size once sent.
+trait Answer {
+    fn size(&self) -> usize;
+}
+
+impl Answer for Vec<u8> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+}
+
+struct Sent(usize);
+
+impl Answer for Sent {
+    fn size(&self) -> usize {
+        self.0
+    }
+}
+
 /// Builds and encodes an answer 21 times; prints the median and the
 /// slowest time and the size of the body.
-fn measure(what: &str, mut answer: impl FnMut() -> Vec<u8>) {
+fn measure<A: Answer>(what: &str, mut answer: impl FnMut() -> A) {
     let mut times = Vec::new();
     let mut size = 0;
     for _ in 0..21 {
         let started = Wall::now();
         let body = answer();
         times.push(started.elapsed());
-        size = body.len();
+        size = body.size();
         drop(body);
     }
     times.sort();
