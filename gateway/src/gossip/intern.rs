@@ -24,17 +24,19 @@ pub struct Interner {
 }
 
 impl Interner {
-    /// `verdict` with its route name, reason and image list replaced by the
+    /// `verdict` on `route` (the route its key names: a value leaves the
+    /// name to its key), with its route name, reason and image list the
     /// copies already held, where one is.
-    pub fn verdict(&mut self, mut verdict: Verdict) -> Verdict {
-        verdict.route = self.texts.intern(verdict.route);
+    pub fn verdict(&mut self, mut verdict: Verdict, route: &str) -> Verdict {
+        verdict.route = self.route(route);
         verdict.reason = self.texts.intern(verdict.reason);
         verdict.images = self.images.intern(verdict.images);
         verdict
     }
 
-    /// A route name, as the verdicts that name it hold it.
-    pub fn route(&mut self, route: &str) -> Arc<str> {
+    /// A route name, as the verdicts that name it hold it; allocated only
+    /// when no verdict names it yet.
+    fn route(&mut self, route: &str) -> Arc<str> {
         match self.texts.set.get(route) {
             Some(held) => Arc::clone(held),
             None => self.texts.intern(route.into()),
@@ -105,13 +107,13 @@ mod tests {
     #[test]
     fn equal_texts_share_one_copy() {
         let mut interner = Interner::default();
-        let a = interner.verdict(verdict("api", "1 of 1 ready", "api:1.4"));
-        let b = interner.verdict(verdict("api", "1 of 1 ready", "api:1.4"));
+        let a = interner.verdict(verdict("", "1 of 1 ready", "api:1.4"), "api");
+        let b = interner.verdict(verdict("", "1 of 1 ready", "api:1.4"), "api");
         assert!(Arc::ptr_eq(&a.route, &b.route));
         assert!(Arc::ptr_eq(&a.reason, &b.reason));
         assert!(Arc::ptr_eq(&a.images, &b.images));
         assert!(Arc::ptr_eq(&interner.route("api"), &a.route));
-        let c = interner.verdict(verdict("web", "1 of 1 ready", "web:2"));
+        let c = interner.verdict(verdict("", "1 of 1 ready", "web:2"), "web");
         assert!(!Arc::ptr_eq(&a.route, &c.route));
         assert!(Arc::ptr_eq(&a.reason, &c.reason));
         assert_eq!(interner.len(), (3, 2));
@@ -120,15 +122,15 @@ mod tests {
     #[test]
     fn texts_no_verdict_holds_are_swept() {
         let mut interner = Interner::default();
-        let kept = interner.verdict(verdict("kept", "kept", "kept:1"));
+        let kept = interner.verdict(verdict("", "kept", "kept:1"), "kept");
         for i in 0..10_000 {
             // Each verdict dropped at once: its texts are held only by the set.
-            interner.verdict(verdict(&format!("r{i}"), &format!("why {i}"), "img"));
+            interner.verdict(verdict("", &format!("why {i}"), "img"), &format!("r{i}"));
         }
         let (texts, images) = interner.len();
         assert!(texts <= 2 * 64 + 2, "{texts} texts held for 2 in use");
         assert!(images <= 64, "{images} image lists held for 2 in use");
-        let again = interner.verdict(verdict("kept", "kept", "kept:1"));
+        let again = interner.verdict(verdict("", "kept", "kept:1"), "kept");
         assert!(
             Arc::ptr_eq(&kept.route, &again.route),
             "a text in use stays"

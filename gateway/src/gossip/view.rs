@@ -174,10 +174,7 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>, interner: &mut 
                 Some(at) => routes.push((version, known.verdicts[at].clone())),
                 None => match gossip::decode_value::<Verdict>(&value) {
                     // The key names the route: a value cannot speak for another.
-                    Ok(mut verdict) => {
-                        verdict.route = interner.route(route);
-                        routes.push((version, interner.verdict(verdict)));
-                    }
+                    Ok(verdict) => routes.push((version, interner.verdict(verdict, route))),
                     Err(_) => refused += 1,
                 },
             }
