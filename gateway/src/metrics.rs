@@ -224,8 +224,6 @@ pub struct Metrics {
     /// The access log's lines: written, and dropped when its buffer was
     /// full.
     pub access_log: AccessLogMetrics,
-    /// The length of the last exposition, to size the next one's buffer.
-    encoded_len: std::sync::atomic::AtomicUsize,
 }
 
 /// The access log's counters.
@@ -568,7 +566,6 @@ impl Metrics {
             access_log.failed.clone(),
         );
         Metrics {
-            encoded_len: std::sync::atomic::AtomicUsize::new(0),
             rate_limited,
             too_large,
             access_log,
@@ -852,21 +849,19 @@ impl Metrics {
             .remove(&NameLabels { name: name.into() });
     }
 
-    /// The text exposition.
-    ///
-    /// The buffer is sized from the last exposition's length (1,000 routes
-    /// make 2 MB of text), so that every scrape after the first allocates
-    /// the text once instead of growing a buffer by doubling, which holds
-    /// the old buffer and the new one at once and left another megabyte of
-    /// heap behind at each scrape. The first scrape still grows its buffer.
+    /// Writes the text exposition to `out`. prometheus-client encodes each
+    /// family under its lock: the admin listener streams it with a bounded
+    /// wait for its client (`status::streamed::text`).
+    pub fn encode_to<W: std::fmt::Write>(&self, out: &mut W) -> std::fmt::Result {
+        prometheus_client::encoding::text::encode(out, &self.registry)
+    }
+
+    /// The text exposition, whole.
     pub fn encode(&self) -> String {
-        use std::sync::atomic::Ordering::Relaxed;
-        let last = self.encoded_len.load(Relaxed);
-        let mut out = String::with_capacity(last + last / 8);
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+        let mut out = String::new();
+        if self.encode_to(&mut out).is_err() {
             out.clear();
         }
-        self.encoded_len.store(out.len(), Relaxed);
         out
     }
 }
@@ -922,24 +917,6 @@ impl Dropped {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_scrape_allocates_its_text_once() {
-        let metrics = Metrics::new();
-        for route in 0..100 {
-            metrics
-                .route(&format!("route-{route}"))
-                .count(http::StatusCode::OK);
-        }
-        let first = metrics.encode();
-        let second = metrics.encode();
-        assert_eq!(second, first);
-        assert_eq!(
-            second.capacity(),
-            first.len() + first.len() / 8,
-            "sized from the last scrape, never grown"
-        );
-    }
 
     #[test]
     fn route_handles_feed_the_exposition() {

@@ -41,14 +41,25 @@ done
     echo "replicas = [\"127.0.0.1:1841$((i % 4))\"]"
   done
 } > "$work/picket.toml"
+# The binary's resident pages depend on what of it the page cache holds
+# (the kernel maps cached neighbours of each page it faults in): start
+# from a cold cache where allowed, so that runs compare.
+if [ -w /proc/sys/vm/drop_caches ]; then
+  sync
+  echo 3 > /proc/sys/vm/drop_caches
+else
+  echo "note: page cache not dropped (needs root); the binary's pages vary between runs" >&2
+fi
 PICKET_LOG=warn PICKET_ACCESS_LOG=off "$picket" run --config "$work/picket.toml" &
 sleep 1
 pid=$(pgrep -f "$picket run --config $work/picket.toml" | head -1)
-echo "after start: $(grep VmRSS /proc/$pid/status)"
+show() { grep -E 'VmHWM|VmRSS|RssAnon|RssFile' /proc/$pid/status | tr -s ' \t' ' ' | tr '\n' ' '; echo; }
+echo "after start: $(show)"
 seq 0 $((routes - 1)) | xargs -P 16 -I{} curl -s -o /dev/null -H "Host: r{}.example.com" http://127.0.0.1:18420/
 sleep 0.5
-echo "served, before a metrics scrape: $(grep -E 'VmHWM' /proc/$pid/status)"
+echo "served, before a metrics scrape: $(show)"
 ok=$(curl -s http://127.0.0.1:18421/metrics | grep -cE '^picket_requests_total\{route="r[0-9]+",class="2xx"\} 1$' || true)
 echo "routes that answered 2xx: $ok of $routes"
-echo "after a scrape of /metrics:"
-grep -E 'VmRSS|VmHWM' /proc/$pid/status
+echo "after a scrape of /metrics: $(show)"
+for _ in 1 2; do curl -s -o /dev/null http://127.0.0.1:18421/metrics; done
+echo "after three scrapes: $(show)"

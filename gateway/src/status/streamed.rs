@@ -1,13 +1,15 @@
-//! A JSON answer sent as it is encoded.
+//! An answer sent as it is encoded.
 //!
-//! The whole cluster view at 100 nodes × 1,000 routes is 18 MB of JSON.
-//! Encoded into one buffer and then sent, a script waited for the encoding
-//! and then for the transfer, and the node grew by the buffer (and by its
-//! doublings) for every such request. Encoded on a blocking thread into
-//! 64 KiB pieces that go out as they are made, the transfer runs beside
-//! the encoding, and a request holds at most a few pieces: the encoder
-//! waits while the client reads.
+//! The whole cluster view at 100 nodes × 1,000 routes is 18 MB of JSON,
+//! and the metrics of 1,000 routes 2 MB of text. Encoded into one buffer
+//! and then sent, a client waited for the encoding and then for the
+//! transfer, and the node grew by the buffer (and by its doublings) for
+//! every such request. Encoded on a blocking thread into 64 KiB pieces
+//! that go out as they are made, the transfer runs beside the encoding,
+//! and a request holds a few pieces: the encoder waits while the client
+//! reads.
 
+use std::fmt;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,15 +20,32 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// Bytes of one piece.
 const PIECE: usize = 64 * 1024;
 /// Pieces encoded ahead of the client.
 const AHEAD: usize = 4;
 /// How long the encoder waits for a client to take a piece before it
-/// gives up, freeing its thread and the view it holds (nginx's
+/// gives up, freeing its thread and what it holds (nginx's
 /// `send_timeout` is 60 s too).
 const PATIENCE: Duration = Duration::from_secs(60);
+/// How long in all a text encoder that holds locks (the metrics' families)
+/// may wait for its client: a series created meanwhile (a new route's on
+/// a reload, a replica's first ejection) waits on that lock that long at
+/// most. Past it, the rest is encoded ahead into memory, as a whole answer
+/// would be, and sent once the locks are let go.
+const LOCKED_WAIT: Duration = Duration::from_millis(50);
+
+/// How the encoder waits for a client that is behind.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// Up to this long for each piece; then the answer is given up.
+    PerPiece(Duration),
+    /// Up to this long in all while encoding; then the rest is kept and
+    /// sent once the encoding is done, each piece with [`PATIENCE`].
+    InAll(Duration),
+}
 
 /// An answer's body, its pieces coming from the encoder.
 #[derive(Debug)]
@@ -66,12 +85,47 @@ pub fn json<F>(encode: F) -> Streamed
 where
     F: FnOnce(&mut Pieces) -> serde_json::Result<()> + Send + 'static,
 {
-    json_within(encode, PATIENCE)
+    stream(
+        move |out| {
+            encode(out)?;
+            out.push(b"\n");
+            Ok::<(), serde_json::Error>(())
+        },
+        Wait::PerPiece(PATIENCE),
+    )
 }
 
-fn json_within<F>(encode: F, patience: Duration) -> Streamed
+/// Runs `encode` on a blocking thread, writing text to the body as it
+/// comes. For an encoder that holds locks while it writes: it waits for
+/// its client [`LOCKED_WAIT`] in all, then encodes the rest ahead. Must
+/// be called within a tokio runtime with its timer.
+pub fn text<F>(encode: F) -> Streamed
 where
-    F: FnOnce(&mut Pieces) -> serde_json::Result<()> + Send + 'static,
+    F: FnOnce(&mut Pieces) -> fmt::Result + Send + 'static,
+{
+    text_within(encode, LOCKED_WAIT)
+}
+
+fn text_within<F>(encode: F, wait: Duration) -> Streamed
+where
+    F: FnOnce(&mut Pieces) -> fmt::Result + Send + 'static,
+{
+    stream(
+        move |out| {
+            encode(out).map_err(|fmt::Error| {
+                out.failure
+                    .take()
+                    .unwrap_or_else(|| io::Error::other("the text could not be encoded"))
+            })
+        },
+        Wait::InAll(wait),
+    )
+}
+
+fn stream<F, E>(encode: F, wait: Wait) -> Streamed
+where
+    F: FnOnce(&mut Pieces) -> Result<(), E> + Send + 'static,
+    E: Into<io::Error>,
 {
     let (tx, pieces) = mpsc::channel(AHEAD);
     let finished = Arc::new(AtomicBool::new(false));
@@ -80,13 +134,15 @@ where
         let mut out = Pieces {
             tx,
             runtime: tokio::runtime::Handle::current(),
-            patience,
+            wait,
+            waited: Duration::ZERO,
+            kept: Vec::new(),
+            failure: None,
             piece: Vec::with_capacity(PIECE),
         };
-        let encoded = encode(&mut out).map_err(io::Error::from).and_then(|()| {
-            out.piece.push(b'\n');
-            out.send()
-        });
+        let encoded = encode(&mut out)
+            .map_err(Into::into)
+            .and_then(|()| out.finish());
         match encoded {
             Ok(()) => done.store(true, Ordering::Release),
             Err(error) => tracing::debug!(%error, "a streamed answer was not finished"),
@@ -102,13 +158,24 @@ where
 pub struct Pieces {
     tx: mpsc::Sender<Bytes>,
     runtime: tokio::runtime::Handle,
-    patience: Duration,
+    wait: Wait,
+    /// How long the encoder has waited for the client so far.
+    waited: Duration,
+    /// Pieces encoded ahead once the wait in all ran out, in order.
+    kept: Vec<Bytes>,
+    /// Why the last text write failed (`fmt::Error` carries nothing).
+    failure: Option<io::Error>,
     piece: Vec<u8>,
 }
 
 impl Pieces {
-    /// Sends the piece so far; waits while the client is behind, for
-    /// `patience` at most.
+    #[inline]
+    fn push(&mut self, data: &[u8]) {
+        self.piece.extend_from_slice(data);
+    }
+
+    /// Sends the piece so far; waits while the client is behind, as
+    /// `wait` allows.
     fn send(&mut self) -> io::Result<()> {
         if self.piece.is_empty() {
             return Ok(());
@@ -117,37 +184,99 @@ impl Pieces {
             &mut self.piece,
             Vec::with_capacity(PIECE),
         ));
-        let sent = self
+        if !self.kept.is_empty() {
+            self.kept.push(piece);
+            return Ok(());
+        }
+        let limit = match self.wait {
+            Wait::PerPiece(patience) => patience,
+            Wait::InAll(wait) => wait.saturating_sub(self.waited),
+        };
+        let started = Instant::now();
+        // A zero limit still takes a free place: the timeout polls the
+        // reservation first.
+        let reserved = self
             .runtime
-            .block_on(tokio::time::timeout(self.patience, self.tx.send(piece)));
-        match sent {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(io::Error::new(io::ErrorKind::BrokenPipe, "the client left")),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client took nothing for too long",
-            )),
+            .block_on(tokio::time::timeout(limit, self.tx.reserve()));
+        self.waited += started.elapsed();
+        match reserved {
+            Ok(Ok(place)) => {
+                place.send(piece);
+                Ok(())
+            }
+            Ok(Err(_)) => Err(client_left()),
+            Err(_) => match self.wait {
+                Wait::PerPiece(_) => Err(client_idle()),
+                Wait::InAll(_) => {
+                    self.kept.push(piece);
+                    Ok(())
+                }
+            },
         }
     }
+
+    /// Sends the last piece and whatever was kept, once the encoder is
+    /// done (and has let go of what it held).
+    fn finish(&mut self) -> io::Result<()> {
+        self.send()?;
+        for piece in std::mem::take(&mut self.kept) {
+            let sent = self
+                .runtime
+                .block_on(tokio::time::timeout(PATIENCE, self.tx.send(piece)));
+            match sent {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(client_left()),
+                Err(_) => return Err(client_idle()),
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn write_bytes(&mut self, data: &[u8]) -> io::Result<()> {
+        self.push(data);
+        if self.piece.len() >= PIECE {
+            self.send()?;
+        }
+        Ok(())
+    }
+}
+
+fn client_left() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the client left")
+}
+
+fn client_idle() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the client took nothing for too long",
+    )
 }
 
 impl io::Write for Pieces {
     #[inline]
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.piece.extend_from_slice(data);
-        if self.piece.len() >= PIECE {
-            self.send()?;
-        }
+        self.write_bytes(data)?;
         Ok(data.len())
     }
 
     #[inline]
     fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
-        self.write(data).map(|_| ())
+        self.write_bytes(data)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+impl fmt::Write for Pieces {
+    #[inline]
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        self.write_bytes(text.as_bytes()).map_err(|error| {
+            self.failure = Some(error);
+            fmt::Error
+        })
     }
 }
 
@@ -210,9 +339,9 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_takes_nothing_is_given_up_and_sees_the_answer_cut_short() {
         let answer: Vec<String> = (0..100_000).map(|i| format!("route-{i:05}")).collect();
-        let mut body = json_within(
+        let mut body = stream(
             move |out| serde_json::to_writer(out, &answer),
-            Duration::from_millis(100),
+            Wait::PerPiece(Duration::from_millis(100)),
         );
         // The client takes nothing while the encoder fills what it may
         // encode ahead, and waits, and gives up.
@@ -241,5 +370,92 @@ mod tests {
         }
         let mut body = json(move |out| serde_json::to_writer(out, &Fails));
         assert!(matches!(body.frame().await, Some(Err(_))));
+    }
+
+    fn lines(count: usize) -> String {
+        (0..count)
+            .map(|i| format!("picket_requests_total{{route=\"r{i}\",class=\"2xx\"}} {i}\n"))
+            .collect()
+    }
+
+    async fn whole(mut body: Streamed) -> Vec<u8> {
+        let mut got = Vec::new();
+        while let Some(frame) = body.frame().await {
+            got.extend_from_slice(&frame.unwrap().into_data().unwrap());
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn a_text_is_the_whole_text_in_pieces() {
+        let expected = lines(40_000);
+        let given = expected.clone();
+        let body = text(move |out| {
+            for line in given.split_inclusive('\n') {
+                fmt::Write::write_str(out, line)?;
+            }
+            Ok(())
+        });
+        assert_eq!(whole(body).await, expected.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_text_encoder_lets_go_of_its_lock_when_the_client_is_slow() {
+        let expected = lines(40_000);
+        assert!(expected.len() > 8 * PIECE, "more than is encoded ahead");
+        let lock = Arc::new(std::sync::Mutex::new(()));
+        let held = Arc::clone(&lock);
+        let given = expected.clone();
+        let body = text_within(
+            move |out| {
+                let _guard = held.lock().unwrap();
+                for line in given.split_inclusive('\n') {
+                    fmt::Write::write_str(out, line)?;
+                }
+                Ok(())
+            },
+            Duration::from_millis(100),
+        );
+        // The client takes nothing: the encoder waits 100 ms in all, then
+        // encodes the rest ahead and lets go of the lock.
+        let started = Instant::now();
+        let waited = tokio::task::spawn_blocking(move || {
+            while started.elapsed() < Duration::from_secs(10) {
+                if lock.try_lock().is_ok() {
+                    return Some(started.elapsed());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            None
+        })
+        .await
+        .unwrap();
+        let waited = waited.expect("the encoder let go of its lock");
+        assert!(waited < Duration::from_secs(5), "held for {waited:?}");
+        // And the client, reading at last, gets the whole text.
+        assert_eq!(whole(body).await, expected.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_text_encoder_stops_when_the_client_leaves() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let mut body = text_within(
+            move |out| {
+                let line = "x".repeat(1024);
+                loop {
+                    if let Err(error) = fmt::Write::write_str(out, &line) {
+                        let _ = done_tx.send(());
+                        return Err(error);
+                    }
+                }
+            },
+            Duration::from_secs(60),
+        );
+        body.frame().await.unwrap().unwrap();
+        drop(body);
+        tokio::task::spawn_blocking(move || done_rx.recv_timeout(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .expect("the encoder gave up once the body was dropped");
     }
 }
