@@ -311,6 +311,17 @@ mod tests {
         assert!(pieces > expected.len() / PIECE, "{pieces} pieces");
     }
 
+    /// Takes one piece of `body`, drops it, and waits for the encoder to
+    /// say (on `done`) that it gave up.
+    async fn gives_up_once_dropped(mut body: Streamed, done: std::sync::mpsc::Receiver<()>) {
+        body.frame().await.unwrap().unwrap();
+        drop(body);
+        tokio::task::spawn_blocking(move || done.recv_timeout(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .expect("the encoder gave up once the body was dropped");
+    }
+
     #[tokio::test]
     async fn the_encoder_stops_when_the_client_leaves() {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -327,13 +338,8 @@ mod tests {
                 }
             }
         }
-        let mut body = json(move |out| serde_json::to_writer(out, &Endless(done_tx)));
-        body.frame().await.unwrap().unwrap();
-        drop(body);
-        tokio::task::spawn_blocking(move || done_rx.recv_timeout(Duration::from_secs(5)))
-            .await
-            .unwrap()
-            .expect("the encoder gave up once the body was dropped");
+        let body = json(move |out| serde_json::to_writer(out, &Endless(done_tx)));
+        gives_up_once_dropped(body, done_rx).await;
     }
 
     #[tokio::test]
@@ -439,7 +445,7 @@ mod tests {
     #[tokio::test]
     async fn a_text_encoder_stops_when_the_client_leaves() {
         let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let mut body = text_within(
+        let body = text_within(
             move |out| {
                 let line = "x".repeat(1024);
                 loop {
@@ -451,11 +457,6 @@ mod tests {
             },
             Duration::from_secs(60),
         );
-        body.frame().await.unwrap().unwrap();
-        drop(body);
-        tokio::task::spawn_blocking(move || done_rx.recv_timeout(Duration::from_secs(5)))
-            .await
-            .unwrap()
-            .expect("the encoder gave up once the body was dropped");
+        gives_up_once_dropped(body, done_rx).await;
     }
 }
