@@ -18,6 +18,10 @@
 # (`Connection: close`): connection churn. Connections to the upstream are
 # kept alive as usual.
 #
+# With SYSCALLS=1, after the rounds, one more run per proxy counts its
+# system calls per request by kind (`perf stat` on the syscall
+# tracepoints; needs perf and root).
+#
 # With WORKERS=n the proxies serve with n workers (Picket `workers = n`,
 # nginx `worker_processes n`, HAProxy `nbthread n`) and every process,
 # proxies, upstream and wrk alike, may run on CPUs 0 to n-1. HAProxy joins
@@ -46,6 +50,7 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
 need nginx wrk taskset
+[ "${SYSCALLS:-0}" = 1 ] && need perf
 build_picket
 
 upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104; haproxy_port=18105
@@ -195,4 +200,29 @@ fi
 if [ "${ACCESS_LOG:-0}" = 1 ]; then
   dropped=$(curl -sf "http://127.0.0.1:$picket_admin/metrics" | awk '/^picket_access_log_dropped_lines_total/ { print $2 }')
   echo "access log lines: nginx $(wc -l < "$work/nginx-access.log"), picket $(wc -l < "$work/picket-access.log") (dropped: ${dropped:-0})"
+fi
+if [ "${SYSCALLS:-0}" = 1 ]; then
+  echo
+  echo "| proxy | system calls per request, by kind |"
+  echo "|---|---|"
+  for target in nginx ${haproxy_bin:+haproxy} picket; do
+    case $target in
+      nginx) port=$nginx_port; pid=$nginx_worker ;;
+      haproxy) port=$haproxy_port; pid=$haproxy_pid ;;
+      picket) port=$picket_port; pid=$picket_pid ;;
+    esac
+    threads=$(for p in $pid; do ls "/proc/$p/task"; done | paste -sd, -)
+    perf stat -x, -e 'syscalls:sys_enter_*' -t "$threads" -o "$work/syscalls.$target" -- sleep "$((seconds + 1))" &
+    counting=$!
+    sleep 0.2
+    read -r _ _ _ n < <(load "$port")
+    wait "$counting"
+    awk -F, -v n="$n" -v target="$target" '
+      $1 ~ /^[0-9]+$/ && $1 > 0 { name = $3; sub(/.*sys_enter_/, "", name); count[name] = $1; total += $1 }
+      END {
+        line = ""
+        for (name in count) if (count[name] / n >= 0.01) line = line sprintf("%s %.2f, ", name, count[name] / n)
+        printf "| %s | %.2f in all: %s |\n", target, total / n, substr(line, 1, length(line) - 2)
+      }' "$work/syscalls.$target"
+  done
 fi

@@ -93,39 +93,54 @@ impl ClientConn {
     /// The buffers go to the thread's shelf ([`spare`]), where the next
     /// connection to read takes them. TLS sessions keep their own buffers
     /// and read as before.
+    ///
+    /// The read goes through tokio's `poll_read`, which takes a read that
+    /// did not fill the buffer as proof that the socket is drained (epoll
+    /// is edge-triggered) and forgets its readiness: the wait for the next
+    /// request then costs no read that finds nothing. (`try_read` keeps
+    /// the readiness until a read finds nothing: one more `recvfrom` per
+    /// keep-alive request.)
     async fn fill_idle(&mut self) -> io::Result<usize> {
-        let tokio_util::either::Either::Left(tcp) = &self.io else {
+        let tokio_util::either::Either::Left(tcp) = &mut self.io else {
             return self.fill().await;
         };
-        loop {
-            // Known readiness answers at once; the read below learns
-            // whether there is anything. Polled rather than awaited
-            // through `readable()`, whose future an idle task would hold.
-            std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await?;
-            spare::take(&mut self.buf);
-            if self.buf.capacity() - self.buf.len() < 1024 {
-                self.buf.reserve(READ_CHUNK);
-            }
-            match tcp.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.buf.is_empty() {
-                        spare::put(&mut self.buf);
+        let (buf, out, fields) = (&mut self.buf, &mut self.out, &mut self.fields);
+        std::future::poll_fn(|cx| {
+            // Polled rather than awaited through `readable()`, whose future
+            // an idle task would hold.
+            let read = match tcp.poll_read_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    spare::take(buf);
+                    if buf.capacity() - buf.len() < 1024 {
+                        buf.reserve(READ_CHUNK);
                     }
-                    spare::put(&mut self.out);
-                    spare::put(&mut self.fields);
+                    tokio_util::io::poll_read_buf(Pin::new(&mut *tcp), cx, buf)
                 }
-                Ok(0) => return Ok(0),
-                Ok(n) => {
-                    // A request begins: it takes its head buffer and header
-                    // list now (a client that closed takes none off the
-                    // shelf only to free them).
-                    spare::take(&mut self.out);
-                    spare::take(&mut self.fields);
-                    return Ok(n);
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            };
+            match read {
+                // Nothing to read: the buffers go to the shelf while the
+                // client is idle.
+                Poll::Pending => {
+                    if buf.is_empty() {
+                        spare::put(buf);
+                    }
+                    spare::put(out);
+                    spare::put(fields);
                 }
-                Err(e) => return Err(e),
+                // A request begins: it takes its head buffer and header
+                // list now (a client that closed takes none off the shelf
+                // only to free them).
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    spare::take(out);
+                    spare::take(fields);
+                }
+                Poll::Ready(_) => {}
             }
-        }
+            read
+        })
+        .await
     }
 
     /// Closes the connection with nothing left to read: TLS says
@@ -892,5 +907,62 @@ impl RequestBody for ClientBody<'_> {
                 Err(_) => return Some(Err(BodyError::timed_out(self.bound))),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    fn ready(tcp: &TcpStream) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        tcp.poll_read_ready(&mut cx).is_ready()
+    }
+
+    #[tokio::test]
+    async fn a_request_read_whole_leaves_no_readiness_behind() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let mut client = client.unwrap();
+        let limits = ClientLimits {
+            header: std::time::Duration::from_secs(5),
+            idle: std::time::Duration::from_secs(5),
+            max_connections: 1,
+        };
+        let mut conn = ClientConn::new(
+            tokio_util::either::Either::Left(accepted.unwrap().0),
+            limits,
+        );
+        for _ in 0..2 {
+            let request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+            client.write_all(request).await.unwrap();
+            conn.buf.clear();
+            let n = conn.fill_idle().await.unwrap();
+            assert_eq!(n, request.len());
+            // The read did not fill the buffer: the socket is drained, and
+            // the wait for the next request starts with no read that would
+            // find nothing.
+            let tokio_util::either::Either::Left(tcp) = &conn.io else {
+                unreachable!("a plain connection")
+            };
+            assert!(!ready(tcp), "readiness kept after the socket was drained");
+        }
+        // An idle connection gives its buffers back.
+        conn.buf.clear();
+        let idle =
+            tokio::time::timeout(std::time::Duration::from_millis(50), conn.fill_idle()).await;
+        assert!(idle.is_err(), "nothing to read");
+        assert_eq!(
+            conn.buf.capacity(),
+            0,
+            "the read buffer is shelved while idle"
+        );
+        assert_eq!(
+            conn.out.capacity(),
+            0,
+            "the head buffer is shelved while idle"
+        );
     }
 }
