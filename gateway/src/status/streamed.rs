@@ -142,13 +142,39 @@ where
         };
         let encoded = encode(&mut out)
             .map_err(Into::into)
-            .and_then(|()| out.finish());
-        match encoded {
-            Ok(()) => done.store(true, Ordering::Release),
-            Err(error) => tracing::debug!(%error, "a streamed answer was not finished"),
+            .and_then(|()| out.send());
+        if let Err(error) = encoded {
+            tracing::debug!(%error, "a streamed answer was not finished");
+            return;
         }
+        let kept = std::mem::take(&mut out.kept);
+        if kept.is_empty() {
+            done.store(true, Ordering::Release);
+            return;
+        }
+        // What was encoded ahead goes out from a task, so that a slow
+        // client holds memory, as a whole answer would, but not a thread.
+        let tx = out.tx.clone();
+        out.runtime.spawn(async move {
+            match send_all(&tx, kept).await {
+                Ok(()) => done.store(true, Ordering::Release),
+                Err(error) => tracing::debug!(%error, "a streamed answer was not finished"),
+            }
+        });
     });
     Streamed { pieces, finished }
+}
+
+/// Sends `kept` in order, waiting [`PATIENCE`] at most for each piece.
+async fn send_all(tx: &mpsc::Sender<Bytes>, kept: Vec<Bytes>) -> io::Result<()> {
+    for piece in kept {
+        match tokio::time::timeout(PATIENCE, tx.send(piece)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(client_left()),
+            Err(_) => return Err(client_idle()),
+        }
+    }
+    Ok(())
 }
 
 /// The encoder's output, cut into pieces. A type of its own, not a
@@ -161,7 +187,8 @@ pub struct Pieces {
     wait: Wait,
     /// How long the encoder has waited for the client so far.
     waited: Duration,
-    /// Pieces encoded ahead once the wait in all ran out, in order.
+    /// Pieces encoded ahead once the wait in all ran out, in order: sent
+    /// once the encoder is done (and has let go of what it held).
     kept: Vec<Bytes>,
     /// Why the last text write failed (`fmt::Error` carries nothing).
     failure: Option<io::Error>,
@@ -213,23 +240,6 @@ impl Pieces {
                 }
             },
         }
-    }
-
-    /// Sends the last piece and whatever was kept, once the encoder is
-    /// done (and has let go of what it held).
-    fn finish(&mut self) -> io::Result<()> {
-        self.send()?;
-        for piece in std::mem::take(&mut self.kept) {
-            let sent = self
-                .runtime
-                .block_on(tokio::time::timeout(PATIENCE, self.tx.send(piece)));
-            match sent {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(client_left()),
-                Err(_) => return Err(client_idle()),
-            }
-        }
-        Ok(())
     }
 
     #[inline]
@@ -458,5 +468,37 @@ mod tests {
             Duration::from_secs(60),
         );
         gives_up_once_dropped(body, done_rx).await;
+    }
+
+    #[test]
+    fn a_slow_client_does_not_hold_the_encoders_thread() {
+        // One blocking thread: a second answer is encoded only once the
+        // first has given it back.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(1)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let expected = lines(40_000);
+            let given = expected.clone();
+            let slow = text_within(
+                move |out| {
+                    for line in given.split_inclusive('\n') {
+                        fmt::Write::write_str(out, line)?;
+                    }
+                    Ok(())
+                },
+                Duration::from_millis(50),
+            );
+            // The first client takes nothing; the second is answered.
+            let second = text(|out| fmt::Write::write_str(out, "second\n"));
+            let answered = tokio::time::timeout(Duration::from_secs(10), whole(second)).await;
+            assert_eq!(
+                answered.expect("the second answer was encoded"),
+                b"second\n"
+            );
+            assert_eq!(whole(slow).await, expected.as_bytes());
+        });
     }
 }
