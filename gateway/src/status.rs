@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -21,6 +21,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::now_unix_ms;
 use crate::config::HEADER_READ_TIMEOUT;
@@ -55,7 +56,16 @@ pub struct AdminState {
     pub certificates: Arc<Certificates>,
     /// The HTTPS listener, once bound.
     pub listen_tls: OnceLock<SocketAddr>,
+    /// Places for answers being encoded (`/metrics`, `/v1/cluster`), each
+    /// on a thread of its own while it encodes: [`ENCODERS`].
+    encoders: Arc<Semaphore>,
 }
+
+/// Answers encoded at once. An encoder waits for its client while it
+/// encodes (up to 60 s a piece for `/v1/cluster`), so slow clients hold
+/// threads; past this many, more are refused with 503 instead of queueing
+/// behind them, and `/healthz`, `/readyz` and the small answers stay quick.
+pub const ENCODERS: usize = 32;
 
 impl AdminState {
     pub fn new(
@@ -74,7 +84,13 @@ impl AdminState {
             ready: AtomicBool::new(false),
             metrics,
             membership: OnceLock::new(),
+            encoders: Arc::new(Semaphore::new(ENCODERS)),
         }
+    }
+
+    /// A place for one more encoder, if one is free.
+    fn encoder(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.encoders).try_acquire_owned().ok()
     }
 }
 
@@ -105,8 +121,12 @@ pub fn answer(
 /// `/metrics`: the text exposition, sent as it is encoded, so that a
 /// scrape holds a few pieces of it rather than all of it.
 fn exposition(state: &AdminState) -> Response<AnswerBody> {
+    let Some(encoder) = state.encoder() else {
+        return busy();
+    };
     let metrics = Arc::clone(&state.metrics);
     let mut response = Response::new(Either::Right(streamed::text(move |out| {
+        let _encoder = encoder;
         metrics.encode_to(out)
     })));
     response.headers_mut().insert(
@@ -127,13 +147,28 @@ fn cluster_view(state: &AdminState, query: Option<&str>) -> Response<AnswerBody>
             return text(StatusCode::BAD_REQUEST, format!("{error}\n")).map(Either::Left);
         }
     };
+    let Some(encoder) = state.encoder() else {
+        return busy();
+    };
     let view = membership.view();
     let name = membership.cluster.clone();
     let now = now_unix_ms();
     json_response(Either::Right(streamed::json(move |out| {
+        let _encoder = encoder;
         let answer = cluster::cluster(&view, name.as_deref(), true, now, &filter);
         serde_json::to_writer(out, &answer)
     })))
+}
+
+/// The answer when every encoder is taken.
+fn busy() -> Response<AnswerBody> {
+    let mut busy = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("busy: {ENCODERS} answers are being sent; try again\n"),
+    );
+    busy.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    busy.map(Either::Left)
 }
 
 fn json_response(body: AnswerBody) -> Response<AnswerBody> {
@@ -288,21 +323,26 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut shutdown: 
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn endpoints() {
+    /// A node's admin state with no routes.
+    fn state() -> AdminState {
         let metrics = Arc::new(Metrics::new());
         let proxy = Arc::new(Proxy::new(
             crate::router::RouteTable::default(),
             Arc::clone(&metrics),
         ));
         let certificates = Arc::new(Certificates::new(Vec::new(), Arc::clone(&metrics)));
-        let state = AdminState::new(
+        AdminState::new(
             "n1",
             metrics,
             proxy,
             Arc::new(Board::default()),
             certificates,
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn endpoints() {
+        let state = state();
         assert_eq!(
             answer(&state, &Method::GET, "/healthz", None).status(),
             StatusCode::OK
@@ -331,6 +371,26 @@ mod tests {
         assert_eq!(
             answer(&state, &Method::GET, "/nope", None).status(),
             StatusCode::NOT_FOUND
+        );
+    }
+
+    #[tokio::test]
+    async fn past_its_encoders_the_listener_says_busy() {
+        let state = state();
+        let taken: Vec<_> = (0..ENCODERS).map(|_| state.encoder()).collect();
+        assert!(taken.iter().all(Option::is_some), "{ENCODERS} places");
+        let busy = answer(&state, &Method::GET, "/metrics", None);
+        assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(busy.headers()[RETRY_AFTER], "1");
+        assert_eq!(
+            answer(&state, &Method::GET, "/healthz", None).status(),
+            StatusCode::OK,
+            "small answers still come"
+        );
+        drop(taken);
+        assert_eq!(
+            answer(&state, &Method::GET, "/metrics", None).status(),
+            StatusCode::OK
         );
     }
 
