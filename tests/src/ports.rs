@@ -9,7 +9,7 @@
 //! once per test process (a process-wide counter, started at an offset of
 //! this process's own), and only when it is free for TCP and UDP alike.
 
-use std::net::{Ipv4Addr, TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// How many ports below the ephemeral range are used.
@@ -64,6 +64,28 @@ pub fn free_port() -> u16 {
     consecutive(1)
 }
 
+/// A loopback address that refuses connections for as long as the value
+/// lives: a socket bound to it and not listening. A port found by binding
+/// and letting go refuses only until another test's listener takes it,
+/// which turned a replica meant to be down into one that answers.
+pub struct Refusing {
+    _socket: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+/// See [`Refusing`].
+pub fn refusing() -> Refusing {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+    socket
+        .bind((Ipv4Addr::LOCALHOST, 0).into())
+        .expect("a loopback port");
+    let addr = socket.local_addr().expect("its address");
+    Refusing {
+        _socket: socket,
+        addr,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +103,16 @@ mod tests {
         for port in first..first + 3 {
             assert!(seen.insert(port), "{port} handed out twice");
         }
+    }
+
+    #[test]
+    fn a_refusing_address_refuses_and_keeps_its_port() {
+        let refusing = refusing();
+        let refused = std::net::TcpStream::connect(refusing.addr).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert!(
+            TcpListener::bind(refusing.addr).is_err(),
+            "no other listener may take its port"
+        );
     }
 }

@@ -115,10 +115,8 @@ async fn peers_publishing_red_change_nothing_this_node_does() {
     let dir = tempfile::tempdir().unwrap();
     let live = Upstream::start("live", Behaviour::Echo).await;
     // A port that refuses: on n2 and n3 the route is red after a check.
-    let refused = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let refusing = picket_tests::ports::refusing();
+    let refused = refusing.addr;
     let ours = static_route(
         "api",
         &[live.addr],

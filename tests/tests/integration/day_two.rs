@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use picket_tests::client::{self, Answer};
 use picket_tests::node::{TestNode, eventually, route};
+use picket_tests::ports::refusing;
 use picket_tests::recorder::Recorder;
 use picket_tests::wire::Wire;
 use tokio::net::TcpListener;
@@ -71,12 +72,6 @@ fn status(code: u16) -> Handler {
         *response.status_mut() = StatusCode::from_u16(code).unwrap();
         response
     })
-}
-
-/// A port nothing listens on.
-fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }
 
 /// A replica that takes connections and never answers.
@@ -202,16 +197,17 @@ async fn the_access_log_tells_a_retry_on_another_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_access_log_says_which_bound_or_breaker_decided() {
     let (_dir, log) = temp();
-    let refused = closed_port();
+    let refused = refusing();
+    let tripped = refusing();
     let quiet = silent().await;
     let routes = format!(
         "{}{}{}",
-        route("down", "/down", &[refused], ""),
+        route("down", "/down", &[refused.addr], ""),
         route("slow", "/slow", &[quiet], "first_answer_timeout = \"1s\"\n"),
         route(
             "tripped",
             "/tripped",
-            &[closed_port()],
+            &[tripped.addr],
             "[route.breaker]\nenabled = true\nfailures = 2\n"
         ),
     );

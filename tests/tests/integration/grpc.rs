@@ -102,11 +102,8 @@ async fn all_four_kinds_of_call_pass_with_their_status_and_trailers() {
 #[tokio::test]
 async fn the_node_says_unavailable_when_no_replica_answers() {
     let Some(python) = python() else { return };
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
-    let node = TestNode::start(&route("grpc", "/", &[closed], "protocol = \"h2c\""));
+    let closed = picket_tests::ports::refusing();
+    let node = TestNode::start(&route("grpc", "/", &[closed.addr], "protocol = \"h2c\""));
     let results = calls(
         &python,
         node.proxy,
@@ -129,7 +126,12 @@ async fn the_node_says_unavailable_when_no_replica_answers() {
     node.stop().await;
 
     // No route for the call: UNIMPLEMENTED, not an HTML 404.
-    let node = TestNode::start(&route("other", "/other", &[closed], "protocol = \"h2c\""));
+    let node = TestNode::start(&route(
+        "other",
+        "/other",
+        &[closed.addr],
+        "protocol = \"h2c\"",
+    ));
     let results = calls(
         &python,
         node.proxy,
