@@ -65,7 +65,7 @@ pub struct AdminState {
 /// encodes (up to 60 s a piece for `/v1/cluster`), so slow clients hold
 /// threads; past this many, more are refused with 503 instead of queueing
 /// behind them, and `/healthz`, `/readyz` and the small answers stay quick.
-pub const ENCODERS: usize = 32;
+const ENCODERS: usize = 32;
 
 impl AdminState {
     pub fn new(

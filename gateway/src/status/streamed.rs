@@ -88,7 +88,7 @@ where
     stream(
         move |out| {
             encode(out)?;
-            out.push(b"\n");
+            out.piece.push(b'\n');
             Ok::<(), serde_json::Error>(())
         },
         Wait::PerPiece(PATIENCE),
@@ -196,11 +196,6 @@ pub struct Pieces {
 }
 
 impl Pieces {
-    #[inline]
-    fn push(&mut self, data: &[u8]) {
-        self.piece.extend_from_slice(data);
-    }
-
     /// Sends the piece so far; waits while the client is behind, as
     /// `wait` allows.
     fn send(&mut self) -> io::Result<()> {
@@ -244,7 +239,7 @@ impl Pieces {
 
     #[inline]
     fn write_bytes(&mut self, data: &[u8]) -> io::Result<()> {
-        self.push(data);
+        self.piece.extend_from_slice(data);
         if self.piece.len() >= PIECE {
             self.send()?;
         }
