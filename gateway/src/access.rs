@@ -31,6 +31,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::{AccessLogFormat, AccessLogTarget};
+use crate::ending::{Cause, Ending};
 use crate::metrics::AccessLogMetrics;
 
 /// Bytes of lines gathered before they are handed to the writer.
@@ -65,6 +66,8 @@ pub struct Record<'a> {
     pub tries: u32,
     /// What decided the answer when the node wrote it itself.
     pub decided_by: Option<&'static str>,
+    /// How the exchange ended: complete, or who cut it and where.
+    pub ending: Ending,
     pub request_id: &'a str,
     pub user_agent: Option<&'a [u8]>,
     pub referer: Option<&'a [u8]>,
@@ -184,13 +187,18 @@ impl Record<'_> {
         json_string(out, "replica", self.replica.map(str::as_bytes));
         json_number(out, "tries", self.tries);
         json_string(out, "decided_by", self.decided_by.map(str::as_bytes));
+        json_string(out, "ending", Some(self.ending.cause.slug().as_bytes()));
+        let phase = (self.ending.cause != Cause::Complete).then(|| self.ending.phase.slug());
+        json_string(out, "phase", phase.map(str::as_bytes));
         json_string(out, "user_agent", self.user_agent);
         json_string(out, "referer", self.referer);
         out.extend_from_slice(b"}\n");
     }
 
     /// The combined log format, then `route=`, `replica=`, `tries=`,
-    /// `decided_by=`, `request_id=` and `duration_ms=` (`-` for none).
+    /// `decided_by=`, `ending=` (`complete`, or the cause and the phase:
+    /// `replica_closed/body`), `request_id=` and `duration_ms=` (`-` for
+    /// none).
     pub fn write_combined(&self, out: &mut Vec<u8>) {
         let (secs, _) = unix_parts(self.time);
         let (y, mo, d, h, mi, s) = civil(secs);
@@ -215,11 +223,19 @@ impl Record<'_> {
         out.extend_from_slice(self.route.unwrap_or("-").as_bytes());
         out.extend_from_slice(b" replica=");
         out.extend_from_slice(self.replica.unwrap_or("-").as_bytes());
-        let _ = writeln!(
+        let _ = write!(
             out,
-            " tries={} decided_by={} request_id={} duration_ms={}",
+            " tries={} decided_by={} ending={}",
             self.tries,
             self.decided_by.unwrap_or("-"),
+            self.ending.cause.slug(),
+        );
+        if self.ending.cause != Cause::Complete {
+            let _ = write!(out, "/{}", self.ending.phase.slug());
+        }
+        let _ = writeln!(
+            out,
+            " request_id={} duration_ms={}",
             self.request_id,
             Millis(self.duration)
         );
@@ -548,6 +564,10 @@ mod tests {
             replica: Some("127.0.0.1:8081"),
             tries: 2,
             decided_by: Some("first_answer_timeout"),
+            ending: Ending::new(
+                crate::ending::Cause::Bound(crate::ending::Bound::FirstAnswer),
+                crate::ending::Phase::Head,
+            ),
             request_id: "abc-1",
             user_agent,
             referer: None,
@@ -577,6 +597,16 @@ mod tests {
         assert_eq!(value["replica"], "127.0.0.1:8081");
         assert_eq!(value["decided_by"], "first_answer_timeout");
         assert_eq!(value["referer"], serde_json::Value::Null);
+        assert_eq!(value["ending"], "bound_first_answer");
+        assert_eq!(value["phase"], "head");
+        // A complete exchange has no phase to name.
+        let mut out = Vec::new();
+        let mut complete = record(b"/", None);
+        complete.ending = Ending::COMPLETE;
+        complete.write_json(&mut out);
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(value["ending"], "complete");
+        assert_eq!(value["phase"], serde_json::Value::Null);
     }
 
     #[test]
@@ -586,7 +616,8 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "10.0.0.7 - - [01/Dec/2026:22:19:17 +0000] \"GET /a b\\x22 HTTP/1.1\" 504 120 \"-\" \"curl/8\" \
-             route=shop replica=127.0.0.1:8081 tries=2 decided_by=first_answer_timeout request_id=abc-1 duration_ms=2000.250\n"
+             route=shop replica=127.0.0.1:8081 tries=2 decided_by=first_answer_timeout \
+             ending=bound_first_answer/head request_id=abc-1 duration_ms=2000.250\n"
         );
     }
 

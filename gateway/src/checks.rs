@@ -138,7 +138,7 @@ impl Checker {
                 let (upstream, replica) = (Arc::clone(&upstream), Arc::clone(replica));
                 checks.push(async move {
                     match upstream.try_connect(&replica, bound).await {
-                        Ok(()) => upstream.observe(&replica, Observation::ProbeOk),
+                        Ok(()) => upstream.observe(&replica, Observation::CheckOk),
                         // The node's own shortage says nothing of the
                         // replica: no verdict this round.
                         Err(ConnectFailure::Local(_)) => {}

@@ -22,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod edge;
+pub mod ending;
 pub mod gossip;
 pub use picket_h1 as h1;
 pub mod metrics;

@@ -41,6 +41,12 @@ struct RetryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    route: String,
+    cause: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     route: String,
     state: String,
@@ -221,6 +227,7 @@ pub struct Metrics {
     pub connections: ConnectionMetrics,
     rate_limited: Family<RouteLabels, Counter>,
     too_large: Family<RouteLabels, Counter>,
+    incomplete: Family<CauseLabels, Counter>,
     /// The access log's lines: written, and dropped when its buffer was
     /// full.
     pub access_log: AccessLogMetrics,
@@ -291,6 +298,11 @@ pub struct RouteMetrics {
     pub rate_limited: Counter,
     /// Requests refused for a body over `max_body` (413).
     pub too_large: Counter,
+    /// Answers that did not reach the client whole, by cause: looked up
+    /// when one happens (rarely), so that a route has no series for them
+    /// until then.
+    incomplete: Family<CauseLabels, Counter>,
+    route: std::sync::Arc<str>,
 }
 
 impl RouteMetrics {
@@ -298,6 +310,19 @@ impl RouteMetrics {
     pub fn count(&self, status: http::StatusCode) {
         let class = (status.as_u16() / 100).clamp(1, 5) as usize - 1;
         self.by_class[class].inc();
+    }
+
+    /// Counts how an exchange ended, when its answer did not reach the
+    /// client whole.
+    pub fn ended(&self, ending: crate::ending::Ending) {
+        if ending.incomplete() {
+            self.incomplete
+                .get_or_create(&CauseLabels {
+                    route: self.route.to_string(),
+                    cause: ending.cause.slug().into(),
+                })
+                .inc();
+        }
     }
 }
 
@@ -549,6 +574,12 @@ impl Metrics {
             "Requests this node refused with 413 for a body over the route's max_body",
             too_large.clone(),
         );
+        let incomplete = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "responses_incomplete",
+            "Answers that did not reach the client whole, by route and cause: client_gone, replica_closed, replica_unparsable, node_refused (to frame what the replica sent), or the bound that fired",
+            incomplete.clone(),
+        );
         let access_log = AccessLogMetrics::default();
         registry.register(
             "access_log_lines",
@@ -568,6 +599,7 @@ impl Metrics {
         Metrics {
             rate_limited,
             too_large,
+            incomplete,
             access_log,
             runtime_breaker_state,
             runtime_breaker_trips,
@@ -736,6 +768,8 @@ impl Metrics {
                     route: route.into(),
                 })
                 .clone(),
+            incomplete: self.incomplete.clone(),
+            route: route.into(),
         }
     }
 
@@ -810,6 +844,12 @@ impl Metrics {
         self.breaker_refused.remove(&labels());
         self.rate_limited.remove(&labels());
         self.too_large.remove(&labels());
+        for cause in crate::ending::Cause::INCOMPLETE {
+            self.incomplete.remove(&CauseLabels {
+                route: route.into(),
+                cause: cause.into(),
+            });
+        }
         for replica in replicas {
             self.forget_replica(route, replica);
         }

@@ -130,6 +130,8 @@ pub struct Replica {
     probing: AtomicBool,
     /// Its answers that were 502, 503 or 504, in a row.
     gateway_errors: AtomicU32,
+    /// Its answers that broke off before their end, in a row.
+    broken_answers: AtomicU32,
     ejections: Counter,
     readmissions: Counter,
     /// Its idle connections, from its pool on first use.
@@ -164,6 +166,7 @@ impl Replica {
             health: Mutex::new(Health::InRotation),
             probing: false.into(),
             gateway_errors: AtomicU32::new(0),
+            broken_answers: AtomicU32::new(0),
             ejections,
             readmissions,
             idle: std::sync::OnceLock::new(),
@@ -441,6 +444,28 @@ impl Upstream {
         if count >= self.eject_after && self.others_in_rotation(replica) {
             errors.store(0, Ordering::Relaxed);
             self.observe(replica, Observation::GatewayErrors { status, count });
+        }
+    }
+
+    /// An answer of `replica` broke off: it closed or reset the connection
+    /// before the end of its body, or sent bytes that do not parse
+    /// (`garbled`). The client got a cut answer: a failed exchange, counted
+    /// in a row until an answer ends whole; at `consecutive_gateway_errors`
+    /// the replica is ejected, while another replica is in rotation.
+    pub fn broke_off(&self, replica: &Arc<Replica>, garbled: bool) {
+        let count = replica.broken_answers.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::debug!(route = %self.route, replica = %replica.label, garbled, count, "answer broke off");
+        if count >= self.eject_after && self.others_in_rotation(replica) {
+            replica.broken_answers.store(0, Ordering::Relaxed);
+            self.observe(replica, Observation::BrokenAnswers { count, garbled });
+        }
+    }
+
+    /// An answer of `replica` ended whole: its count of broken answers
+    /// starts again. One relaxed load when all is well.
+    pub fn ended_whole(&self, replica: &Replica) {
+        if replica.broken_answers.load(Ordering::Relaxed) != 0 {
+            replica.broken_answers.store(0, Ordering::Relaxed);
         }
     }
 

@@ -427,18 +427,32 @@ pub type Framed = Chain<Chain<ChunkSize, Bytes>, &'static [u8]>;
 /// The end of a chunked body, without trailers.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// The end of a chunked body after its last piece of data.
+const DATA_END_LAST_CHUNK: &[u8] = b"\r\n0\r\n\r\n";
+
 /// Frames a body that leaves, the same way on both sides: as the length
 /// the head declared (and never a byte more), chunked, or until close.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Every piece but the last goes through [`BodyEncoder::encode`]; the last
+/// one through [`BodyEncoder::encode_last`] (or [`BodyEncoder::finish`]
+/// when no data is left), which frames it together with what ends the
+/// body. There is no separate check of the end before the last piece: a
+/// length-framed body is complete exactly when its last piece has been
+/// framed, so the check belongs to that call. Once ended, the encoder
+/// refuses everything.
+#[derive(Debug, PartialEq, Eq)]
 pub enum BodyEncoder {
     Length(u64),
     Chunked,
     UntilClose,
+    /// The body has ended.
+    Ended,
 }
 
 impl BodyEncoder {
-    /// Frames one piece of the body. A length-framed body refuses bytes
-    /// past its declared length: they would be read as the next message.
+    /// Frames one piece of the body that is not its last. A length-framed
+    /// body refuses bytes past its declared length: they would be read as
+    /// the next message.
     pub fn encode(&mut self, data: Bytes) -> Result<Framed, ParseError> {
         match self {
             BodyEncoder::Length(remaining) => {
@@ -453,17 +467,51 @@ impl BodyEncoder {
                 .chain(data)
                 .chain(&b"\r\n"[..])),
             BodyEncoder::UntilClose => Ok(ChunkSize::new(None).chain(data).chain(&b""[..])),
+            BodyEncoder::Ended => Err(ParseError::BodyLength),
         }
     }
 
-    /// What ends the body: the last chunk, or nothing. A length-framed body
-    /// that got fewer bytes than it declared is an error.
-    pub fn finish(&self) -> Result<&'static [u8], ParseError> {
-        match self {
-            BodyEncoder::Length(0) | BodyEncoder::UntilClose => Ok(b""),
-            BodyEncoder::Length(_) => Err(ParseError::BodyLength),
-            BodyEncoder::Chunked => Ok(LAST_CHUNK),
+    /// Frames the last piece of the body and what ends it (the last chunk,
+    /// or nothing). A length-framed body must get exactly the bytes it
+    /// still lacks: fewer or more is an error, and nothing is framed.
+    pub fn encode_last(&mut self, data: Bytes) -> Result<Framed, ParseError> {
+        let framed = match self {
+            BodyEncoder::Length(remaining) if *remaining != data.len() as u64 => {
+                return Err(ParseError::BodyLength);
+            }
+            BodyEncoder::Chunked if data.is_empty() => {
+                ChunkSize::new(None).chain(data).chain(LAST_CHUNK)
+            }
+            BodyEncoder::Chunked => ChunkSize::new(Some(data.len()))
+                .chain(data)
+                .chain(DATA_END_LAST_CHUNK),
+            BodyEncoder::Length(_) | BodyEncoder::UntilClose => {
+                ChunkSize::new(None).chain(data).chain(&b""[..])
+            }
+            BodyEncoder::Ended => return Err(ParseError::BodyLength),
+        };
+        *self = BodyEncoder::Ended;
+        Ok(framed)
+    }
+
+    /// Ends the body with no more data. A length-framed body that got
+    /// fewer bytes than it declared is an error.
+    pub fn finish(&mut self) -> Result<Framed, ParseError> {
+        self.encode_last(Bytes::new())
+    }
+
+    /// Ends the body with trailers: after the last chunk of a chunked
+    /// body; any other framing has no place for them, and they are left.
+    pub fn finish_with<'a>(
+        &mut self,
+        trailers: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<Bytes, ParseError> {
+        if *self != BodyEncoder::Chunked {
+            let mut end = self.finish()?;
+            return Ok(end.copy_to_bytes(end.remaining()));
         }
+        *self = BodyEncoder::Ended;
+        Ok(Bytes::from(last_chunk_with(trailers)))
     }
 }
 
@@ -506,17 +554,40 @@ mod tests {
         assert_eq!(map["x-sum"], "ab");
     }
 
+    fn drain(mut framed: Framed, out: &mut Vec<u8>) {
+        while framed.has_remaining() {
+            out.extend_from_slice(framed.chunk());
+            let n = framed.chunk().len();
+            framed.advance(n);
+        }
+    }
+
+    /// Every piece through `encode`, then `finish`.
     fn encode_all(mut encoder: BodyEncoder, pieces: &[&[u8]]) -> Result<Vec<u8>, ParseError> {
         let mut out = Vec::new();
         for piece in pieces {
-            let mut framed = encoder.encode(Bytes::copy_from_slice(piece))?;
-            while framed.has_remaining() {
-                out.extend_from_slice(framed.chunk());
-                let n = framed.chunk().len();
-                framed.advance(n);
-            }
+            drain(encoder.encode(Bytes::copy_from_slice(piece))?, &mut out);
         }
-        out.extend_from_slice(encoder.finish()?);
+        drain(encoder.finish()?, &mut out);
+        Ok(out)
+    }
+
+    /// Every piece but the last through `encode`, the last through
+    /// `encode_last`: how a proxy writes a body whose end it sees with its
+    /// last piece.
+    fn encode_ending(mut encoder: BodyEncoder, pieces: &[&[u8]]) -> Result<Vec<u8>, ParseError> {
+        let mut out = Vec::new();
+        let Some((last, rest)) = pieces.split_last() else {
+            drain(encoder.finish()?, &mut out);
+            return Ok(out);
+        };
+        for piece in rest {
+            drain(encoder.encode(Bytes::copy_from_slice(piece))?, &mut out);
+        }
+        drain(encoder.encode_last(Bytes::copy_from_slice(last))?, &mut out);
+        assert_eq!(encoder, BodyEncoder::Ended);
+        assert!(encoder.encode(Bytes::from_static(b"x")).is_err());
+        assert!(encoder.finish().is_err());
         Ok(out)
     }
 
@@ -675,6 +746,49 @@ mod tests {
         // What one side encodes, the other decodes.
         let decoded = decode_all(BodyDecoder::chunked(), &framed, 999).unwrap();
         assert_eq!(decoded, big);
+    }
+
+    #[test]
+    fn the_last_piece_is_framed_with_the_end() {
+        // The body of several pieces whose end is known with its last
+        // piece: every byte is framed, the end after it.
+        assert_eq!(
+            encode_ending(BodyEncoder::Length(10), &[b"hello", b"world"]).unwrap(),
+            b"helloworld"
+        );
+        assert_eq!(
+            encode_ending(BodyEncoder::Chunked, &[b"hello", b"world"]).unwrap(),
+            b"5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n"
+        );
+        assert_eq!(
+            encode_ending(BodyEncoder::Chunked, &[b"hello", b""]).unwrap(),
+            b"5\r\nhello\r\n0\r\n\r\n"
+        );
+        assert_eq!(
+            encode_ending(BodyEncoder::UntilClose, &[b"a", b"b"]).unwrap(),
+            b"ab"
+        );
+        assert_eq!(encode_ending(BodyEncoder::Length(0), &[]).unwrap(), b"");
+        // A last piece short of, or past, the declared length is refused.
+        assert_eq!(
+            encode_ending(BodyEncoder::Length(10), &[b"hello", b"worl"]),
+            Err(ParseError::BodyLength)
+        );
+        assert_eq!(
+            encode_ending(BodyEncoder::Length(10), &[b"hello", b"world!"]),
+            Err(ParseError::BodyLength)
+        );
+        let mut encoder = BodyEncoder::Chunked;
+        let end = encoder
+            .finish_with([(&b"x-sum"[..], &b"1"[..])].into_iter())
+            .unwrap();
+        assert_eq!(&end[..], b"0\r\nx-sum: 1\r\n\r\n");
+        assert!(encoder.encode(Bytes::from_static(b"x")).is_err());
+        let mut encoder = BodyEncoder::Length(0);
+        let end = encoder
+            .finish_with([(&b"x-sum"[..], &b"1"[..])].into_iter())
+            .unwrap();
+        assert!(end.is_empty(), "no place for trailers");
     }
     #[test]
     fn only_trailers_that_may_cross_are_kept() {

@@ -102,6 +102,36 @@ pub fn is_host(bytes: &[u8]) -> bool {
 /// more bytes are needed; on success the head is taken out of `buf` and
 /// what follows (a body, or the next request) stays. The allocation of
 /// `fields` moves into the result, so that a connection reuses one list.
+/// Whether `buf`, the first bytes of a request, can still begin a request
+/// line: a TLS ClientHello, an HTTP/2 frame or any binary cannot, and is
+/// refused as soon as it arrives rather than after the head bound (nothing
+/// there will ever end a head). Reads the request line alone, whole or in
+/// part; the head is parsed in full by [`parse_request`] once it is whole.
+pub fn can_begin(buf: &[u8]) -> bool {
+    let line = match memchr_newline(buf) {
+        Some(at) => &buf[..=at],
+        None => buf,
+    };
+    let mut no_headers = [];
+    matches!(
+        httparse::Request::new(&mut no_headers).parse(line),
+        Ok(httparse::Status::Partial)
+    )
+}
+
+fn memchr_newline(buf: &[u8]) -> Option<usize> {
+    // Empty lines before a request line are allowed (RFC 9112 section 2.2):
+    // the line that counts is the first that is not empty.
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    buf[start..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|at| start + at)
+}
+
 pub fn parse_request(
     buf: &mut BytesMut,
     fields: &mut Vec<FieldAt>,
@@ -303,6 +333,29 @@ mod tests {
     fn parse(text: &str) -> Result<Option<RequestParts>, ParseError> {
         let mut buf = BytesMut::from(text);
         parse_request(&mut buf, &mut Vec::new())
+    }
+
+    #[test]
+    fn what_cannot_begin_a_request_is_known_from_its_first_bytes() {
+        let request = b"GET /a?b=1 HTTP/1.1\r\nHost: a\r\nX-Long: 1\r\n\r\n";
+        // Every prefix of a request can begin one, however it is cut.
+        for end in 0..request.len() {
+            assert!(can_begin(&request[..end]), "{end}");
+        }
+        assert!(can_begin(b"\r\n\r\nGET / HT"), "empty lines first");
+        assert!(can_begin(b"M-SEARCH * HTTP/1.1\r\n"));
+        // A TLS ClientHello, a bare binary, a line that is no request line.
+        for bad in [
+            &b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"[..],
+            b"\x16",
+            b"\x00\x00\x12\x04",
+            b"GET / HTTP/1.1 extra\r\n",
+            b"GET /\x01 HTTP/1.1",
+            b"GE(T / HTTP/1.1",
+            b"SSH-2.0-OpenSSH_9.2\r\n",
+        ] {
+            assert!(!can_begin(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

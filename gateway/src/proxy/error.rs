@@ -9,7 +9,8 @@ use http::{Response, StatusCode};
 
 use super::rules::RequestId;
 use crate::body::GatewayBody;
-use crate::upstream::ConnectFailure;
+use crate::ending::{Cause, Ending, Phase};
+use crate::upstream::{ConnError, ConnectFailure};
 
 /// Whose fault a failed request was. Only upstream faults count against
 /// an upstream (breaker, verdict).
@@ -152,6 +153,38 @@ impl ProxyError {
             ProxyError::RateLimited { .. } => "rate_limit",
             ProxyError::TooLarge(_) => "max_body",
         }
+    }
+
+    /// How the exchange ended when it ended in this error, for the access
+    /// log: the node's own answer went out, whole, in its place.
+    pub fn ending(&self) -> Ending {
+        use crate::ending::Bound;
+        let (cause, phase) = match self {
+            ProxyError::Unavailable { .. }
+            | ProxyError::NoRoute
+            | ProxyError::BadRequest(_)
+            | ProxyError::Connect
+            | ProxyError::HttpsOnly(_)
+            | ProxyError::RateLimited { .. }
+            | ProxyError::TooLarge(_) => (Cause::NodeRefused, Phase::Request),
+            ProxyError::Unreachable(ConnectFailure::TimedOut) => {
+                (Cause::Bound(Bound::Connect), Phase::Connect)
+            }
+            ProxyError::Unreachable(failure) if failure.blames_replica() => {
+                (Cause::ReplicaClosed, Phase::Connect)
+            }
+            ProxyError::Unreachable(_) => (Cause::NodeRefused, Phase::Connect),
+            ProxyError::FirstAnswerTimeout(_) => (Cause::Bound(Bound::FirstAnswer), Phase::Head),
+            ProxyError::UpstreamStalled(_) => (Cause::Bound(Bound::ReplicaBody), Phase::Request),
+            ProxyError::Upstream(ConnError::Parse(_)) => (Cause::ReplicaUnparsable, Phase::Head),
+            ProxyError::Upstream(_) => (Cause::ReplicaClosed, Phase::Head),
+            ProxyError::ClientBody(e) if e.is_timeout() => {
+                (Cause::Bound(Bound::ClientBody), Phase::Request)
+            }
+            ProxyError::ClientBody(e) if e.is_client_gone() => (Cause::ClientGone, Phase::Request),
+            ProxyError::ClientBody(_) => (Cause::NodeRefused, Phase::Request),
+        };
+        Ending::new(cause, phase)
     }
 
     /// The page the client gets, given its `Accept` header: the status and

@@ -418,6 +418,10 @@ fn conclude(
                     "an HTTP/2 answer without its stream",
                 )))
             })?;
+            let body = body.from(Release {
+                upstream: Arc::clone(&route.upstream),
+                replica: attempt.replica,
+            });
             return Ok(Answer {
                 head,
                 body: AnswerBody::Stream(UpstreamBody::H2(body)),
@@ -536,18 +540,22 @@ async fn write_request<B: RequestBody>(
             .map_err(framing)?;
         bounded(bound, conn.write_body(framed)).await?;
     }
-    let end = encoder.finish().map_err(framing)?;
-    // The client's trailers that may cross, after the last chunk.
-    if let (crate::h1::body::BodyEncoder::Chunked, Some(trailers)) = (encoder, body.trailers()) {
-        let trailers = crate::h1::body::clean_trailers(trailers, underscores);
-        let end = crate::h1::body::last_chunk_with(
+    // The end of the body, with the client's trailers that may cross.
+    let trailers = body
+        .trailers()
+        .map(|trailers| crate::h1::body::clean_trailers(trailers, underscores))
+        .unwrap_or_default();
+    let end = encoder
+        .finish_with(
             trailers
                 .iter()
                 .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-        );
-        return bounded(bound, conn.write_body(Bytes::from(end))).await;
+        )
+        .map_err(framing)?;
+    if end.is_empty() {
+        return Ok(());
     }
-    bounded(bound, conn.end_body(end)).await
+    bounded(bound, conn.write_body(end)).await
 }
 
 /// What an HTTP/2 exchange sends, besides the body.

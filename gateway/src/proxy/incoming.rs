@@ -97,6 +97,27 @@ impl BodyError {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
     }
+
+    /// The client closed or reset its connection before the end of its
+    /// body (an HTTP/2 client's reset stream included).
+    pub fn is_client_gone(&self) -> bool {
+        if let Some(e) = self.0.downcast_ref::<std::io::Error>() {
+            return matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        self.0
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(|e| e.is_incomplete_message() || e.is_canceled() || e.is_closed())
+            || self
+                .0
+                .downcast_ref::<h2::Error>()
+                .is_some_and(|e| e.is_reset() || e.is_io())
+    }
 }
 
 /// Where a request's body comes from.

@@ -33,8 +33,9 @@ use super::ClientLimits;
 use super::spare;
 use super::stream::ClientIo;
 use crate::access::Record;
-use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded};
-use crate::h1::request::{BodyKind, RequestParts, parse_request};
+use crate::ending::{Cause, Ending, Phase};
+use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded, Framed};
+use crate::h1::request::{BodyKind, RequestParts, can_begin, parse_request};
 use crate::h1::response::{BodyFraming, ClientFraming, end_response_head, write_status_line};
 use crate::h1::{self, FieldAt, ParseError};
 use crate::proxy::forward::Trace;
@@ -366,6 +367,10 @@ async fn refuse(conn: &mut ClientConn, error: ParseError, proxy: &Proxy, client:
             replica: None,
             tries: 0,
             decided_by: Some("bad_request"),
+            ending: match written {
+                Ok(_) => Ending::new(Cause::NodeRefused, Phase::Request),
+                Err(_) => Ending::new(Cause::ClientGone, Phase::Body),
+            },
             request_id: id.as_str(),
             user_agent: None,
             referer: None,
@@ -390,6 +395,11 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
                     Ok(None) => {}
                     Err(error) => return Read::Refused(error),
                 }
+            } else if !can_begin(&conn.buf) {
+                // A TLS ClientHello on the plain port, or anything else
+                // that no blank line will ever end: refused now, not at the
+                // head bound.
+                return Read::Refused(ParseError::Head("not an HTTP/1 request line".into()));
             }
             scanned = conn.buf.len();
             if !started {
@@ -441,6 +451,7 @@ struct Served {
     status: StatusCode,
     bytes_out: u64,
     decided_by: Option<&'static str>,
+    ending: Ending,
 }
 
 /// Serves one request.
@@ -479,8 +490,12 @@ async fn one(conn: &mut ClientConn, parts: RequestParts, proxy: &Proxy, client: 
             };
             let served = Served {
                 status: page.status,
-                bytes_out: written.unwrap_or(0),
+                bytes_out: *written.as_ref().unwrap_or(&0),
                 decided_by: Some(error.decided_by()),
+                ending: match written {
+                    Ok(_) => error.ending(),
+                    Err(_) => Ending::new(Cause::ClientGone, Phase::Body),
+                },
             };
             (next, served)
         }
@@ -543,6 +558,7 @@ fn log_request(
         replica: trace.replica.as_ref().map(|r| r.label.as_str()),
         tries: trace.tries,
         decided_by: served.decided_by,
+        ending: served.ending,
         request_id: id.as_str(),
         user_agent: parts.get(b"user-agent"),
         referer: parts.get(b"referer"),
@@ -586,6 +602,7 @@ async fn routed(
         status: StatusCode::OK,
         bytes_out: 0,
         decided_by: None,
+        ending: Ending::COMPLETE,
     };
     let next = match result {
         Ok(answer) => {
@@ -599,7 +616,14 @@ async fn routed(
                 keep,
                 head_request,
             };
-            write_answer(conn, answer, reply, &mut served.bytes_out).await
+            match write_answer(conn, answer, reply, &mut served.bytes_out).await {
+                Ok(next) => next,
+                Err(cut) => {
+                    tracing::debug!(route = %route.config.name, ?cut, "answer cut");
+                    served.ending = cut.ending();
+                    Next::Close
+                }
+            }
         }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
@@ -607,15 +631,20 @@ async fn routed(
             route.metrics.count(page.status);
             served.status = page.status;
             served.decided_by = Some(error.decided_by());
+            served.ending = error.ending();
             match write_page(conn, &page, version, keep, head_request).await {
                 Ok(n) => {
                     served.bytes_out = n;
                     if keep { Next::KeepAlive } else { Next::Close }
                 }
-                Err(_) => Next::Close,
+                Err(_) => {
+                    served.ending = Ending::new(Cause::ClientGone, Phase::Body);
+                    Next::Close
+                }
             }
         }
     };
+    route.metrics.ended(served.ending);
     (next, served)
 }
 
@@ -672,15 +701,39 @@ async fn write_page(
     })
 }
 
+/// Why an answer did not reach its client whole.
+#[derive(Debug)]
+enum Cut {
+    /// Writing to the client failed: it closed or reset the connection.
+    Client,
+    /// The replica's body broke off: closed, reset, or bytes that do not
+    /// parse.
+    Replica(io::Error),
+    /// What the replica sent does not fit the framing the client was
+    /// promised (a body shorter or longer than its length): refused, and
+    /// the connection closed, so that the client sees it cut.
+    Framing,
+}
+
+impl Cut {
+    fn ending(&self) -> Ending {
+        match self {
+            Cut::Client => Ending::new(Cause::ClientGone, Phase::Body),
+            Cut::Replica(e) => Ending::of_replica_error(e),
+            Cut::Framing => Ending::new(Cause::NodeRefused, Phase::Body),
+        }
+    }
+}
+
 /// Writes an upstream's answer: its head (through the route's response
 /// rules, with the request's ID), then its body as it arrives, counting
-/// its bytes in `bytes_out`.
+/// in `bytes_out` the body bytes written to the client.
 async fn write_answer(
     conn: &mut ClientConn,
     answer: Answer,
     reply: Reply<'_>,
     bytes_out: &mut u64,
-) -> Next {
+) -> Result<Next, Cut> {
     let Reply {
         route,
         id,
@@ -703,13 +756,15 @@ async fn write_answer(
                 h1::write_header(&mut conn.out, b"upgrade", protocol);
             }
             conn.out.extend_from_slice(b"\r\n");
-            if conn.io.write_all(&conn.out).await.is_err() || conn.io.flush().await.is_err() {
-                return Next::Close;
-            }
-            return Next::Tunnel {
+            conn.io
+                .write_all(&conn.out)
+                .await
+                .map_err(|_| Cut::Client)?;
+            conn.io.flush().await.map_err(|_| Cut::Client)?;
+            return Ok(Next::Tunnel {
                 upstream: io,
                 leftover,
-            };
+            });
         }
         AnswerBody::Stream(body) => body,
     };
@@ -723,74 +778,77 @@ async fn write_answer(
         _ if head_request => None,
         _ => Some(framing.encoder()),
     };
-    if write_body(conn, &mut body, encoder, bytes_out)
-        .await
-        .is_err()
-    {
-        return Next::Close;
-    }
-    if keep { Next::KeepAlive } else { Next::Close }
+    write_body(conn, &mut body, encoder, bytes_out).await?;
+    Ok(if keep { Next::KeepAlive } else { Next::Close })
+}
+
+/// Frames one piece of a body: the last one with what ends the body.
+fn frame(encoder: &mut BodyEncoder, data: Bytes, last: bool) -> Result<Framed, Cut> {
+    let framed = match last {
+        true => encoder.encode_last(data),
+        false => encoder.encode(data),
+    };
+    framed.map_err(|_| Cut::Framing)
+}
+
+/// Writes all of `bytes` to the client and flushes: a stream's events
+/// reach the client as they come.
+async fn send(io: &mut ClientIo, bytes: &mut impl Buf) -> Result<(), Cut> {
+    io.write_all_buf(bytes).await.map_err(|_| Cut::Client)?;
+    io.flush().await.map_err(|_| Cut::Client)
 }
 
 /// Writes the head in `conn.out`, then the body framed by `encoder` (none:
-/// the head alone). Each piece is flushed as it goes: a stream's events
-/// reach the client as they come.
+/// the head alone), each piece as it arrives; `bytes_out` counts the body
+/// bytes written.
 async fn write_body(
     conn: &mut ClientConn,
     body: &mut UpstreamBody,
     encoder: Option<BodyEncoder>,
     bytes_out: &mut u64,
-) -> io::Result<()> {
+) -> Result<(), Cut> {
     let Some(mut encoder) = encoder else {
-        conn.io.write_all(&conn.out).await?;
-        return conn.io.flush().await;
+        return send(&mut conn.io, &mut &conn.out[..]).await;
     };
     // What already arrived goes out with the head, in one write.
-    let first = body.next_buffered()?.unwrap_or_default();
-    *bytes_out += first.len() as u64;
+    let first = body
+        .next_buffered()
+        .map_err(Cut::Replica)?
+        .unwrap_or_default();
     let mut ended = http_body::Body::is_end_stream(body);
-    let first = encoder.encode(first)?;
-    let end = if ended { encoder.finish()? } else { &[] };
-    let mut all = Buf::chain(&conn.out[..], first).chain(end);
-    conn.io.write_all_buf(&mut all).await?;
-    conn.io.flush().await?;
+    let len = first.len() as u64;
+    let first = frame(&mut encoder, first, ended)?;
+    send(&mut conn.io, &mut Buf::chain(&conn.out[..], first)).await?;
+    *bytes_out += len;
     while !ended {
-        match body.frame().await {
+        let data = match body.frame().await {
             None => {
                 ended = true;
-                conn.io.write_all(encoder.finish()?).await?;
+                Bytes::new()
             }
-            Some(Err(e)) => return Err(e),
-            Some(Ok(frame)) => {
-                let data = match frame.into_data() {
-                    Ok(data) => data,
-                    // Trailers end the body: written after the last chunk
-                    // of a chunked body, else left (no way to carry them).
-                    Err(frame) => {
-                        if let Ok(trailers) = frame.into_trailers() {
-                            ended = true;
-                            let end = match encoder {
-                                BodyEncoder::Chunked => crate::h1::body::last_chunk_with(
-                                    trailers
-                                        .iter()
-                                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-                                ),
-                                _ => encoder.finish()?.to_vec(),
-                            };
-                            conn.io.write_all(&end).await?;
-                            conn.io.flush().await?;
-                        }
+            Some(Err(e)) => return Err(Cut::Replica(e)),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    ended = http_body::Body::is_end_stream(body);
+                    data
+                }
+                // Trailers end the body: written after the last chunk of
+                // a chunked body, else left (no way to carry them).
+                Err(frame) => {
+                    let Ok(trailers) = frame.into_trailers() else {
                         continue;
-                    }
-                };
-                *bytes_out += data.len() as u64;
-                ended = http_body::Body::is_end_stream(body);
-                let end = if ended { encoder.finish()? } else { &[] };
-                let mut all = encoder.encode(data)?.chain(end);
-                conn.io.write_all_buf(&mut all).await?;
-            }
-        }
-        conn.io.flush().await?;
+                    };
+                    let fields = trailers
+                        .iter()
+                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+                    let mut end = encoder.finish_with(fields).map_err(|_| Cut::Framing)?;
+                    return send(&mut conn.io, &mut end).await;
+                }
+            },
+        };
+        let len = data.len() as u64;
+        send(&mut conn.io, &mut frame(&mut encoder, data, ended)?).await?;
+        *bytes_out += len;
     }
     Ok(())
 }

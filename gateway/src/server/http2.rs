@@ -24,6 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use super::http1::Rewind;
 use crate::access::Record;
 use crate::body::GatewayBody;
+use crate::ending::{Cause, Ending, Phase};
 use crate::h1::request::{BodyKind, is_host};
 use crate::proxy::forward::Trace;
 use crate::proxy::{
@@ -65,12 +66,19 @@ impl Drop for Open {
 }
 
 /// A response body that keeps its request counted as open until it ends,
-/// counts its bytes, and writes the request's access log line when it is
-/// done (or dropped).
+/// counts its bytes, tells how it ended, and writes the request's access
+/// log line when it is done (or dropped).
 struct Counted {
     body: GatewayBody,
     _open: Open,
     log: Option<Box<Logged>>,
+    /// The route whose metrics count an answer that did not go out whole.
+    route: Option<Arc<Route>>,
+    /// How the exchange ended, as far as it is known: until the body ends,
+    /// the answer's own (complete, or the node's page for a failure).
+    ending: Ending,
+    /// The body gave its last frame, or broke off.
+    over: bool,
 }
 
 /// A request's access log line, waiting for its answer's end.
@@ -96,6 +104,13 @@ struct Logged {
 
 impl Drop for Counted {
     fn drop(&mut self) {
+        // Dropped before its end: the client reset the stream or left.
+        if !self.over && !http_body::Body::is_end_stream(&self.body) {
+            self.ending = Ending::new(Cause::ClientGone, Phase::Body);
+        }
+        if let Some(route) = &self.route {
+            route.metrics.ended(self.ending);
+        }
         let Some(logged) = self.log.take() else {
             return;
         };
@@ -115,6 +130,7 @@ impl Drop for Counted {
                 replica: logged.replica.as_ref().map(|r| r.label.as_str()),
                 tries: logged.tries,
                 decided_by: logged.decided_by,
+                ending: self.ending,
                 request_id: logged.id.as_str(),
                 user_agent: logged.user_agent.as_ref().map(|v| v.as_bytes()),
                 referer: logged.referer.as_ref().map(|v| v.as_bytes()),
@@ -133,10 +149,18 @@ impl http_body::Body for Counted {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
         let this = self.get_mut();
         let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
-        if let (std::task::Poll::Ready(Some(Ok(frame))), Some(logged)) = (&polled, &mut this.log)
-            && let Some(data) = frame.data_ref()
-        {
-            logged.bytes_out += data.len() as u64;
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(logged), Some(data)) = (&mut this.log, frame.data_ref()) {
+                    logged.bytes_out += data.len() as u64;
+                }
+            }
+            std::task::Poll::Ready(Some(Err(e))) => {
+                this.over = true;
+                this.ending = Ending::of_replica_error(e);
+            }
+            std::task::Poll::Ready(None) => this.over = true,
+            std::task::Poll::Pending => {}
         }
         polled
     }
@@ -187,11 +211,14 @@ pub async fn serve(
             let client = Arc::clone(&client);
             let open = Open::new(&activity);
             async move {
-                let (response, log) = handle(&proxy, req, &client).await;
+                let (response, answered, log) = handle(&proxy, req, &client).await;
                 Ok::<_, Infallible>(response.map(|body| Counted {
                     body,
                     _open: open,
                     log,
+                    route: answered.route,
+                    ending: answered.ending,
+                    over: false,
                 }))
             }
         })
@@ -225,7 +252,7 @@ async fn handle(
     proxy: &Arc<Proxy>,
     req: Request<Incoming>,
     client: &Client,
-) -> (Response<GatewayBody>, Option<Box<Logged>>) {
+) -> (Response<GatewayBody>, Answered, Option<Box<Logged>>) {
     let started = tokio::time::Instant::now();
     let time = std::time::SystemTime::now();
     let (parts, body) = req.into_parts();
@@ -257,21 +284,32 @@ async fn handle(
         })
     });
     let mut trace = Trace::default();
-    let (response, route, decided_by, bytes_in) =
+    let (response, answered) =
         answer(proxy, &parts, body, client, &id, &mut trace, &mut logged).await;
     if let Some(logged) = &mut logged {
         logged.status = response.status().as_u16();
-        logged.route = route;
+        logged.route = answered.route.clone();
         logged.replica = trace.replica.take();
         logged.tries = trace.tries;
-        logged.decided_by = decided_by;
-        logged.bytes_in = bytes_in;
+        logged.decided_by = answered.decided_by;
+        logged.bytes_in = answered.bytes_in;
     }
-    (response, logged)
+    (response, answered, logged)
 }
 
-/// The answer to one HTTP/2 request; the route it took, what decided a
-/// failure, and the body bytes read.
+/// What became of an HTTP/2 request before its answer's body.
+struct Answered {
+    /// The route it took.
+    route: Option<Arc<Route>>,
+    /// What decided a failure.
+    decided_by: Option<&'static str>,
+    /// How it ended, unless the body says otherwise.
+    ending: Ending,
+    /// Body bytes read.
+    bytes_in: u64,
+}
+
+/// The answer to one HTTP/2 request, and what became of it.
 async fn answer(
     proxy: &Proxy,
     parts: &http::request::Parts,
@@ -280,12 +318,7 @@ async fn answer(
     id: &RequestId,
     trace: &mut Trace,
     logged: &mut Option<Box<Logged>>,
-) -> (
-    Response<GatewayBody>,
-    Option<Arc<Route>>,
-    Option<&'static str>,
-    u64,
-) {
+) -> (Response<GatewayBody>, Answered) {
     let accept = parts.headers.get(ACCEPT).map(|v| v.as_bytes());
     let grpc = crate::proxy::grpc::is_call(&Fields::Map(&parts.headers));
     // What the node answers itself: trailers only to a gRPC call.
@@ -297,7 +330,13 @@ async fn answer(
         response
             .headers_mut()
             .insert("x-request-id", id.header_value());
-        (response, None, Some(error.decided_by()), 0)
+        let answered = Answered {
+            route: None,
+            decided_by: Some(error.decided_by()),
+            ending: error.ending(),
+            bytes_in: 0,
+        };
+        (response, answered)
     };
     if parts.method == Method::CONNECT {
         return refuse(ProxyError::Connect);
@@ -355,6 +394,7 @@ async fn answer(
     // failure stands for, not the 200 that carries its grpc-status.
     let mut counted = None;
     let mut decided_by = None;
+    let mut ending = Ending::COMPLETE;
     let mut response = match forward(&route, &req, &mut body, client, trace).await {
         Ok(answer) => {
             let mut response = Response::new(GatewayBody::empty());
@@ -369,11 +409,13 @@ async fn answer(
             tracing::debug!(route = %route.config.name, %error, "call failed");
             counted = Some(error.status());
             decided_by = Some(error.decided_by());
+            ending = error.ending();
             crate::proxy::grpc::answer(&error)
         }
         Err(error) => {
             tracing::debug!(route = %route.config.name, %error, "request failed");
             decided_by = Some(error.decided_by());
+            ending = error.ending();
             error.response(accept, id)
         }
     };
@@ -381,7 +423,13 @@ async fn answer(
         .headers_mut()
         .insert("x-request-id", id.header_value());
     route.metrics.count(counted.unwrap_or(response.status()));
-    (response, Some(route), decided_by, body.read())
+    let answered = Answered {
+        route: Some(route),
+        decided_by,
+        ending,
+        bytes_in: body.read(),
+    };
+    (response, answered)
 }
 
 /// The headers of a replica's answer as the client gets them: the head's

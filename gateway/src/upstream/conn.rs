@@ -157,14 +157,6 @@ impl Connection {
         self.io.write_all_buf(&mut framed).await
     }
 
-    /// Writes what ends a request body (the last chunk, or nothing).
-    pub async fn end_body(&mut self, end: &'static [u8]) -> io::Result<()> {
-        if end.is_empty() {
-            return Ok(());
-        }
-        self.io.write_all(end).await
-    }
-
     /// Reads the response head.
     pub async fn read_head(&mut self, method: &Method) -> Result<ResponseHead, ConnError> {
         // Parsed once the head is whole (or too large), not on every read.
@@ -323,6 +315,7 @@ impl H1Body {
         let (Some(mut conn), Some(release)) = (self.conn.take(), self.release.take()) else {
             return;
         };
+        release.upstream.ended_whole(&release.replica);
         // Bytes past the end of the body (read, or waiting in the socket)
         // are an answer nobody asked for: the connection is not reused.
         if self.reusable && conn.buf.is_empty() && conn.is_usable() {
@@ -334,9 +327,20 @@ impl H1Body {
         &mut self,
         error: impl Into<io::Error>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        Poll::Ready(Some(Err(self.broke_off(error.into()))))
+    }
+
+    /// The replica's answer broke off with `error` (closed, reset, or
+    /// bytes that do not parse): the connection is dropped, and the
+    /// replica's health hears of it.
+    fn broke_off(&mut self, error: io::Error) -> io::Error {
         self.decoder = BodyDecoder::empty();
         self.conn = None;
-        Poll::Ready(Some(Err(error.into())))
+        if let Some(release) = self.release.take() {
+            let garbled = error.kind() == io::ErrorKind::InvalidData;
+            release.upstream.broke_off(&release.replica, garbled);
+        }
+        error
     }
 }
 
@@ -375,11 +379,7 @@ impl H1Body {
             )),
             Ok(Decoded::NeedMore) => Buffered::Nothing,
             Ok(Decoded::Done) => Buffered::End,
-            Err(e) => {
-                self.decoder = BodyDecoder::empty();
-                self.conn = None;
-                return Err(e.into());
-            }
+            Err(e) => return Err(self.broke_off(e.into())),
         };
         // The end is known as soon as the last byte is taken: the
         // connection goes back to the pool before the data is even written.

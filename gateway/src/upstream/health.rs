@@ -50,6 +50,13 @@ pub enum EjectReason {
         status: u16,
         count: u32,
     },
+    /// Its answers broke off `count` times in a row: closed or reset
+    /// before their end (`garbled`: the last one sent bytes that do not
+    /// parse).
+    Broken {
+        count: u32,
+        garbled: bool,
+    },
     /// Its gRPC health check did not say SERVING.
     NotServing(GrpcHealth),
     /// Connected, but it does not speak HTTP/2 as its route asks (no `h2`
@@ -87,7 +94,7 @@ impl fmt::Display for GrpcHealth {
 
 impl EjectReason {
     /// Every [`EjectReason::slug`].
-    pub const SLUGS: [&'static str; 9] = [
+    pub const SLUGS: [&'static str; 10] = [
         "refused",
         "timed_out",
         "unreachable",
@@ -95,9 +102,20 @@ impl EjectReason {
         "proxy_refused",
         "silent",
         "gateway_errors",
+        "broken_answers",
         "not_serving",
         "no_http2",
     ];
+
+    /// Ejected for what it answered (or did not), not for a failed
+    /// connect: a replica that accepts connections all along, so a connect
+    /// says nothing of it.
+    pub fn judges_answers(&self) -> bool {
+        matches!(
+            self,
+            EjectReason::Silent | EjectReason::Answers { .. } | EjectReason::Broken { .. }
+        )
+    }
 
     /// The reason as a metric label.
     pub fn slug(&self) -> &'static str {
@@ -109,6 +127,7 @@ impl EjectReason {
             EjectReason::ProxyRefused { .. } => "proxy_refused",
             EjectReason::Silent => "silent",
             EjectReason::Answers { .. } => "gateway_errors",
+            EjectReason::Broken { .. } => "broken_answers",
             EjectReason::NotServing(_) => "not_serving",
             EjectReason::NoHttp2 => "no_http2",
         }
@@ -139,6 +158,13 @@ impl fmt::Display for EjectReason {
             EjectReason::Answers { status, count } => {
                 return write!(f, "{count} consecutive {status}");
             }
+            EjectReason::Broken { count, garbled } => {
+                let how = match garbled {
+                    true => "that did not parse",
+                    false => "cut short",
+                };
+                return write!(f, "{count} consecutive answers {how}");
+            }
             EjectReason::NotServing(health) => {
                 return write!(f, "gRPC health check: {health}");
             }
@@ -161,9 +187,19 @@ pub enum Observation {
         status: u16,
         count: u32,
     },
+    /// Its answers broke off this many times in a row.
+    BrokenAnswers {
+        count: u32,
+        garbled: bool,
+    },
     /// Its runtime reports it ready again after saying it was not.
     RuntimeReady,
     ProbeOk,
+    /// A periodic connect check (of a static replica or an external host)
+    /// passed: proof enough for a replica ejected for a failed connect,
+    /// none for one ejected for what it answered, which accepts
+    /// connections all along.
+    CheckOk,
     ProbeFailed(EjectReason),
 }
 
@@ -208,6 +244,13 @@ impl Health {
                     Some(Change::Ejected(reason)),
                 )
             }
+            (InRotation | Stalled { .. }, BrokenAnswers { count, garbled }) => {
+                let reason = EjectReason::Broken { count, garbled };
+                (
+                    Ejected { since: now, reason },
+                    Some(Change::Ejected(reason)),
+                )
+            }
             (InRotation | Stalled { .. }, AnswerOverdue) => (
                 Ejected {
                     since: now,
@@ -216,6 +259,9 @@ impl Health {
                 Some(Change::Ejected(EjectReason::Silent)),
             ),
             (Ejected { .. }, ProbeOk) => (InRotation, Some(Change::Readmitted)),
+            (Ejected { reason, .. }, CheckOk) if !reason.judges_answers() => {
+                (InRotation, Some(Change::Readmitted))
+            }
             (
                 Ejected {
                     reason: EjectReason::Silent,
@@ -329,6 +375,81 @@ mod tests {
                 ProbeOk,
                 Health::InRotation,
                 Some(Change::Readmitted),
+            ),
+            // A connect check re-admits what a connect ejected, never what
+            // traffic ejected: that replica accepted connections all along.
+            (
+                ejected,
+                CheckOk,
+                Health::InRotation,
+                Some(Change::Readmitted),
+            ),
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Silent,
+                },
+                CheckOk,
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Silent,
+                },
+                None,
+            ),
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Answers {
+                        status: 503,
+                        count: 5,
+                    },
+                },
+                CheckOk,
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Answers {
+                        status: 503,
+                        count: 5,
+                    },
+                },
+                None,
+            ),
+            (Health::InRotation, CheckOk, Health::InRotation, None),
+            (
+                Health::InRotation,
+                BrokenAnswers {
+                    count: 5,
+                    garbled: false,
+                },
+                Health::Ejected {
+                    since: t1,
+                    reason: EjectReason::Broken {
+                        count: 5,
+                        garbled: false,
+                    },
+                },
+                Some(Change::Ejected(EjectReason::Broken {
+                    count: 5,
+                    garbled: false,
+                })),
+            ),
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Broken {
+                        count: 5,
+                        garbled: true,
+                    },
+                },
+                CheckOk,
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Broken {
+                        count: 5,
+                        garbled: true,
+                    },
+                },
+                None,
             ),
             // A TLS upstream that connects but fails the handshake is out,
             // with the handshake's reason, and stays out while its probes

@@ -220,6 +220,8 @@ pub struct H2Body {
     done: bool,
     /// Header names holding `_` pass in trailers too.
     underscores: bool,
+    /// The replica whose health hears how the body ended.
+    from: Option<super::Release>,
     _slot: StreamSlot,
 }
 
@@ -239,13 +241,49 @@ impl H2Body {
             data_done: done,
             done,
             underscores,
+            from: None,
             _slot: slot,
         }
+    }
+
+    /// The replica the body comes from, whose health hears how it ends.
+    pub fn from(mut self, release: super::Release) -> H2Body {
+        self.from = Some(release);
+        if self.done {
+            self.ended(None);
+        }
+        self
+    }
+
+    /// The body ended: whole (`None`), or broken off with the error.
+    fn ended(&mut self, error: Option<&io::Error>) {
+        let Some(from) = self.from.take() else {
+            return;
+        };
+        match error {
+            None => from.upstream.ended_whole(&from.replica),
+            Some(e) => from
+                .upstream
+                .broke_off(&from.replica, e.kind() == io::ErrorKind::InvalidData),
+        }
+    }
+
+    fn broke_off(&mut self, e: h2::Error) -> io::Error {
+        self.done = true;
+        self.data_done = true;
+        let error = io_error(e);
+        self.ended(Some(&error));
+        error
     }
 }
 
 /// An HTTP/2 error as the body's reader sees it.
 pub fn io_error(e: h2::Error) -> io::Error {
+    // What does not follow the protocol (a body longer or shorter than its
+    // content-length, a malformed frame) did not parse.
+    if e.reason() == Some(h2::Reason::PROTOCOL_ERROR) {
+        return io::Error::new(io::ErrorKind::InvalidData, e);
+    }
     if e.is_io() {
         return e
             .into_io()
@@ -269,11 +307,7 @@ impl Body for H2Body {
                     let _ = this.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Err(e)) => {
-                    this.done = true;
-                    this.data_done = true;
-                    return Poll::Ready(Some(Err(io_error(e))));
-                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(this.broke_off(e)))),
                 None => this.data_done = true,
             }
         }
@@ -284,11 +318,15 @@ impl Body for H2Body {
         this.done = true;
         match trailers {
             Ok(Some(trailers)) => {
+                this.ended(None);
                 let trailers = crate::h1::body::clean_trailers(trailers, this.underscores);
                 Poll::Ready((!trailers.is_empty()).then(|| Ok(Frame::trailers(trailers))))
             }
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(io_error(e)))),
+            Ok(None) => {
+                this.ended(None);
+                Poll::Ready(None)
+            }
+            Err(e) => Poll::Ready(Some(Err(this.broke_off(e)))),
         }
     }
 

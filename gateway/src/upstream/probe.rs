@@ -16,7 +16,8 @@
 //!   second is back in rotation about half a second after it listens
 //!   again, one that stays down costs one connect per period.
 //! - A replica ejected as silent (connected, but no answer within the
-//!   first-answer bound) or for its gateway errors still accepts
+//!   first-answer bound), for its gateway errors or for answers that broke
+//!   off still accepts
 //!   connections, so a connect proves nothing soon: it is probed one
 //!   ejection period after the ejection, then every period (a silent one
 //!   may be re-admitted sooner by its runtime).
@@ -37,7 +38,7 @@ pub const FIRST_PROBE: Duration = Duration::from_millis(250);
 /// The wait before probe number `attempt` (0 for the first) of a replica
 /// ejected for `reason`, with ejection period `period`.
 pub fn backoff(reason: EjectReason, attempt: u32, period: Duration) -> Duration {
-    if matches!(reason, EjectReason::Silent | EjectReason::Answers { .. }) {
+    if reason.judges_answers() {
         return period;
     }
     let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);

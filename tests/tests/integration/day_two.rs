@@ -154,6 +154,8 @@ async fn the_access_log_tells_a_success_with_every_field() {
     assert_eq!(line["replica"], addr.to_string());
     assert_eq!(line["tries"], 1);
     assert_eq!(line["decided_by"], serde_json::Value::Null);
+    assert_eq!(line["ending"], "complete");
+    assert_eq!(line["phase"], serde_json::Value::Null);
     assert_eq!(line["user_agent"], "day-two/1");
     assert!(line["time"].as_str().unwrap().ends_with('Z'), "{line}");
     node.stop().await;
@@ -235,14 +237,20 @@ async fn the_access_log_says_which_bound_or_breaker_decided() {
     };
     let down = find("/down", 502);
     assert_eq!(down["decided_by"], "connect");
+    assert_eq!(down["ending"], "replica_closed");
+    assert_eq!(down["phase"], "connect");
     assert_eq!(down["route"], "down");
     assert_eq!(down["tries"], 1);
     let slow = find("/slow", 504);
     assert_eq!(slow["decided_by"], "first_answer_timeout");
+    assert_eq!(slow["ending"], "bound_first_answer");
+    assert_eq!(slow["phase"], "head");
     assert_eq!(slow["replica"], quiet.to_string());
     assert!(slow["duration_ms"].as_f64().unwrap() >= 1000.0, "{slow}");
     let open = find("/tripped", 503);
     assert_eq!(open["decided_by"], "breaker");
+    assert_eq!(open["ending"], "node_refused");
+    assert_eq!(open["phase"], "request");
     assert_eq!(open["tries"], 0, "an open circuit tries nothing");
     node.stop().await;
 }
@@ -260,7 +268,7 @@ async fn the_combined_format_reads_as_nginx_writes_it() {
     .await;
     let text = std::fs::read_to_string(&log).unwrap();
     let re = format!(
-        "\"GET /a?b=1 HTTP/1.1\" 200 5 \"http://x/\" \"-\" route=r replica={addr} tries=1 decided_by=- request_id={id} duration_ms="
+        "\"GET /a?b=1 HTTP/1.1\" 200 5 \"http://x/\" \"-\" route=r replica={addr} tries=1 decided_by=- ending=complete request_id={id} duration_ms="
     );
     assert!(text.starts_with("127.0.0.1 - - ["), "{text}");
     assert!(text.contains(" +0000] "), "{text}");

@@ -25,6 +25,7 @@ mod deploy_kubernetes;
 mod deploy_swarm;
 mod docker;
 mod docs;
+mod endings;
 mod failover;
 mod faults;
 mod fd_exhaustion;
