@@ -635,15 +635,28 @@ async fn exchange_h2<B: RequestBody>(
                             tokio::spawn(pump(rest, stream, underscores));
                         }
                         // The body cannot leave this task: it goes up to
-                        // its end before the answer goes back.
+                        // its end before the answer goes back. A body that
+                        // broke off is reset, never ended as if whole.
                         None => {
+                            let mut whole = true;
                             while let Some(piece) = body.next().await {
-                                let Ok(piece) = piece else { break };
-                                if send_h2_data(&mut stream, piece, Some(waits.body)).await.is_err() {
+                                let sent = match piece {
+                                    Ok(piece) => {
+                                        send_h2_data(&mut stream, piece, Some(waits.body))
+                                            .await
+                                            .is_ok()
+                                    }
+                                    Err(_) => false,
+                                };
+                                if !sent {
+                                    whole = false;
                                     break;
                                 }
                             }
-                            end_h2_body(&mut stream, body.trailers(), underscores);
+                            match whole {
+                                true => end_h2_body(&mut stream, body.trailers(), underscores),
+                                false => stream.send_reset(h2::Reason::CANCEL),
+                            }
                         }
                     }
                     return head(early, answer);
