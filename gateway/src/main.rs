@@ -254,10 +254,15 @@ fn tui_args(args: impl IntoIterator<Item = OsString>) -> Option<Vec<OsString>> {
     })
 }
 
-/// A runtime breaker cool-down within its bounds.
+/// A runtime breaker cool-down within its bounds: a duration (`2m`,
+/// `120s`), or a bare number of seconds (`120`), as operators write it in
+/// an environment variable.
 fn runtime_breaker_cooldown(text: &str) -> Result<std::time::Duration, String> {
     let (min, max) = picket::config::RUNTIME_BREAKER_COOLDOWN_RANGE;
-    let value = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let value = match text.trim().parse::<u64>() {
+        Ok(seconds) => std::time::Duration::from_secs(seconds),
+        Err(_) => humantime::parse_duration(text).map_err(|e| e.to_string())?,
+    };
     if value < min || value > max {
         return Err(format!(
             "{text} is out of range: {} to {}",

@@ -125,6 +125,16 @@ fn the_runtime_breaker_takes_its_settings_from_the_environment() {
             "cooldown = \"45s\" # flag or environment",
         ]
     );
+    // A bare number is seconds.
+    let out = check(&file, &[("PICKET_RUNTIME_BREAKER_COOLDOWN", "120")]);
+    let output = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        output
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .any(|l| l == "cooldown = \"2m\" # flag or environment"),
+        "{output}"
+    );
     for (var, value) in [
         ("PICKET_RUNTIME_BREAKER_COOLDOWN", "0s"),
         ("PICKET_RUNTIME_BREAKER_THRESHOLD", "0"),
