@@ -8,6 +8,7 @@
 //! missing requirement fails the test; elsewhere it is skipped, loudly.
 
 pub mod binaries;
+pub mod bodies;
 pub mod client;
 pub mod cluster;
 pub mod docker;

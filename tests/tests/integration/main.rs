@@ -26,6 +26,7 @@ mod deploy_swarm;
 mod docker;
 mod docs;
 mod endings;
+mod every_byte;
 mod failover;
 mod faults;
 mod fd_exhaustion;
