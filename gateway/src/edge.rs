@@ -3,9 +3,11 @@
 //!
 //! ## What a client gets
 //! TLS 1.3 or 1.2 (rustls with ring, its default cipher suites, no 0-RTT),
-//! ALPN `h2` or `http/1.1`, and the certificate its server name picks
-//! ([`served`]). HTTP/2 over TLS is then served as HTTP/2 prior knowledge
-//! is, HTTP/1.1 as on the plain listener ([`crate::server`]).
+//! ALPN `h2`, `http/1.1` or `http/1.0` (nginx offers the same: a client
+//! offering only `http/1.0` is served, not refused at the handshake), and
+//! the certificate its server name picks ([`served`]). HTTP/2 over TLS is
+//! then served as HTTP/2 prior knowledge is, HTTP/1.x as on the plain
+//! listener ([`crate::server`]), with the version the request line names.
 //!
 //! ## Invariants
 //! - A certificate serves only after every check of [`certificate`]:
@@ -25,6 +27,7 @@ pub use served::{Certificates, Served};
 /// ALPN protocol ids, in the server's order of preference.
 pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+pub const ALPN_HTTP10: &[u8] = b"http/1.0";
 
 /// The server configuration of the HTTPS listener: its certificates are
 /// whatever `certificates` holds at each handshake.
@@ -36,7 +39,7 @@ pub fn server_config(
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_cert_resolver(certificates);
-    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
+    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec(), ALPN_HTTP10.to_vec()];
     // Stateless resumption: a returning client skips the key exchange,
     // and no session cache grows with the clients.
     config.ticketer = rustls::crypto::ring::Ticketer::new()?;

@@ -25,6 +25,7 @@ pub mod headers;
 pub mod incoming;
 pub mod limits;
 pub mod plan;
+pub mod redirect;
 pub mod rewrite;
 pub mod rules;
 pub mod scheme;

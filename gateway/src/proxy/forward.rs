@@ -44,7 +44,7 @@ use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
 use super::incoming::{BodyError, ClientRequest, Replay, RequestBody};
 use super::limits::Limited;
-use super::{ProxyError, Route, grpc, plan};
+use super::{ProxyError, Route, grpc, plan, redirect};
 use crate::breaker::Outcome;
 use crate::config::Protocol;
 use crate::h1::request::BodyKind;
@@ -381,12 +381,14 @@ async fn attempts<B: RequestBody>(
                 plan::Step::Next(retry) => {
                     retried(retry);
                     let body = h2_body.take();
-                    last = Some(conclude(route, req, attempt, exchange, bounds, body));
+                    last = Some(conclude(
+                        route, req, client, attempt, exchange, bounds, body,
+                    ));
                     continue 'replicas;
                 }
                 plan::Step::Answer => {
                     let body = h2_body.take();
-                    return conclude(route, req, attempt, exchange, bounds, body);
+                    return conclude(route, req, client, attempt, exchange, bounds, body);
                 }
             }
         }
@@ -394,10 +396,12 @@ async fn attempts<B: RequestBody>(
 }
 
 /// What the client gets from one exchange: the upstream's answer with its
-/// body still on the wire, or the error.
+/// body still on the wire (its redirects that name the replica naming the
+/// client's origin instead, [`redirect`]), or the error.
 fn conclude(
     route: &Arc<Route>,
     req: &ClientRequest<'_>,
+    client: &Client,
     attempt: Attempt,
     exchange: Exchange,
     waits: Waits,
@@ -410,6 +414,23 @@ fn conclude(
         Exchange::ClientBody(e) => return Err(ProxyError::ClientBody(e)),
         Exchange::Failed(e) => return Err(ProxyError::Upstream(e)),
     };
+    let head = redirect::head(
+        head,
+        &redirect::ReplicaOrigin {
+            tls: attempt.replica.key.tls != 0,
+            target: &attempt.replica.key.target,
+            // As `headers::write_upstream_head` wrote it.
+            host: route
+                .upstream_host
+                .as_ref()
+                .map(HeaderValue::as_bytes)
+                .or(req.host),
+        },
+        &redirect::ClientOrigin {
+            scheme: client.scheme().proto(),
+            host: req.host,
+        },
+    );
     let conn = match attempt.conn {
         Conn::H1(conn) => conn,
         Conn::H2(_) => {

@@ -14,6 +14,11 @@
 //! set, as nginx does: CGI, WSGI and PHP read `X_Forwarded_For` and
 //! `X-Forwarded-For` as one name.
 //!
+//! An HTTP/2 client may send `cookie` as one field per cookie (RFC 9113
+//! §8.2.3, RFC 9114 §4.2.1); an HTTP/1.1 replica gets them joined by `; `
+//! into one `Cookie` line, where the first one was, since HTTP/1.1 allows
+//! only one (RFC 6265 §5.4). An HTTP/2 replica gets them as they came.
+//!
 //! The client's headers are never modified, so a retry writes the same
 //! head again.
 //!
@@ -26,7 +31,7 @@ use std::net::IpAddr;
 
 use http::header::HeaderValue;
 
-use super::incoming::ClientRequest;
+use super::incoming::{ClientRequest, Fields};
 use super::scheme::Scheme;
 use crate::h1::{self, request};
 use crate::upstream::Target;
@@ -115,7 +120,7 @@ pub fn write_upstream_head(
     if let Some(credentials) = forwarding.proxy_authorization {
         h1::write_header(out, b"proxy-authorization", credentials);
     }
-    forwarded_fields(req, forwarding, |name, value| {
+    forwarded_fields(req, forwarding, Cookies::Joined, |name, value| {
         h1::write_header(out, name, value)
     });
     if let Some(protocol) = forwarding.upgrade {
@@ -166,7 +171,7 @@ pub fn upstream_h2_request(
         headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     let mut failed = None;
-    forwarded_fields(req, forwarding, |name, value| {
+    forwarded_fields(req, forwarding, Cookies::AsSent, |name, value| {
         match (
             http::header::HeaderName::from_bytes(name),
             HeaderValue::from_bytes(value),
@@ -184,18 +189,33 @@ pub fn upstream_h2_request(
     }
 }
 
+/// How the client's `cookie` fields go upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cookies {
+    /// One field, the values joined by `; ` (an HTTP/1.1 replica).
+    Joined,
+    /// One field per field the client sent (an HTTP/2 replica).
+    AsSent,
+}
+
 /// Calls `emit` with each header the upstream gets besides `Host`, the
 /// framing and an upgrade: the client's end-to-end headers (less those
-/// the route's rules remove or set), the rules' own, `X-Request-Id`, then
-/// `X-Forwarded-For`, `-Proto` and `-Host`.
+/// the route's rules remove or set; `cookie` as `cookies` says), the
+/// rules' own, `X-Request-Id`, then `X-Forwarded-For`, `-Proto` and
+/// `-Host`.
 fn forwarded_fields(
     req: &ClientRequest<'_>,
     forwarding: &Forwarding<'_>,
+    cookies: Cookies,
     mut emit: impl FnMut(&[u8], &[u8]),
 ) {
     let connection = req.fields.all("connection");
     let ruled = !forwarding.rules.is_empty();
     let mut forwarded_for = Vec::new();
+    // Only HTTP/2 and HTTP/3 split cookies: an HTTP/1 client's lines cross
+    // as they came.
+    let split = cookies == Cookies::Joined && matches!(req.fields, Fields::Map(_));
+    let mut cookie_sent = false;
     req.fields.each(|name, value| {
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
             if !forwarded_for.is_empty() {
@@ -214,6 +234,14 @@ fn forwarded_fields(
             return;
         }
         if ruled && super::rules::overridden(forwarding.rules, name) {
+            return;
+        }
+        if split && name.eq_ignore_ascii_case(b"cookie") {
+            // All of them at the first; the later ones are in it.
+            if !cookie_sent {
+                cookie_sent = true;
+                emit(name, &req.fields.all("cookie").join(&b"; "[..]));
+            }
             return;
         }
         emit(name, value);
@@ -453,6 +481,45 @@ mod tests {
             options.starts_with("OPTIONS http://billing.example.net:8080 HTTP/1.1\r\n"),
             "{options}"
         );
+    }
+
+    #[test]
+    fn http2_cookie_fields_are_one_line_for_http1_and_kept_for_http2() {
+        let client = client();
+        let fw = forwarding(&client, b"h");
+        let mut map = http::HeaderMap::new();
+        map.append("cookie", HeaderValue::from_static("a=1"));
+        map.append("accept", HeaderValue::from_static("*/*"));
+        map.append("cookie", HeaderValue::from_static("b=2"));
+        let id = RequestId::from_client(b"req-1").unwrap();
+        let req = ClientRequest {
+            method: &http::Method::GET,
+            path: b"/",
+            host: Some(b"h"),
+            fields: Fields::Map(&map),
+            upgrade: None,
+            body: crate::h1::request::BodyKind::None,
+            grpc: false,
+            id: &id,
+        };
+        let replica = Target::Addr("10.1.2.3:8080".parse().unwrap());
+        let mut out = Vec::new();
+        write_upstream_head(&mut out, &req, &fw, &replica);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("GET / HTTP/1.1\r\nhost: h\r\ncookie: a=1; b=2\r\naccept: */*\r\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("cookie").count(), 1, "{text}");
+        let h2 = upstream_h2_request(&req, &fw, &replica, "http").unwrap();
+        let cookies: Vec<_> = h2.headers().get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        // An HTTP/1 client's lines cross as they came.
+        let raw = head(
+            "GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",
+            &fw,
+        );
+        assert!(raw.contains("Cookie: a=1\r\nCookie: b=2\r\n"), "{raw}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! do. Redirects from the replica (`Location`, `Content-Location`) are
 //! moved back under the client's prefix, as nginx's default
 //! `proxy_redirect` does: a path-absolute reference, or an absolute URL
-//! naming the host the client asked for.
+//! naming the host the client asked for (a URL naming the replica names
+//! the client's origin by then: [`super::redirect`]).
 
 use crate::config::RouteConfig;
 

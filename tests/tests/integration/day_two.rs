@@ -1,6 +1,6 @@
 //! Day two at the gateway, through real upstreams: the access log's
-//! fields, request IDs, prefix rewriting, header rules, `max_body` and
-//! the rate limit.
+//! fields, request IDs, prefix rewriting, redirects naming the replica,
+//! header rules, `max_body` and the rate limit.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -471,6 +471,107 @@ fn redirect_to(location: &'static str) -> Handler {
             .insert("location", location.parse().unwrap());
         response
     })
+}
+
+/// A replica that redirects as nginx does with absolute redirects: `/own`
+/// to its own address as connected, `/host` to the `Host` it was sent,
+/// `/other` to another host, `/relative` and `/next` to references without
+/// a host.
+async fn self_redirecting() -> SocketAddr {
+    let own: Arc<std::sync::OnceLock<SocketAddr>> = Arc::default();
+    let at = Arc::clone(&own);
+    let handler: Handler = Arc::new(move |seen: &Seen| {
+        let host = seen.headers["host"].to_str().unwrap();
+        let location = match seen.uri.rsplit('/').next().unwrap() {
+            "own" => format!("http://{}/a/?x=1", at.get().unwrap()),
+            "host" => format!("http://{host}/a/"),
+            "other" => "http://elsewhere.test/a/".to_string(),
+            "relative" => "/a/".to_string(),
+            _ => "next/".to_string(),
+        };
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::FOUND;
+        response
+            .headers_mut()
+            .insert("location", location.parse().unwrap());
+        response
+    });
+    let (addr, _) = replica(handler).await;
+    own.set(addr).unwrap();
+    addr
+}
+
+/// A redirect naming the replica (its address, or the `Host` the node sent
+/// it) comes back naming the client's scheme, host and prefix, over
+/// HTTP/1.1, HTTP/2 and TLS alike, as nginx's `proxy_redirect default`
+/// does; another host's URL is left alone, and a reference without a host
+/// only has its prefix moved back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_naming_the_replica_come_back_naming_the_client_origin() {
+    let ca = picket_tests::tls::TestCa::new("redirect CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "app", &["app.test"]);
+    let addr = self_redirecting().await;
+    let node = TestNode::start(&format!(
+        "[node]\nlisten_tls = \"127.0.0.1:0\"\n\n{}\n{}\n{}",
+        leaf.table(),
+        route("api", "/api", &[addr], "strip_prefix = true\n"),
+        route("site", "/", &[addr], "")
+    ));
+    let tls = node.tls.unwrap();
+
+    let cases = [
+        ("/api/own", "http://shop.test:8080/api/a/?x=1"),
+        ("/own", "http://shop.test:8080/a/?x=1"),
+        ("/api/host", "http://shop.test:8080/api/a/"),
+        ("/api/other", "http://elsewhere.test/a/"),
+        ("/other", "http://elsewhere.test/a/"),
+        ("/api/relative", "/api/a/"),
+        ("/api/next", "next/"),
+    ];
+    for (path, expected) in cases {
+        let answer = client::get(node.proxy, "shop.test:8080", path)
+            .await
+            .unwrap();
+        assert_eq!(answer.status, StatusCode::FOUND, "{path}");
+        assert_eq!(answer.headers["location"], expected, "HTTP/1.1 {path}");
+    }
+
+    let cases = [
+        ("/api/own", "http://h2.test/api/a/?x=1"),
+        ("/own", "http://h2.test/a/?x=1"),
+        ("/host", "http://h2.test/a/"),
+        ("/api/other", "http://elsewhere.test/a/"),
+        ("/relative", "/a/"),
+    ];
+    for (path, expected) in cases {
+        let answer = h2_get(node.proxy, path, &[]).await;
+        assert_eq!(answer.headers()["location"], expected, "HTTP/2 {path}");
+    }
+
+    // Over TLS the replica is still spoken to in plain HTTP, and names
+    // itself `http://`: the client gets `https://`.
+    for alpn in [&b"http/1.1"[..], b"h2"] {
+        let config = picket_tests::tls::client_config(&ca, &[alpn]);
+        for (path, expected) in [
+            ("/api/own", "https://app.test/api/a/?x=1"),
+            ("/own", "https://app.test/a/?x=1"),
+            ("/api/host", "https://app.test/api/a/"),
+            ("/host", "https://app.test/a/"),
+            ("/other", "http://elsewhere.test/a/"),
+        ] {
+            let (answer, _, _) = picket_tests::tls::get(tls, config.clone(), "app.test", path)
+                .await
+                .unwrap();
+            assert_eq!(
+                answer.headers["location"],
+                expected,
+                "{} {path}",
+                String::from_utf8_lossy(alpn)
+            );
+        }
+    }
+    node.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -337,3 +337,37 @@ async fn http2_clients_are_served_over_http1_upstreams() {
     assert_eq!(response.headers()["x-seen-host"], "h2.example.com");
     node.stop().await;
 }
+
+/// HTTP/2 may split `cookie` into one field per cookie (RFC 9113 §8.2.3);
+/// an HTTP/1.1 replica gets them as one `Cookie` line, joined by `; `.
+#[tokio::test]
+async fn http2_cookie_fields_reach_an_http1_replica_as_one_line() {
+    let recorder = picket_tests::recorder::Recorder::start().await;
+    let node = TestNode::start(&route("r", "/", &[recorder.addr], ""));
+    let stream = TcpStream::connect(node.proxy).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::builder()
+        .uri("http://h2.example.com/cookies")
+        .header("cookie", "a=1")
+        .header("x-between", "1")
+        .header("cookie", "b=2")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let (bytes, requests) = recorder.take();
+    assert_eq!(requests, 1);
+    let head = String::from_utf8(bytes).unwrap();
+    let cookies: Vec<&str> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("cookie:"))
+        .collect();
+    assert_eq!(cookies, ["cookie: a=1; b=2"], "{head}");
+    node.stop().await;
+}

@@ -1,7 +1,8 @@
 //! TLS at the edge: the node's HTTPS listener as clients meet it. Each
-//! name gets its certificate; HTTP/1.1, HTTP/2 (by ALPN) and WebSocket
-//! work over TLS and the upstream hears `X-Forwarded-Proto: https`;
-//! `https_only` routes redirect plain requests; certificates rotate under
+//! name gets its certificate; HTTP/1.1, HTTP/2 (by ALPN), HTTP/1.0 (a
+//! client offering only `http/1.0` too) and WebSocket work over TLS and
+//! the upstream hears `X-Forwarded-Proto: https`; `https_only` routes
+//! redirect plain requests; certificates rotate under
 //! load without a failed request, and a broken replacement is refused
 //! once; a stalled handshake is dropped at the header bound and TLS
 //! connections count against the connection limit; bad certificate files
@@ -157,6 +158,95 @@ async fn http1_and_http2_over_tls_tell_the_upstream_https() {
         .iter()
         .collect();
     assert_eq!(seen, ["http"]);
+    node.stop().await;
+}
+
+/// One answer read off `stream`: its head as text and its body, framed
+/// by its `Content-Length`.
+async fn answer_on<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> (String, String) {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    while !bytes.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte))
+            .await
+            .expect("a head within 5 s")
+            .expect("the head");
+        assert_eq!(n, 1, "closed within the head: {bytes:?}");
+        bytes.push(byte[0]);
+    }
+    let head = String::from_utf8(bytes).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_string)
+        })
+        .expect("a content-length")
+        .parse()
+        .unwrap();
+    let mut body = vec![0; length];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut body))
+        .await
+        .expect("the body within 5 s")
+        .unwrap();
+    (head, String::from_utf8(body).unwrap())
+}
+
+/// A client offering only ALPN `http/1.0` (old tools, some load
+/// balancers' checks) is served as nginx serves it, with HTTP/1.0's
+/// rules: the connection stays open when the request asks for it, and
+/// closes after the answer otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_offering_only_http_1_0_is_served() {
+    let ca = TestCa::new("http/1.0 CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "app", &["app.test"]);
+    let upstream = Upstream::start("echo", Behaviour::Echo).await;
+    let (node, tls) = start(
+        &[leaf.table()],
+        "",
+        &route("app", "/", &[upstream.addr], ""),
+    );
+    let mut stream = connect(tls, "app.test", client_config(&ca, &[b"http/1.0"]))
+        .await
+        .expect("a handshake offering only http/1.0");
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"http/1.0"[..]));
+
+    stream
+        .write_all(b"GET /kept HTTP/1.0\r\nHost: app.test\r\nConnection: keep-alive\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = answer_on(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nconnection: keep-alive\r\n"),
+        "{head}"
+    );
+    assert_eq!(body, "echo: GET /kept (0 bytes)");
+
+    // The same connection, without keep-alive: the last answer on it.
+    stream
+        .write_all(b"GET /last HTTP/1.0\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = answer_on(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n"),
+        "{head}"
+    );
+    assert_eq!(body, "echo: GET /last (0 bytes)");
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+        .await
+        .expect("the node closes the connection");
+    // A close without close_notify reads as an error; either way, nothing
+    // more came.
+    assert!(rest.is_empty(), "{closed:?}: {rest:?}");
+    assert_eq!(upstream.hits(), 2);
     node.stop().await;
 }
 
