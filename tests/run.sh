@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests use
-# (curl, wrk, iproute2, iptables, tmux, grpcio for the gRPC tests, and
-# cargo-deny), then checks formatting, lints and dependencies and runs
-# every test of the workspace. Tests that build test hosts in network
+# (curl, wrk, iproute2, iptables, tmux, grpcio for the gRPC tests, git,
+# Chromium, Debian's docker-registry and a few wheels for the real-client
+# tests, and cargo-deny), then checks formatting, lints and dependencies
+# and runs every test of the workspace. Tests that build test hosts in network
 # namespaces need root; with CI=true nothing may be skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux python3:python3-venv; do
+for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux python3:python3-venv \
+  git:git chromium:chromium docker-registry:docker-registry; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
+# A virtual environment needs ensurepip, which Debian ships apart from python3.
+if command -v python3 >/dev/null && ! python3 -c 'import ensurepip' 2>/dev/null; then
+  missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "tests: installing ${missing[*]}" >&2
+  # Without recommends: Chromium's alone would bring a desktop's worth.
+  install=(apt-get install -y -qq --no-install-recommends "${missing[@]}")
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null
   else
-    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null
   fi
 fi
 
@@ -32,6 +40,23 @@ if ! "$grpc_venv/bin/python" -c 'import grpc, grpc_health' 2>/dev/null \
   cp tests/grpc/requirements.txt "$grpc_venv/requirements.txt"
 fi
 export PICKET_GRPC_PYTHON="$grpc_venv/bin/python"
+
+# The pip test's wheels (real ones, pinned by hash), in a directory kept
+# outside the clone: the test serves them as a package index on 127.0.0.1
+# and finds them in PICKET_WHEELS, so that nothing is fetched while it runs.
+wheels=${PICKET_WHEELS:-/var/tmp/picket-wheels}
+wheel_pins='babel==2.17.0 --hash=sha256:4d0b53093fdfb4b21c92b5213dba5a1b23885afa8383709427046b21c366e5f2
+python-dateutil==2.9.0.post0 --hash=sha256:a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427
+six==1.17.0 --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274'
+if [ "$(cat "$wheels/pins.txt" 2>/dev/null)" != "$wheel_pins" ]; then
+  echo "tests: downloading the pip test's wheels into $wheels" >&2
+  rm -rf "$wheels" && mkdir -p "$wheels"
+  printf '%s\n' "$wheel_pins" >"$wheels/pins.new"
+  "$grpc_venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes -d "$wheels" -r "$wheels/pins.new"
+  mv "$wheels/pins.new" "$wheels/pins.txt"
+fi
+export PICKET_WHEELS="$wheels"
 
 # The static binaries the tests run and put into images, built beside the
 # lints and the test build rather than by the first test that needs them:

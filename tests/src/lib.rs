@@ -22,6 +22,7 @@ pub mod netns;
 pub mod node;
 pub mod ports;
 pub mod process;
+pub mod real_clients;
 pub mod recorder;
 pub mod sources;
 pub mod tls;

@@ -42,6 +42,7 @@ mod latency;
 mod layers;
 mod proxy;
 mod read_only;
+mod real_clients;
 mod reload;
 mod reload_fields;
 mod restart;
