@@ -57,7 +57,7 @@ pub use pool::{Pool, Pools};
 use crate::changes::Changes;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::Metrics;
-use health::{Change, Health, Observation};
+use health::{Change, EjectReason, Health, Observation};
 
 /// How long a connect may be pending before the next replica is raced
 /// against it and the replica counts as stalled. Connects on a LAN take well
@@ -132,6 +132,10 @@ pub struct Replica {
     gateway_errors: AtomicU32,
     /// Its answers that broke off before their end, in a row.
     broken_answers: AtomicU32,
+    /// Failing traffic in a row while no other replica is in rotation,
+    /// and so kept: why. `failing_now` mirrors it for the data path.
+    failing: Mutex<Option<EjectReason>>,
+    failing_now: AtomicBool,
     ejections: Counter,
     readmissions: Counter,
     /// Its idle connections, from its pool on first use.
@@ -167,6 +171,8 @@ impl Replica {
             probing: false.into(),
             gateway_errors: AtomicU32::new(0),
             broken_answers: AtomicU32::new(0),
+            failing: Mutex::new(None),
+            failing_now: AtomicBool::new(false),
             ejections,
             readmissions,
             idle: std::sync::OnceLock::new(),
@@ -190,6 +196,15 @@ impl Replica {
 
     pub fn health(&self) -> Health {
         *self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why it fails traffic while kept in rotation, the only replica left;
+    /// `None` while it serves (or is ejected).
+    pub fn failing(&self) -> Option<EjectReason> {
+        if !self.failing_now.load(Ordering::Relaxed) {
+            return None;
+        }
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -412,11 +427,82 @@ impl Upstream {
     /// A request on `replica` got no response head within the first-answer
     /// bound: the replica is ejected as silent, unless no other replica of
     /// the route is in rotation. The last one keeps taking requests, each
-    /// bounded, rather than the route answering 502 to all.
+    /// bounded, rather than the route answering 502 to all; its silences
+    /// count as the 504s its clients get, and enough of them in a row mark
+    /// it as failing traffic ([`Upstream::answered`]).
     pub fn silent(&self, replica: &Arc<Replica>) {
         if self.others_in_rotation(replica) {
             self.observe(replica, Observation::AnswerOverdue);
+        } else {
+            self.answered(replica, http::StatusCode::GATEWAY_TIMEOUT);
         }
+    }
+
+    /// An exchange with `replica` failed before any answer: the connection
+    /// closed or was reset after the request went out, or the head did not
+    /// parse. Counted as the 502 its client gets. (A pooled connection the
+    /// replica closed while idle is no failure: the request is sent again
+    /// on a fresh one first.)
+    pub fn unanswered(&self, replica: &Arc<Replica>) {
+        self.answered(replica, http::StatusCode::BAD_GATEWAY);
+    }
+
+    /// The replica failed traffic `reason` times in a row: ejected while
+    /// another replica is in rotation; else kept, the only one left, and
+    /// marked as failing (the verdict does not count it as ready, and says
+    /// why it is kept), once.
+    fn failed_in_a_row(&self, replica: &Arc<Replica>, reason: EjectReason) {
+        if self.others_in_rotation(replica) {
+            let observation = match reason {
+                EjectReason::Broken { count, garbled } => {
+                    Observation::BrokenAnswers { count, garbled }
+                }
+                EjectReason::Answers { status, count } => {
+                    Observation::GatewayErrors { status, count }
+                }
+                _ => Observation::AnswerOverdue,
+            };
+            self.observe(replica, observation);
+            return;
+        }
+        let mut failing = replica.failing.lock().unwrap_or_else(|e| e.into_inner());
+        let first = failing.is_none();
+        *failing = Some(reason);
+        drop(failing);
+        replica.failing_now.store(true, Ordering::Relaxed);
+        if first {
+            tracing::warn!(
+                route = &*self.route,
+                replica = %replica.label,
+                %reason,
+                "replica fails traffic; kept in rotation: no other replica"
+            );
+            self.changed();
+        }
+    }
+
+    /// `replica` served: a failing mark of the kind `served` undoes (an
+    /// answer that is no gateway error undoes gateway errors and silences;
+    /// a body that ended whole undoes broken answers) is cleared, once.
+    /// One relaxed load when all is well.
+    fn served(&self, replica: &Replica, whole_body: bool) {
+        if !replica.failing_now.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut failing = replica.failing.lock().unwrap_or_else(|e| e.into_inner());
+        let undone = match *failing {
+            Some(EjectReason::Broken { .. }) => whole_body,
+            Some(_) => !whole_body,
+            None => false,
+        };
+        if !undone {
+            return;
+        }
+        *failing = None;
+        drop(failing);
+        replica.failing_now.store(false, Ordering::Relaxed);
+        tracing::info!(route = &*self.route, replica = %replica.label, "replica serves traffic again");
+        self.changed();
     }
 
     /// Whether a replica other than `replica` takes requests.
@@ -437,13 +523,16 @@ impl Upstream {
         let errors = &replica.gateway_errors;
         let before = errors.load(Ordering::Relaxed);
         let count = health::gateway_errors(before, status);
+        if count == 0 {
+            self.served(replica, false);
+        }
         if count == before {
             return;
         }
         errors.store(count, Ordering::Relaxed);
-        if count >= self.eject_after && self.others_in_rotation(replica) {
+        if count >= self.eject_after {
             errors.store(0, Ordering::Relaxed);
-            self.observe(replica, Observation::GatewayErrors { status, count });
+            self.failed_in_a_row(replica, EjectReason::Answers { status, count });
         }
     }
 
@@ -455,9 +544,9 @@ impl Upstream {
     pub fn broke_off(&self, replica: &Arc<Replica>, garbled: bool) {
         let count = replica.broken_answers.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(route = %self.route, replica = %replica.label, garbled, count, "answer broke off");
-        if count >= self.eject_after && self.others_in_rotation(replica) {
+        if count >= self.eject_after {
             replica.broken_answers.store(0, Ordering::Relaxed);
-            self.observe(replica, Observation::BrokenAnswers { count, garbled });
+            self.failed_in_a_row(replica, EjectReason::Broken { count, garbled });
         }
     }
 
@@ -467,6 +556,7 @@ impl Upstream {
         if replica.broken_answers.load(Ordering::Relaxed) != 0 {
             replica.broken_answers.store(0, Ordering::Relaxed);
         }
+        self.served(replica, true);
     }
 
     /// Feeds one observation of a replica to its health state machine and

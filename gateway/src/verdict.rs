@@ -37,6 +37,9 @@ pub struct ReplicaFacts<'a> {
     pub ready: bool,
     /// Ejected by this node, and why.
     pub ejected: Option<EjectReason>,
+    /// Failing real traffic while kept in rotation, the only replica
+    /// left, and why: in rotation is not serving.
+    pub failing: Option<EjectReason>,
     /// The labels of the images it runs (none when the runtime does not
     /// tell, as for static replicas and external hosts).
     pub images: Vec<&'a str>,
@@ -79,8 +82,13 @@ pub fn judge(
     let total = replicas.len();
     let usable = replicas
         .iter()
-        .filter(|r| r.ready && r.ejected.is_none())
+        .filter(|r| r.ready && r.ejected.is_none() && r.failing.is_none())
         .count();
+    let failing: Vec<EjectReason> = replicas
+        .iter()
+        .filter(|r| r.ready && r.ejected.is_none())
+        .filter_map(|r| r.failing)
+        .collect();
     let not_ready = replicas.iter().filter(|r| !r.ready).count();
     let ejected: Vec<EjectReason> = replicas
         .iter()
@@ -131,6 +139,12 @@ pub fn judge(
         if let Some(first) = ejected.first() {
             parts.push(format!("{} ejected by this node: {first}", ejected.len()));
         }
+        if let Some(first) = failing.first() {
+            parts.push(format!(
+                "{} failing traffic: {first}; kept in rotation: no other replica",
+                failing.len()
+            ));
+        }
         parts.join("; ")
     };
     let (heart, reason) = match (circuit, source) {
@@ -164,6 +178,10 @@ pub fn judge(
         }
         _ if total == 0 && source == Source::Runtime => (Heart::Red, "scaled to zero".to_string()),
         _ if total == 0 => (Heart::Red, "no replicas".to_string()),
+        // Accepts connections, fails what is sent: traffic wins.
+        (_, Source::External) if !failing.is_empty() => {
+            (Heart::Red, format!("host fails requests: {}", failing[0]))
+        }
         (_, Source::External) if usable == 0 => match ejected.first() {
             // Connected, but not usable as requests use it.
             Some(why @ (EjectReason::Tls(_) | EjectReason::ProxyRefused { .. })) => {
@@ -288,7 +306,17 @@ mod tests {
         ReplicaFacts {
             ready,
             ejected,
+            failing: None,
             images: images.to_vec(),
+        }
+    }
+
+    fn failing(reason: EjectReason) -> ReplicaFacts<'static> {
+        ReplicaFacts {
+            ready: true,
+            ejected: None,
+            failing: Some(reason),
+            images: Vec::new(),
         }
     }
 
@@ -410,6 +438,49 @@ mod tests {
                 },
                 Heart::Red,
                 "circuit half-open: one trial request under way",
+            ),
+            // In rotation is not serving: a lone replica failing traffic is
+            // kept, and the route is red while it fails.
+            (
+                Source::Static,
+                vec![failing(EjectReason::Answers {
+                    status: 504,
+                    count: 5,
+                })],
+                CLOSED,
+                Heart::Red,
+                "none ready (1 failing traffic: 5 consecutive 504; kept in rotation: no other replica)",
+            ),
+            // Every replica failing alike: one ejected, the last kept.
+            (
+                Source::Runtime,
+                vec![
+                    facts(
+                        true,
+                        Some(EjectReason::Answers {
+                            status: 503,
+                            count: 5,
+                        }),
+                        &[],
+                    ),
+                    failing(EjectReason::Answers {
+                        status: 503,
+                        count: 5,
+                    }),
+                ],
+                CLOSED,
+                Heart::Red,
+                "none ready (1 ejected by this node: 5 consecutive 503; 1 failing traffic: 5 consecutive 503; kept in rotation: no other replica)",
+            ),
+            (
+                Source::External,
+                vec![failing(EjectReason::Broken {
+                    count: 5,
+                    garbled: false,
+                })],
+                CLOSED,
+                Heart::Red,
+                "host fails requests: 5 consecutive answers cut short",
             ),
         ];
         for (source, replicas, circuit, heart, reason) in cases {

@@ -343,6 +343,11 @@ async fn attempts<B: RequestBody>(
                         .observe(sent_at.elapsed().as_secs_f64());
                     upstream.answered(&attempt.replica, grpc::effective_status(head, grpc));
                 }
+                // A pooled connection the replica closed while idle is
+                // sent again on a fresh one: no failure of the replica's.
+                Exchange::Failed(_) if !(reused && exchange.closed_unanswered()) => {
+                    upstream.unanswered(&attempt.replica);
+                }
                 Exchange::Failed(_) | Exchange::ClientBody(_) => {}
             }
             match plan::next(

@@ -956,6 +956,7 @@ mod tests {
             .map(|e| ReplicaFacts {
                 ready: e.ready,
                 ejected: None,
+                failing: None,
                 images: e.images.iter().map(String::as_str).collect(),
             })
             .collect();

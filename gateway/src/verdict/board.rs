@@ -51,6 +51,7 @@ impl Default for Board {
 struct Owned {
     ready: bool,
     ejected: Option<crate::upstream::health::EjectReason>,
+    failing: Option<crate::upstream::health::EjectReason>,
     images: Arc<[String]>,
 }
 
@@ -80,6 +81,7 @@ fn replica_facts(route: &Route) -> Vec<Owned> {
             Owned {
                 ready: r.ready(),
                 ejected,
+                failing: r.failing(),
                 images: r.images(),
             }
         })
@@ -108,6 +110,7 @@ impl Board {
                 .map(|o| ReplicaFacts {
                     ready: o.ready,
                     ejected: o.ejected,
+                    failing: o.failing,
                     images: o.images.iter().map(String::as_str).collect(),
                 })
                 .collect();

@@ -1,0 +1,128 @@
+//! Real traffic wins for the last replica and for an external host: a
+//! replica kept in rotation because nothing else is left, but failing
+//! every request, is in rotation, not serving. The verdict turns red
+//! within moments of the fifth failed request, on the node and in
+//! `/v1/cluster`, with a reason that says what traffic saw and why the
+//! replica is kept; a success turns it back.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::StatusCode;
+use picket_proto::Heart;
+use picket_tests::client;
+use picket_tests::node::{TestNode, route};
+use picket_tests::upstream::{Behaviour, Control, Upstream};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+
+/// Well past a verdict's judging and publishing, far under any bound the
+/// tests set: the acceptance asks for the verdict within 2 s.
+const VERDICT: Duration = Duration::from_secs(2);
+
+/// Sends `n` requests, each of which must get `status`.
+async fn fail(node: &TestNode, n: usize, status: StatusCode) {
+    for i in 0..n {
+        let answer = client::get(node.proxy, "h", "/").await.unwrap();
+        assert_eq!(answer.status, status, "request {i}");
+    }
+}
+
+/// The route's heart and reason in this node's `/v1/cluster`.
+async fn in_cluster(node: &TestNode, name: &str) -> (String, String) {
+    let (_, cluster) = node.admin_json("/v1/cluster").await;
+    let text = cluster.to_string();
+    let verdict = cluster["members"]
+        .as_array()
+        .and_then(|members| members.first())
+        .and_then(|m| m["verdicts"].as_array())
+        .and_then(|vs| vs.iter().find(|v| v["route"] == name))
+        .unwrap_or_else(|| panic!("no verdict on {name}: {text}"));
+    (
+        verdict["heart"].as_str().unwrap_or("").to_string(),
+        verdict["reason"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+/// Waits for the verdict on `name` to be red with `reason`, on the node
+/// and in its `/v1/cluster`.
+async fn red_with(node: &TestNode, name: &str, reason: &str) {
+    node.verdict_until(name, "red with the traffic's reason", VERDICT, |v| {
+        v.heart == Heart::Red && v.reason.contains(reason)
+    })
+    .await;
+    let (heart, said) = in_cluster(node, name).await;
+    assert_eq!(heart, "red", "{said}");
+    assert!(said.contains(reason), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_replica_answering_503_is_red_while_kept_and_green_once_it_serves() {
+    let control = Control::new(503);
+    let replica = Upstream::start("lone", Behaviour::Controlled(control.clone())).await;
+    let node = TestNode::start(&route("lone", "/", &[replica.addr], ""));
+    fail(&node, 5, StatusCode::SERVICE_UNAVAILABLE).await;
+    red_with(
+        &node,
+        "lone",
+        "1 failing traffic: 5 consecutive 503; kept in rotation: no other replica",
+    )
+    .await;
+    // Kept: the next request still goes to it, and a success is seen.
+    control.set_status(200);
+    let answer = client::get(node.proxy, "h", "/").await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    node.verdict_until("lone", "green again", VERDICT, |v| v.heart == Heart::Green)
+        .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_silent_replica_is_red_after_five_first_answer_bounds() {
+    let replica = Upstream::start("silent", Behaviour::Hang).await;
+    let node = TestNode::start(&route(
+        "silent",
+        "/",
+        &[replica.addr],
+        "first_answer_timeout = \"1s\"\n",
+    ));
+    fail(&node, 5, StatusCode::GATEWAY_TIMEOUT).await;
+    red_with(&node, "silent", "5 consecutive 504; kept in rotation").await;
+    node.stop().await;
+}
+
+/// A replica that reads each request and closes without a word.
+async fn closing() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = tcp.read(&mut buf).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_replica_that_closes_unanswered_is_red() {
+    let addr = closing().await;
+    let node = TestNode::start(&route("closing", "/", &[addr], ""));
+    fail(&node, 5, StatusCode::BAD_GATEWAY).await;
+    red_with(&node, "closing", "5 consecutive 502; kept in rotation").await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_host_that_accepts_and_fails_is_red_with_the_traffics_reason() {
+    let host = Upstream::start("external", Behaviour::Status(503)).await;
+    let node = TestNode::start(&format!(
+        "[[route]]\nname = \"ext\"\npath_prefix = \"/\"\nupstream = \"http://{}\"\n",
+        host.addr
+    ));
+    fail(&node, 5, StatusCode::SERVICE_UNAVAILABLE).await;
+    red_with(&node, "ext", "host fails requests: 5 consecutive 503").await;
+    node.stop().await;
+}
