@@ -105,6 +105,7 @@ pub struct ReplicaKey {
 const IN_ROTATION: u8 = 0;
 const STALLED: u8 = 1;
 const EJECTED: u8 = 2;
+const PROBATION: u8 = 3;
 
 /// One address of an upstream: what the runtime says of it, and this
 /// node's own view of it.
@@ -136,6 +137,11 @@ pub struct Replica {
     /// and so kept: why. `failing_now` mirrors it for the data path.
     failing: Mutex<Option<EjectReason>>,
     failing_now: AtomicBool,
+    /// On probation, a trial request is under way.
+    trial: AtomicBool,
+    /// Its ejections for what it answered since it last served well: each
+    /// lasts twice as long as the one before ([`health::ejection_period`]).
+    ejections_in_a_row: AtomicU32,
     ejections: Counter,
     readmissions: Counter,
     /// Its idle connections, from its pool on first use.
@@ -173,6 +179,8 @@ impl Replica {
             broken_answers: AtomicU32::new(0),
             failing: Mutex::new(None),
             failing_now: AtomicBool::new(false),
+            trial: AtomicBool::new(false),
+            ejections_in_a_row: AtomicU32::new(0),
             ejections,
             readmissions,
             idle: std::sync::OnceLock::new(),
@@ -196,6 +204,11 @@ impl Replica {
 
     pub fn health(&self) -> Health {
         *self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Its ejections for what it answered since it last served well.
+    pub fn ejections_in_a_row(&self) -> u32 {
+        self.ejections_in_a_row.load(Ordering::Relaxed)
     }
 
     /// Why it fails traffic while kept in rotation, the only replica left;
@@ -234,12 +247,25 @@ const NOWHERE: Target = Target::Addr(SocketAddr::new(
 /// The highest `tries` a route can be configured with.
 pub const MAX_TRIES: usize = 10;
 
-/// The replicas a request has tried, at most [`MAX_TRIES`].
+/// The replicas a request has tried, at most [`MAX_TRIES`], and the trial
+/// it holds, if it went to a replica on probation.
 #[derive(Debug, Default)]
 pub struct Tried {
     /// Identities (addresses) of the replicas.
     replicas: [usize; MAX_TRIES],
     len: usize,
+    trial: Option<Trial>,
+}
+
+/// The one trial request of a replica on probation, held while the request
+/// that took it lives: the next may go once it is answered (or given up).
+#[derive(Debug)]
+struct Trial(Arc<Replica>);
+
+impl Drop for Trial {
+    fn drop(&mut self) {
+        self.0.trial.store(false, Ordering::Release);
+    }
 }
 
 impl Tried {
@@ -404,22 +430,49 @@ impl Upstream {
         }
         let n = replicas.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let pick = |wanted: u8| {
+        let pick = |wanted: &dyn Fn(&Replica, u8) -> bool| {
             (0..n).map(|i| &replicas[(start + i) % n]).find(|r| {
-                r.ready() && r.state.load(Ordering::Relaxed) == wanted && !tried.contains(r)
+                r.ready() && !tried.contains(r) && wanted(r, r.state.load(Ordering::Relaxed))
             })
         };
-        let chosen = pick(IN_ROTATION).or_else(|| pick(STALLED)).or_else(|| {
-            // Panic routing: ejection may shrink a rotation, never empty
-            // it. With no ready replica in rotation or stalled, requests
-            // still go to the ejected ones (the verdict is red meanwhile),
-            // so that a lone replica back from a restart serves at once.
-            let none_left = !replicas
-                .iter()
-                .any(|r| r.ready() && r.state.load(Ordering::Relaxed) != EJECTED);
-            none_left.then(|| pick(EJECTED)).flatten()
-        })?;
+        // A replica on probation takes its turn when its one trial is free
+        // (and this request holds no other).
+        let may_trial = tried.trial.is_none();
+        let mut took_trial = false;
+        let serving = |r: &Replica, state: u8| {
+            state == IN_ROTATION
+                || (state == PROBATION
+                    && may_trial
+                    && r.trial
+                        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok())
+        };
+        let chosen = match pick(&serving) {
+            Some(r) => {
+                took_trial = r.state.load(Ordering::Relaxed) == PROBATION;
+                Some(r)
+            }
+            None => None,
+        };
+        let chosen = chosen
+            .or_else(|| pick(&|_, state| state == STALLED))
+            .or_else(|| {
+                // Panic routing: ejection may shrink a rotation, never
+                // empty it. With no ready replica in rotation or stalled,
+                // requests still go to those on probation or ejected,
+                // however many at once (the verdict is red meanwhile), so
+                // that a lone replica back from a restart serves at once.
+                let none_left = !replicas.iter().any(|r| {
+                    r.ready() && matches!(r.state.load(Ordering::Relaxed), IN_ROTATION | STALLED)
+                });
+                none_left
+                    .then(|| pick(&|_, state| state == PROBATION || state == EJECTED))
+                    .flatten()
+            })?;
         let chosen = Arc::clone(chosen);
+        if took_trial {
+            tried.trial = Some(Trial(Arc::clone(&chosen)));
+        }
         tried.push(&chosen);
         Some(chosen)
     }
@@ -525,6 +578,16 @@ impl Upstream {
         let count = health::gateway_errors(before, status);
         if count == 0 {
             self.served(replica, false);
+            if replica.state.load(Ordering::Relaxed) == PROBATION {
+                self.observe(replica, Observation::Served);
+            }
+        } else if replica.state.load(Ordering::Relaxed) == PROBATION
+            && self.others_in_rotation(replica)
+        {
+            // A trial that fails ejects at once, for longer.
+            errors.store(0, Ordering::Relaxed);
+            self.observe(replica, Observation::GatewayErrors { status, count: 1 });
+            return;
         }
         if count == before {
             return;
@@ -542,6 +605,11 @@ impl Upstream {
     /// in a row until an answer ends whole; at `consecutive_gateway_errors`
     /// the replica is ejected, while another replica is in rotation.
     pub fn broke_off(&self, replica: &Arc<Replica>, garbled: bool) {
+        if replica.state.load(Ordering::Relaxed) == PROBATION && self.others_in_rotation(replica) {
+            replica.broken_answers.store(0, Ordering::Relaxed);
+            self.observe(replica, Observation::BrokenAnswers { count: 1, garbled });
+            return;
+        }
         let count = replica.broken_answers.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(route = %self.route, replica = %replica.label, garbled, count, "answer broke off");
         if count >= self.eject_after {
@@ -592,6 +660,7 @@ impl Upstream {
                 Health::InRotation => IN_ROTATION,
                 Health::Stalled { .. } => STALLED,
                 Health::Ejected { .. } => EJECTED,
+                Health::Probation { .. } => PROBATION,
             };
             replica.state.store(state, Ordering::Relaxed);
             change
@@ -610,7 +679,21 @@ impl Upstream {
             Change::Unstalled => {
                 tracing::debug!(route, replica = label, "overdue connect succeeded");
             }
+            Change::OnProbation => {
+                tracing::info!(
+                    route,
+                    replica = label,
+                    "replica on trial: one request at a time until one is answered well"
+                );
+            }
             Change::Ejected(reason) => {
+                let eject_for = match reason.judges_answers() {
+                    true => health::ejection_period(
+                        self.eject_for,
+                        replica.ejections_in_a_row.fetch_add(1, Ordering::Relaxed) + 1,
+                    ),
+                    false => self.eject_for,
+                };
                 replica.ejections.inc();
                 self.metrics.ejected(route, reason.slug());
                 match failure {
@@ -622,7 +705,7 @@ impl Upstream {
                             replica = label,
                             %reason,
                             detail = %failure,
-                            eject_for = %humantime::format_duration(self.eject_for),
+                            eject_for = %humantime::format_duration(eject_for),
                             "replica ejected"
                         );
                     }
@@ -630,7 +713,7 @@ impl Upstream {
                         route,
                         replica = label,
                         %reason,
-                        eject_for = %humantime::format_duration(self.eject_for),
+                        eject_for = %humantime::format_duration(eject_for),
                         "replica ejected"
                     ),
                 }
@@ -639,6 +722,7 @@ impl Upstream {
                 }
             }
             Change::Readmitted | Change::Resumed => {
+                replica.ejections_in_a_row.store(0, Ordering::Relaxed);
                 replica.readmissions.inc();
                 let by = if change == Change::Resumed {
                     "its runtime reports it ready again"

@@ -135,6 +135,7 @@ fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
                 Health::InRotation => ("in_rotation", None),
                 Health::Stalled { .. } => ("stalled", None),
                 Health::Ejected { reason, .. } => ("ejected", Some(reason.to_string())),
+                Health::Probation { after, .. } => ("probation", Some(after.to_string())),
             };
             ReplicaView {
                 address: r.label.clone(),

@@ -6,6 +6,11 @@
 //! - `Stalled`: a connect to it has been pending longer than the race delay;
 //!   requests avoid it until that connect ends. A stall is not an ejection:
 //!   the connect that stalled decides (success puts it back, failure ejects).
+//! - `Probation`: back from an ejection for what it answered (silence,
+//!   gateway errors, broken answers), on trial: a connect proved only that
+//!   it accepts connections, so it gets at most one request at a time
+//!   until one is answered well (then `InRotation`); a failure ejects it
+//!   again at once, for twice as long ([`ejection_period`]).
 //! - `Ejected`: a connect failed (refused, timed out, unreachable, the TLS
 //!   handshake failed, the forward proxy refused the tunnel), a
 //!   request on it got no response head within the first-answer bound (a
@@ -155,6 +160,9 @@ impl fmt::Display for EjectReason {
                 return write!(f, "the forward proxy answered {status} to CONNECT");
             }
             EjectReason::Silent => "no answer within the first-answer bound",
+            EjectReason::Answers { status, count: 1 } => {
+                return write!(f, "it answered {status} on trial");
+            }
             EjectReason::Answers { status, count } => {
                 return write!(f, "{count} consecutive {status}");
             }
@@ -163,6 +171,13 @@ impl fmt::Display for EjectReason {
                     true => "that did not parse",
                     false => "cut short",
                 };
+                if *count == 1 {
+                    let how = match garbled {
+                        true => "did not parse",
+                        false => "was cut short",
+                    };
+                    return write!(f, "its answer on trial {how}");
+                }
                 return write!(f, "{count} consecutive answers {how}");
             }
             EjectReason::NotServing(health) => {
@@ -201,13 +216,41 @@ pub enum Observation {
     /// connections all along.
     CheckOk,
     ProbeFailed(EjectReason),
+    /// A request on it (a trial, on probation) was answered well.
+    Served,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
     InRotation,
-    Stalled { since: Instant },
-    Ejected { since: Instant, reason: EjectReason },
+    Stalled {
+        since: Instant,
+    },
+    Ejected {
+        since: Instant,
+        reason: EjectReason,
+    },
+    /// Back on trial after an ejection for `after`.
+    Probation {
+        since: Instant,
+        after: EjectReason,
+    },
+}
+
+/// The longest an ejection for what a replica answered lasts, at the
+/// least: Envoy's outlier detection caps it the same way.
+pub const MAX_EJECTION: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How long the `nth` ejection in a row (1 for the first) of a replica
+/// ejected for what it answered lasts: the ejection period, doubled at
+/// each new ejection of the same replica, up to [`MAX_EJECTION`] (or the
+/// period itself, when that is longer).
+pub fn ejection_period(period: std::time::Duration, nth: u32) -> std::time::Duration {
+    let cap = period.max(MAX_EJECTION);
+    let factor = 1u32
+        .checked_shl(nth.saturating_sub(1).min(31))
+        .unwrap_or(u32::MAX);
+    period.saturating_mul(factor).min(cap)
 }
 
 /// A change worth one log line.
@@ -219,6 +262,8 @@ pub enum Change {
     Readmitted,
     /// Ejected as silent, back because its runtime reports it ready again.
     Resumed,
+    /// Back on trial: one request at a time until one is answered well.
+    OnProbation,
 }
 
 impl Health {
@@ -258,7 +303,43 @@ impl Health {
                 },
                 Some(Change::Ejected(EjectReason::Silent)),
             ),
+            // A connect proves nothing of a replica ejected for what it
+            // answered: it goes on trial.
+            (Ejected { reason, .. }, ProbeOk) if reason.judges_answers() => (
+                Probation {
+                    since: now,
+                    after: reason,
+                },
+                Some(Change::OnProbation),
+            ),
             (Ejected { .. }, ProbeOk) => (InRotation, Some(Change::Readmitted)),
+            (Probation { .. }, Served) => (InRotation, Some(Change::Readmitted)),
+            // A trial that fails ejects at once.
+            (Probation { .. }, ConnectFailed(reason)) => (
+                Ejected { since: now, reason },
+                Some(Change::Ejected(reason)),
+            ),
+            (Probation { .. }, GatewayErrors { status, count }) => {
+                let reason = EjectReason::Answers { status, count };
+                (
+                    Ejected { since: now, reason },
+                    Some(Change::Ejected(reason)),
+                )
+            }
+            (Probation { .. }, BrokenAnswers { count, garbled }) => {
+                let reason = EjectReason::Broken { count, garbled };
+                (
+                    Ejected { since: now, reason },
+                    Some(Change::Ejected(reason)),
+                )
+            }
+            (Probation { .. }, AnswerOverdue) => (
+                Ejected {
+                    since: now,
+                    reason: EjectReason::Silent,
+                },
+                Some(Change::Ejected(EjectReason::Silent)),
+            ),
             (Ejected { reason, .. }, CheckOk) if !reason.judges_answers() => {
                 (InRotation, Some(Change::Readmitted))
             }
@@ -279,6 +360,34 @@ impl Health {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn each_ejection_in_a_row_lasts_twice_as_long_up_to_the_cap() {
+        let period = Duration::from_secs(10);
+        let periods: Vec<u64> = (1..=8)
+            .map(|n| ejection_period(period, n).as_secs())
+            .collect();
+        assert_eq!(periods, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(ejection_period(period, 0), period);
+        assert_eq!(ejection_period(period, u32::MAX), MAX_EJECTION);
+        // A period longer than the cap is its own cap.
+        let long = Duration::from_secs(600);
+        assert_eq!(ejection_period(long, 3), long);
+        // A replica silent on every trial, beside a healthy one, costs one
+        // request per ejection: the first, then one per trial. In ten
+        // minutes with the defaults, that is six.
+        let mut at = Duration::ZERO;
+        let mut costs = 1;
+        for nth in 1.. {
+            at += ejection_period(period, nth);
+            if at > Duration::from_secs(600) {
+                break;
+            }
+            costs += 1;
+        }
+        assert_eq!(costs, 6);
+        assert!(costs <= 8);
+    }
 
     #[test]
     fn every_transition() {
@@ -376,6 +485,76 @@ mod tests {
                 Health::InRotation,
                 Some(Change::Readmitted),
             ),
+            // Back from an ejection for what it answered: on trial, until
+            // a request is answered well; a failed trial ejects at once.
+            (
+                Health::Ejected {
+                    since: t0,
+                    reason: EjectReason::Silent,
+                },
+                ProbeOk,
+                Health::Probation {
+                    since: t1,
+                    after: EjectReason::Silent,
+                },
+                Some(Change::OnProbation),
+            ),
+            (
+                Health::Probation {
+                    since: t0,
+                    after: EjectReason::Silent,
+                },
+                Served,
+                Health::InRotation,
+                Some(Change::Readmitted),
+            ),
+            (
+                Health::Probation {
+                    since: t0,
+                    after: EjectReason::Silent,
+                },
+                AnswerOverdue,
+                Health::Ejected {
+                    since: t1,
+                    reason: EjectReason::Silent,
+                },
+                Some(Change::Ejected(EjectReason::Silent)),
+            ),
+            (
+                Health::Probation {
+                    since: t0,
+                    after: EjectReason::Silent,
+                },
+                GatewayErrors {
+                    status: 503,
+                    count: 1,
+                },
+                Health::Ejected {
+                    since: t1,
+                    reason: EjectReason::Answers {
+                        status: 503,
+                        count: 1,
+                    },
+                },
+                Some(Change::Ejected(EjectReason::Answers {
+                    status: 503,
+                    count: 1,
+                })),
+            ),
+            (
+                Health::Probation {
+                    since: t0,
+                    after: EjectReason::Silent,
+                },
+                CheckOk,
+                Health::Probation {
+                    since: t0,
+                    after: EjectReason::Silent,
+                },
+                None,
+            ),
+            (Health::InRotation, Served, Health::InRotation, None),
+            (ejected, Served, ejected, None),
             // A connect check re-admits what a connect ejected, never what
             // traffic ejected: that replica accepted connections all along.
             (
@@ -551,10 +730,29 @@ mod tests {
             reason: EjectReason::Refused,
         };
         assert_eq!(ejected.observe(observation, t0), (ejected, None));
+        // A probe's connect puts it on trial, not back in rotation.
+        let on_trial = Health::Probation {
+            since: t0,
+            after: reason,
+        };
         assert_eq!(
             Health::Ejected { since: t0, reason }.observe(Observation::ProbeOk, t0),
+            (on_trial, Some(Change::OnProbation))
+        );
+        assert_eq!(
+            on_trial.observe(Observation::Served, t0),
             (Health::InRotation, Some(Change::Readmitted))
         );
+        let failed_trial = EjectReason::Answers {
+            status: 503,
+            count: 1,
+        };
+        assert_eq!(failed_trial.to_string(), "it answered 503 on trial");
+        let cut = EjectReason::Broken {
+            count: 1,
+            garbled: false,
+        };
+        assert_eq!(cut.to_string(), "its answer on trial was cut short");
     }
 
     #[test]

@@ -36,10 +36,11 @@ use super::{Replica, Upstream};
 pub const FIRST_PROBE: Duration = Duration::from_millis(250);
 
 /// The wait before probe number `attempt` (0 for the first) of a replica
-/// ejected for `reason`, with ejection period `period`.
-pub fn backoff(reason: EjectReason, attempt: u32, period: Duration) -> Duration {
+/// ejected for `reason`, with ejection period `period`, in its `nth`
+/// ejection in a row for what it answered.
+pub fn backoff(reason: EjectReason, attempt: u32, period: Duration, nth: u32) -> Duration {
     if reason.judges_answers() {
-        return period;
+        return super::health::ejection_period(period, nth);
     }
     let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
     FIRST_PROBE.saturating_mul(factor).min(period)
@@ -54,11 +55,14 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
         loop {
             // Why it is out decides when to look again; it is read afresh
             // each time, as a later failure may have changed it.
-            let reason = match replica.upgrade().map(|r| r.health()) {
-                Some(Health::Ejected { reason, .. }) => reason,
-                _ => EjectReason::Unreachable,
+            let (reason, nth) = match replica
+                .upgrade()
+                .map(|r| (r.health(), r.ejections_in_a_row()))
+            {
+                Some((Health::Ejected { reason, .. }, nth)) => (reason, nth),
+                _ => (EjectReason::Unreachable, 0),
             };
-            sleep(backoff(reason, attempt, period)).await;
+            sleep(backoff(reason, attempt, period, nth)).await;
             attempt = attempt.saturating_add(1);
             // The route or the replica is gone: nothing to re-admit.
             let (Some(up), Some(replica)) = (upstream.upgrade(), replica.upgrade()) else {
@@ -91,20 +95,23 @@ mod tests {
     fn probes_back_off_from_250_ms_to_the_period() {
         let period = Duration::from_secs(10);
         let waits: Vec<u64> = (0..8)
-            .map(|n| backoff(EjectReason::Refused, n, period).as_millis() as u64)
+            .map(|n| backoff(EjectReason::Refused, n, period, 0).as_millis() as u64)
             .collect();
         assert_eq!(waits, [250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
-        assert_eq!(backoff(EjectReason::TimedOut, 100, period), period);
+        assert_eq!(backoff(EjectReason::TimedOut, 100, period, 3), period);
         // A silent replica accepts connections: a probe proves nothing soon.
-        assert_eq!(backoff(EjectReason::Silent, 0, period), period);
+        assert_eq!(backoff(EjectReason::Silent, 0, period, 1), period);
+        // Each ejection in a row for what it answered lasts twice as long.
+        assert_eq!(backoff(EjectReason::Silent, 0, period, 2), period * 2);
+        assert_eq!(backoff(EjectReason::Silent, 4, period, 3), period * 4);
         let answers = EjectReason::Answers {
             status: 503,
             count: 5,
         };
-        assert_eq!(backoff(answers, 0, period), period);
+        assert_eq!(backoff(answers, 0, period, 1), period);
         // A period shorter than the first step caps it.
         assert_eq!(
-            backoff(EjectReason::Unreachable, 0, Duration::from_millis(100)),
+            backoff(EjectReason::Unreachable, 0, Duration::from_millis(100), 0),
             Duration::from_millis(100)
         );
     }

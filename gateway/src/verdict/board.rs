@@ -74,8 +74,11 @@ fn replica_facts(route: &Route) -> Vec<Owned> {
         .replicas()
         .iter()
         .map(|r| {
+            // On trial is not serving yet: counted with the ejected, for
+            // what it was ejected for.
             let ejected = match r.health() {
                 Health::Ejected { reason, .. } => Some(reason),
+                Health::Probation { after, .. } => Some(after),
                 _ => None,
             };
             Owned {

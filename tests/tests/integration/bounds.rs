@@ -225,7 +225,29 @@ async fn a_silent_replica_that_answers_again_is_back_one_period_later() {
     })
     .await;
     control.set_delay(Duration::ZERO);
-    // The probe connects one period after the ejection and re-admits it.
+    // The probe connects one period after the ejection and puts it on
+    // trial; the first request it answers puts it back in rotation.
+    let on_trial = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, routes) = node.admin_json("/v1/routes").await;
+        if routes.to_string().contains("\"probation\"") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < on_trial,
+            "on trial one period after the ejection: {routes}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = paused.hits();
+    for _ in 0..4 {
+        let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
+        assert_eq!(answer.status, 200);
+        if paused.hits() > before {
+            break;
+        }
+    }
+    assert!(paused.hits() > before, "its trial request");
     node.verdict_until("s", "the replica back", Duration::from_secs(3), |v| {
         v.ready == 2
     })

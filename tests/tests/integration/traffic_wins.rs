@@ -126,3 +126,54 @@ async fn an_external_host_that_accepts_and_fails_is_red_with_the_traffics_reason
     red_with(&node, "ext", "host fails requests: 5 consecutive 503").await;
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_replica_beside_a_healthy_one_costs_one_client_per_ejection() {
+    let silent = Upstream::start("silent", Behaviour::Hang).await;
+    let healthy = Upstream::start("healthy", Behaviour::Echo).await;
+    let node = TestNode::start(&route(
+        "pair",
+        "/",
+        &[silent.addr, healthy.addr],
+        "first_answer_timeout = \"1s\"\neject_for = \"1s\"\n",
+    ));
+    // A client every 50 ms for 9 s; each that went to the silent replica
+    // waits out the bound (then gets its answer from the healthy one).
+    let started = tokio::time::Instant::now();
+    let mut clients = Vec::new();
+    while started.elapsed() < Duration::from_secs(9) {
+        let proxy = node.proxy;
+        let sent = started.elapsed();
+        clients.push(tokio::spawn(async move {
+            let answer = client::get(proxy, "h", "/").await.unwrap();
+            (sent, answer.status, answer.elapsed)
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut waited = Vec::new();
+    for client in clients {
+        let (sent, status, elapsed) = client.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "retried on the healthy replica");
+        if elapsed >= Duration::from_millis(900) {
+            waited.push(sent);
+        }
+    }
+    // Before the first ejection, every client sent to it waits: the
+    // node learns of its silence only at the bound. After, it is back on
+    // trial at 2 s, 5 s (ejected for 2 s), and 10 s (for 4 s): one client
+    // each, never the rotation's share of a second's clients.
+    let after_first: Vec<_> = waited
+        .iter()
+        .filter(|sent| **sent > Duration::from_millis(1500))
+        .collect();
+    eprintln!(
+        "clients that met the bound: {} in all, {} after the first ejection (sent at {after_first:?})",
+        waited.len(),
+        after_first.len()
+    );
+    assert!(
+        after_first.len() <= 3,
+        "one client per ejection, at most: {after_first:?}"
+    );
+    node.stop().await;
+}
