@@ -313,6 +313,9 @@ pub struct Upstream {
     replicas: ArcSwap<Vec<Arc<Replica>>>,
     pub pool: Arc<Pool>,
     pub tls: Option<TlsTarget>,
+    /// The same TLS for checks and probes, which never resume a session:
+    /// each sees and verifies the replica's certificate as it is now.
+    check_tls: Option<TlsTarget>,
     /// The forward proxy every connection goes through (external hosts
     /// behind `HTTP_PROXY`/`HTTPS_PROXY` only).
     pub via: Option<ForwardProxy>,
@@ -391,6 +394,7 @@ impl Upstream {
             tries: (route.tries.value as usize).clamp(1, MAX_TRIES),
             replicas: ArcSwap::from_pointee(replicas),
             pool,
+            check_tls: tls.as_ref().map(TlsTarget::without_resumption),
             tls,
             via,
             eject_for: route.eject_for.value,

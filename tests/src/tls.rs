@@ -132,7 +132,17 @@ impl TestCa {
     }
 
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
-        let (cert, key) = self.leaf(names);
+        self.server_config_expiring(names, None)
+    }
+
+    /// A server configuration whose certificate expires at `not_after`
+    /// (Unix seconds; `None`: far in the future).
+    pub fn server_config_expiring(
+        &self,
+        names: &[&str],
+        not_after: Option<u64>,
+    ) -> Arc<rustls::ServerConfig> {
+        let (cert, key) = self.leaf_expiring(names, not_after);
         let chain = vec![CertificateDer::from(cert.der().to_vec())];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());

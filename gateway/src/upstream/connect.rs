@@ -53,6 +53,21 @@ pub struct TlsTarget {
     pub profile: u64,
 }
 
+impl TlsTarget {
+    /// The same settings with session resumption off: a resumed session
+    /// skips the server's certificate, so a check that resumed would never
+    /// see a certificate replaced, or expired, since its first handshake.
+    pub fn without_resumption(&self) -> TlsTarget {
+        let mut config = (*self.connector.config()).as_ref().clone();
+        config.resumption = rustls::client::Resumption::disabled();
+        TlsTarget {
+            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+            server_name: self.server_name.clone(),
+            profile: self.profile,
+        }
+    }
+}
+
 impl std::fmt::Debug for TlsTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsTarget")
@@ -227,7 +242,7 @@ impl Upstream {
         bound: Duration,
     ) -> Result<(), ConnectFailure> {
         let deadline = Instant::now() + bound;
-        let open = open(&replica.key, self.tls.as_ref(), self.via.as_ref());
+        let open = open(&replica.key, self.check_tls.as_ref(), self.via.as_ref());
         match timeout(bound, open).await {
             // The HTTP/2 handshake ends with a PING answered: a refusal
             // after the TLS handshake came before it.

@@ -2,7 +2,10 @@
 //! verified as requests verify it: a host whose certificate fails
 //! verification is red with the TLS reason and never reads green for
 //! accepting TCP connections; with its CA trusted it is green and serves.
+//! Checks never resume a session: a certificate replaced by one that has
+//! expired is seen at the next check.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use picket_proto::Heart;
@@ -202,5 +205,49 @@ async fn the_probe_completes_the_handshake_before_it_re_admits() {
         .await
         .expect("the node answers");
     assert_eq!(answer.status, 200, "{}", answer.text());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_that_expires_under_a_resumable_session_is_seen_at_the_next_check() {
+    let ca = TestCa::new("picket test CA");
+    let valid = ca.server_config(&["127.0.0.1"]);
+    let upstream = TlsUpstream::start("billing", Arc::clone(&valid)).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let roots = ca.write_pem(dir.path());
+    let node = TestNode::start_with(
+        &format!(
+            "{CHECKS}{}",
+            external(
+                "billing",
+                &format!("https://127.0.0.1:{}", upstream.addr.port()),
+                ""
+            )
+        ),
+        |options| {
+            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
+        },
+    );
+    node.verdict_until("billing", "green", Duration::from_secs(3), |v| {
+        v.heart == Heart::Green
+    })
+    .await;
+    // The same server, its sessions kept (a client that resumed would not
+    // be shown the certificate again), now with one that expired a day ago.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let mut expired = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
+    expired.session_storage = Arc::clone(&valid.session_storage);
+    expired.ticketer = Arc::clone(&valid.ticketer);
+    upstream.set_config(Arc::new(expired));
+    node.verdict_until(
+        "billing",
+        "red once a check sees the expired certificate",
+        Duration::from_secs(5),
+        |v| v.heart == Heart::Red && v.reason.contains("Expired"),
+    )
+    .await;
     node.stop().await;
 }
