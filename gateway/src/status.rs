@@ -192,6 +192,7 @@ fn whole(state: &AdminState, method: &Method, path: &str) -> Response<Full<Bytes
             &state.node,
             &state.proxy.table(),
             &state.board.snapshot(),
+            crate::clock::now_unix_ms(),
         )),
         "/v1/node" | "/v1/nodes" => {
             let Some(membership) = state.membership.get() else {

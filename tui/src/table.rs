@@ -20,7 +20,7 @@ pub fn table(view: &ClusterView) -> String {
     let cell = |verdict: Option<&Verdict>| match verdict {
         Some(v) => format!(
             "{}{} {}/{}",
-            theme::heart_symbol(v.heart),
+            theme::cell_heart(v.heart, v.runtime_stale_since_unix_ms.is_some()).0,
             theme::circuit_marker(v.circuit).trim(),
             v.ready,
             v.total
@@ -101,7 +101,7 @@ pub fn table(view: &ClusterView) -> String {
         out.push('\n');
     }
     out.push_str(
-        "♥ green  ❣ orange  ♡ red  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree\n",
+        "♥ green  ❣ orange  ♡ red  ◇ stale  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree\n",
     );
     out
 }
@@ -123,7 +123,7 @@ mod tests {
                 "≠ orders  ♥ 2/2  ♥ 2/2  ♡○ 0/2",
                 "  api     ♥ 2/2  ♥ 2/2  ♥ 2/2",
                 "  web     ♥ 2/2  ♥ 2/2  ♥ 2/2",
-                "♥ green  ❣ orange  ♡ red  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree",
+                "♥ green  ❣ orange  ♡ red  ◇ stale  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree",
             ]
         );
     }

@@ -10,6 +10,7 @@
 //! Each heart has a symbol of its own as well as a colour, so that a
 //! terminal without colour, a screenshot or a colour-blind operator still
 //! tells green, orange and red apart.
+//! | `◇` blue   | stale: the node's runtime has gone silent, so its last pass is not a current verdict (the detail pane shows what it last saw, and since when) |
 //! | `◐` after a heart | the route's circuit is half-open on that node (trial requests) |
 //! | `○` after a heart | the circuit is open (an open loop: nothing passes) |
 //! | nothing after a heart | the circuit is closed, or the breaker is disabled |
@@ -28,6 +29,7 @@ use ratatui::style::{Color, Modifier, Style};
 pub const HEART: &str = "♥";
 pub const PARTIAL_HEART: &str = "❣";
 pub const BROKEN_HEART: &str = "♡";
+pub const STALE_HEART: &str = "◇";
 pub const HALF_OPEN: &str = "◐";
 pub const OPEN: &str = "○";
 pub const NO_VERDICT: &str = "·";
@@ -40,12 +42,14 @@ pub const ELLIPSIS: &str = "…";
 pub const GREEN: Color = Color::Green;
 pub const ORANGE: Color = Color::Yellow;
 pub const RED: Color = Color::Red;
+pub const STALE: Color = Color::Blue;
 
 /// The symbol and legend the help overlay shows, one row each.
 pub const HELP_SYMBOLS: &[(&str, &str)] = &[
     ("♥", "green: every replica ready"),
     ("❣", "orange: some replicas ready, not all"),
     ("♡", "red (empty): none ready, refused, or circuit open"),
+    ("◇", "stale: runtime silent, last pass not current"),
     ("◐ ○", "after a heart: circuit half-open, open"),
     ("·", "no verdict from that node"),
     ("≠", "live nodes disagree on the route"),
@@ -70,6 +74,15 @@ pub fn heart_color(heart: Heart) -> Color {
 
 pub fn heart_style(heart: Heart) -> Style {
     Style::new().fg(heart_color(heart))
+}
+
+/// A cell's symbol and style: its heart's, or the stale heart's when the
+/// node's runtime has gone silent.
+pub fn cell_heart(heart: Heart, stale: bool) -> (&'static str, Style) {
+    match stale {
+        true => (STALE_HEART, Style::new().fg(STALE)),
+        false => (heart_symbol(heart), heart_style(heart)),
+    }
 }
 
 pub fn heart_word(heart: Heart) -> &'static str {

@@ -31,6 +31,23 @@ pub struct RouteView {
     pub limits: LimitsView,
     /// This node's verdict on the route, as last judged.
     pub verdict: Option<Verdict>,
+    /// The route's runtime has gone silent: the verdict is its last pass,
+    /// not a current one.
+    pub stale: bool,
+    /// Why it is stale and what it last saw: `runtime silent for 12 s;
+    /// last seen: all 2 ready`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_reason: Option<String>,
+}
+
+/// What a verdict on data from a silent runtime says, at `now_unix_ms`.
+pub fn stale_reason(verdict: &Verdict, now_unix_ms: u64) -> Option<String> {
+    let since = verdict.runtime_stale_since_unix_ms?;
+    let silent = now_unix_ms.saturating_sub(since) / 1000;
+    Some(format!(
+        "runtime silent for {silent} s; last seen: {}",
+        verdict.reason
+    ))
 }
 
 #[derive(Debug, Serialize)]
@@ -124,7 +141,7 @@ fn breaker(route: &Route) -> BreakerView {
     }
 }
 
-fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
+fn route(route: &Route, verdicts: &[Verdict], now_unix_ms: u64) -> RouteView {
     let config = &route.config;
     let replicas = route
         .upstream
@@ -146,6 +163,8 @@ fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
             }
         })
         .collect();
+    let verdict = verdicts.iter().find(|v| *v.route == *config.name);
+    let stale_reason = verdict.and_then(|v| stale_reason(v, now_unix_ms));
     RouteView {
         name: config.name.clone(),
         host: config.host.as_ref().map(ToString::to_string),
@@ -171,16 +190,48 @@ fn route(route: &Route, verdicts: &[Verdict]) -> RouteView {
                 clients: rate.clients(),
             }),
         },
-        verdict: verdicts.iter().find(|v| *v.route == *config.name).cloned(),
+        verdict: verdict.cloned(),
+        stale: stale_reason.is_some(),
+        stale_reason,
     }
 }
 
-/// Every route of `table`, by name.
-pub fn routes(node: &str, table: &Table, verdicts: &[Verdict]) -> RoutesView {
-    let mut routes: Vec<RouteView> = table.values().map(|r| route(r, verdicts)).collect();
+/// Every route of `table`, by name, at `now_unix_ms`.
+pub fn routes(node: &str, table: &Table, verdicts: &[Verdict], now_unix_ms: u64) -> RoutesView {
+    let mut routes: Vec<RouteView> = table
+        .values()
+        .map(|r| route(r, verdicts, now_unix_ms))
+        .collect();
     routes.sort_by(|a, b| a.name.cmp(&b.name));
     RoutesView {
         node: node.to_string(),
         routes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use picket_proto::{BreakerState, Heart};
+
+    #[test]
+    fn a_verdict_on_a_silent_runtime_says_so_and_what_it_last_saw() {
+        let mut verdict = Verdict {
+            route: "api".into(),
+            heart: Heart::Green,
+            reason: "all 2 ready".into(),
+            ready: 2,
+            total: 2,
+            images: Vec::new().into(),
+            circuit: BreakerState::Disabled,
+            since_unix_ms: 1_000,
+            runtime_stale_since_unix_ms: None,
+        };
+        assert_eq!(stale_reason(&verdict, 50_000), None);
+        verdict.runtime_stale_since_unix_ms = Some(38_000);
+        assert_eq!(
+            stale_reason(&verdict, 50_400).as_deref(),
+            Some("runtime silent for 12 s; last seen: all 2 ready")
+        );
     }
 }

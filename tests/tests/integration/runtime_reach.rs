@@ -77,6 +77,15 @@ async fn a_hung_engine_is_marked_stale_within_6_s_and_relisted_when_it_answers()
         (v.ready, v.runtime_stale_since_unix_ms.is_some()),
         (2, true)
     );
+    // The status API never shows the last pass as current.
+    let (_, routes) = node.admin_json("/v1/routes").await;
+    let api = &routes["routes"][0];
+    assert_eq!(api["stale"], true, "{api}");
+    let said = api["stale_reason"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("runtime silent for ") && said.ends_with(" s; last seen: all 2 ready"),
+        "{said}"
+    );
     // It answers again: a fresh inventory shows what happened meanwhile.
     engine.set_mode(Mode::Answers);
     eventually("current again, both dead", Duration::from_secs(15), || {
@@ -85,6 +94,8 @@ async fn a_hung_engine_is_marked_stale_within_6_s_and_relisted_when_it_answers()
         })
     })
     .await;
+    let (_, routes) = node.admin_json("/v1/routes").await;
+    assert_eq!(routes["routes"][0]["stale"], false);
     node.stop().await;
 }
 

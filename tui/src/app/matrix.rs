@@ -71,11 +71,14 @@ fn merge<'v>(a: &[&'v str], b: &[&'v str]) -> Vec<&'v str> {
     out
 }
 
-/// What one node shows of one route: the two things history tracks.
+/// What one node shows of one route: the things history tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen {
     pub heart: Heart,
     pub circuit: BreakerState,
+    /// The node's runtime has gone silent: the heart is its last pass,
+    /// drawn as stale, never as current.
+    pub stale: bool,
 }
 
 /// One member's verdict on one route, by reference into the view.
@@ -212,6 +215,7 @@ impl Matrix {
                     seen: Seen {
                         heart: verdict.heart,
                         circuit: verdict.circuit,
+                        stale: verdict.runtime_stale_since_unix_ms.is_some(),
                     },
                     verdict: u32::try_from(i).unwrap_or(u32::MAX),
                 });

@@ -45,7 +45,8 @@ fn rows_are_routes_and_columns_members() {
         n3,
         Some(Seen {
             heart: Heart::Red,
-            circuit: BreakerState::Open
+            circuit: BreakerState::Open,
+            stale: false,
         })
     );
     let verdict = matrix.verdict(app.view().unwrap(), 1, 2).unwrap();
@@ -280,11 +281,13 @@ fn history_records_heart_and_circuit_changes() {
             node: "n3".into(),
             from: Seen {
                 heart: Heart::Red,
-                circuit: BreakerState::Open
+                circuit: BreakerState::Open,
+                stale: false,
             },
             to: Seen {
                 heart: Heart::Orange,
-                circuit: BreakerState::HalfOpen
+                circuit: BreakerState::HalfOpen,
+                stale: false,
             },
         }]
     );

@@ -256,9 +256,8 @@ fn draw_row(buf: &mut Buffer, line: Rect, matrix: &Matrix, row: usize, geometry:
         };
         match cell {
             Some(cell) => {
-                let heart = cell.seen.heart;
-                let style = theme::heart_style(heart).patch(dim);
-                buf.set_string(x, line.y, theme::heart_symbol(heart), style);
+                let (symbol, style) = theme::cell_heart(cell.seen.heart, cell.seen.stale);
+                buf.set_string(x, line.y, symbol, style.patch(dim));
                 if x + 1 < right {
                     let circuit = cell.seen.circuit;
                     let style = theme::circuit_style(circuit).patch(dim);

@@ -572,3 +572,35 @@ fn each_heart_has_a_symbol_of_its_own() {
     let symbols = [Heart::Green, Heart::Orange, Heart::Red].map(crate::theme::heart_symbol);
     assert_eq!(symbols, ["♥", "❣", "♡"]);
 }
+
+#[test]
+fn a_verdict_from_a_silent_runtime_is_drawn_stale_never_as_current() {
+    use crate::app::fixture::{member, view};
+    use picket_proto::Liveness;
+    let green = |route: &str| verdict(route, Heart::Green, BreakerState::Closed);
+    // n2's runtime went silent: its green for `web` is a last pass.
+    let mut stale = green("web");
+    stale.runtime_stale_since_unix_ms = Some(T0 - 12_000);
+    let app = app_with(view(vec![
+        member("n1", Liveness::Alive, 0, vec![green("web")]),
+        member("n2", Liveness::Alive, 0, vec![stale]),
+        member("n3", Liveness::Alive, 0, vec![green("web")]),
+    ]));
+    let buffer = draw(&app, 80, 24);
+    let text = lines(&buffer);
+    let row = row_of(&text, "  web ");
+    let cells: Vec<(String, Color)> = (0..buffer.area.width)
+        .map(|x| at(&buffer, x, row as u16))
+        .filter(|(symbol, _)| ["♥", "❣", "♡", "◇"].contains(symbol))
+        .map(|(symbol, color)| (symbol.to_string(), color))
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            ("♥".to_string(), Color::Green),
+            ("◇".to_string(), Color::Blue),
+            ("♥".to_string(), Color::Green),
+        ],
+        "{text:#?}"
+    );
+}
