@@ -38,6 +38,14 @@ pub trait Inventory: Send + Sync + Debug {
     /// The replicas of `service` on `port`; empty for a service the
     /// runtime does not know or that runs nothing.
     fn endpoints(&self, service: &str, port: &ServicePort) -> Vec<Endpoint>;
+
+    /// Why `service` on `port` has no endpoints although it may run
+    /// replicas: what the node lacks to resolve it (a right the runtime
+    /// refuses it), in words for the verdict and the access log. `None`
+    /// when what [`Inventory::endpoints`] says is all there is.
+    fn unresolved(&self, _service: &str, _port: &ServicePort) -> Option<String> {
+        None
+    }
 }
 
 #[derive(Debug)]
@@ -75,6 +83,7 @@ impl Catalog {
         let mut state = self.lock();
         if let Some(inventory) = &state.inventory {
             upstream.set_endpoints(&inventory.endpoints(service, port));
+            upstream.set_unresolved(inventory.unresolved(service, port));
         }
         state.attached.retain(|a| a.upstream.strong_count() > 0);
         state.attached.push(Attached {
@@ -90,6 +99,7 @@ impl Catalog {
         state.attached.retain(|a| match a.upstream.upgrade() {
             Some(upstream) => {
                 upstream.set_endpoints(&inventory.endpoints(&a.service, &a.port));
+                upstream.set_unresolved(inventory.unresolved(&a.service, &a.port));
                 true
             }
             None => false,

@@ -313,6 +313,9 @@ pub struct Upstream {
     replicas: ArcSwap<Vec<Arc<Replica>>>,
     pub pool: Arc<Pool>,
     pub tls: Option<TlsTarget>,
+    /// Why a runtime service has no replicas the node can know of (a
+    /// right the runtime refuses it), when that is why.
+    unresolved: Mutex<Option<Arc<str>>>,
     /// The same TLS for checks and probes, which never resume a session:
     /// each sees and verifies the replica's certificate as it is now.
     check_tls: Option<TlsTarget>,
@@ -394,6 +397,7 @@ impl Upstream {
             tries: (route.tries.value as usize).clamp(1, MAX_TRIES),
             replicas: ArcSwap::from_pointee(replicas),
             pool,
+            unresolved: Mutex::new(None),
             check_tls: tls.as_ref().map(TlsTarget::without_resumption),
             tls,
             via,
@@ -737,6 +741,25 @@ impl Upstream {
             }
         }
         self.changed();
+    }
+
+    /// Says why the runtime service has no replicas the node can know of
+    /// (`None`: nothing keeps it from knowing).
+    pub fn set_unresolved(&self, why: Option<String>) {
+        let mut unresolved = self.unresolved.lock().unwrap_or_else(|e| e.into_inner());
+        if unresolved.as_deref() != why.as_deref() {
+            *unresolved = why.map(Arc::from);
+            drop(unresolved);
+            self.changed();
+        }
+    }
+
+    /// Why the runtime service has no replicas the node can know of.
+    pub fn unresolved(&self) -> Option<Arc<str>> {
+        self.unresolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Replaces the replica set with what the runtime reports. Replicas

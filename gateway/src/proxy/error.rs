@@ -143,6 +143,7 @@ impl ProxyError {
             ProxyError::Unreachable(failure) if !failure.blames_replica() => "node_resources",
             ProxyError::Unreachable(ConnectFailure::TimedOut) => "connect_timeout",
             ProxyError::Unreachable(ConnectFailure::NoReplica) => "no_replica",
+            ProxyError::Unreachable(ConnectFailure::Unresolved(_)) => "port_unresolved",
             ProxyError::Unreachable(_) => "connect",
             ProxyError::FirstAnswerTimeout(_) => "first_answer_timeout",
             ProxyError::UpstreamStalled(_) => "body_timeout",
@@ -169,6 +170,9 @@ impl ProxyError {
             | ProxyError::TooLarge(_) => (Cause::NodeRefused, Phase::Request),
             ProxyError::Unreachable(ConnectFailure::TimedOut) => {
                 (Cause::Bound(Bound::Connect), Phase::Connect)
+            }
+            ProxyError::Unreachable(ConnectFailure::NoReplica | ConnectFailure::Unresolved(_)) => {
+                (Cause::NodeRefused, Phase::Connect)
             }
             ProxyError::Unreachable(failure) if failure.blames_replica() => {
                 (Cause::ReplicaClosed, Phase::Connect)
@@ -314,6 +318,11 @@ mod tests {
                 Fault::Upstream,
             ),
             (
+                ProxyError::Unreachable(ConnectFailure::Unresolved("port \"http\"".into())),
+                StatusCode::BAD_GATEWAY,
+                Fault::Upstream,
+            ),
+            (
                 ProxyError::FirstAnswerTimeout(Duration::from_secs(2)),
                 StatusCode::GATEWAY_TIMEOUT,
                 Fault::Upstream,
@@ -329,6 +338,9 @@ mod tests {
             assert_eq!(error.fault(), fault, "{error}");
             assert_eq!(error.page(None, &RequestId::generate()).status, status);
         }
+        let unresolved = ProxyError::Unreachable(ConnectFailure::Unresolved("why".into()));
+        assert_eq!(unresolved.decided_by(), "port_unresolved");
+        assert_eq!(unresolved.to_string(), "why");
     }
 
     #[test]

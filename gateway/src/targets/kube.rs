@@ -255,6 +255,26 @@ impl Inventory for KubeInventory {
             }
         }
     }
+
+    fn unresolved(&self, service: &str, port: &ServicePort) -> Option<String> {
+        let (namespace, name) = service
+            .split_once('/')
+            .unwrap_or((self.own.as_str(), service));
+        let ServicePort::Name(port) = port else {
+            return None;
+        };
+        let view = self
+            .namespaces
+            .get(namespace)
+            .or_else(|| self.namespaces.get(ALL))?;
+        matches!(view, NamespaceView::Forbidden).then(|| {
+            format!(
+                "port \"{port}\" of service {namespace}/{name} cannot be resolved: RBAC forbids \
+                 this node to list and watch services and pods in namespace {namespace}; grant \
+                 them, or give the port by number"
+            )
+        })
+    }
 }
 
 /// The endpoints of the Service `service` of `namespace`, among its

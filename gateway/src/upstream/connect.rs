@@ -90,6 +90,10 @@ pub struct Attempt {
 pub enum ConnectFailure {
     #[error("no replica in rotation")]
     NoReplica,
+    /// No replica can be known of: the node lacks a right to resolve the
+    /// service's port (the text says which).
+    #[error("{0}")]
+    Unresolved(std::sync::Arc<str>),
     #[error("connect refused")]
     Refused,
     #[error("connect timed out")]
@@ -125,9 +129,10 @@ impl ConnectFailure {
             ConnectFailure::Tunnel { status } => EjectReason::ProxyRefused { status: *status },
             ConnectFailure::NotServing(health) => EjectReason::NotServing(*health),
             ConnectFailure::NoHttp2(_) => EjectReason::NoHttp2,
-            ConnectFailure::NoReplica | ConnectFailure::Failed(_) | ConnectFailure::Local(_) => {
-                EjectReason::Unreachable
-            }
+            ConnectFailure::NoReplica
+            | ConnectFailure::Unresolved(_)
+            | ConnectFailure::Failed(_)
+            | ConnectFailure::Local(_) => EjectReason::Unreachable,
         }
     }
 
@@ -156,7 +161,12 @@ impl Upstream {
         self: &Arc<Self>,
         tried: &mut Tried,
     ) -> Result<Attempt, ConnectFailure> {
-        let first = self.next_untried(tried).ok_or(ConnectFailure::NoReplica)?;
+        let first = self
+            .next_untried(tried)
+            .ok_or_else(|| match self.unresolved() {
+                Some(why) if tried.is_empty() => ConnectFailure::Unresolved(why),
+                _ => ConnectFailure::NoReplica,
+            })?;
         if let Some(conn) = self.pool.checkout(&first) {
             return Ok(Attempt {
                 replica: first,

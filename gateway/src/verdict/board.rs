@@ -117,7 +117,15 @@ impl Board {
                     images: o.images.iter().map(String::as_str).collect(),
                 })
                 .collect();
-            let judgement = judge(source, reached, &replica_facts, &circuit);
+            let mut judgement = judge(source, reached, &replica_facts, &circuit);
+            // Nothing to judge, and the node knows why: it says so rather
+            // than "scaled to zero".
+            if replica_facts.is_empty()
+                && let Some(why) = route.upstream.unresolved()
+            {
+                judgement.heart = picket_proto::Heart::Red;
+                judgement.reason = why.to_string();
+            }
             let route_stale = if source == Source::Runtime {
                 stale
             } else {

@@ -19,9 +19,12 @@ fn forbidden_watches_fall_back_to_connect_checks_said_once() {
 
     let kube = FakeKube::start("test").await;
     kube.forbid(true);
+    // A second route names its port: without the Service object, the name
+    // cannot be resolved, and the node says which right is missing.
     let config = format!(
         "[runtime]\nkind = \"kubernetes\"\napi = \"{}\"\nnamespace = \"test\"\n[global]\ncheck_every = \"1s\"\ncheck_timeout = \"300ms\"\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = 80\n",
+         [[route]]\nname = \"api\"\nservice = \"api\"\nport = 80\n\
+         [[route]]\nname = \"named\"\npath_prefix = \"/named\"\nservice = \"web\"\nport = \"http\"\n",
         kube.url()
     );
     let node = TestNode::start(&config);
@@ -49,6 +52,19 @@ fn forbidden_watches_fall_back_to_connect_checks_said_once() {
     let said: Vec<&str> = log.lines().filter(|l| l.contains("RBAC forbids")).collect();
     assert_eq!(said.len(), 1, "{log}");
     assert!(said[0].contains("namespace=test"), "{}", said[0]);
+
+    let why = "port \"http\" of service test/web cannot be resolved: RBAC forbids this node to list and watch services and pods in namespace test";
+    node.verdict_until("named", "red, naming the right", Duration::from_secs(5), |v| {
+        v.heart == Heart::Red && v.reason.starts_with(why)
+    })
+    .await;
+    // Requests get 502 at once, saying why (the access log's `decided_by`
+    // is `port_unresolved`).
+    let started = tokio::time::Instant::now();
+    let answer = picket_tests::client::get(node.proxy, "h", "/named").await.unwrap();
+    assert_eq!(answer.status, http::StatusCode::BAD_GATEWAY);
+    assert!(answer.text().contains(why), "{}", answer.text());
+    assert!(started.elapsed() < picket_tests::AT_ONCE);
     node.stop().await;
     });
 }
