@@ -21,7 +21,11 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
-mod validity;
+pub(crate) mod validity;
+
+/// A certificate that expires within this (seconds) is warned about: the
+/// node's own, and those its TLS replicas present.
+pub const WARN_WITHIN: i64 = 14 * 86_400;
 
 use validity::validity;
 

@@ -223,6 +223,7 @@ pub struct Metrics {
     runtime_reachable: Family<EndpointLabels, Gauge>,
     runtime_reachability_changes: Family<EndpointStateLabels, Counter>,
     certificate_expiry: Family<NameLabels, Gauge>,
+    replica_certificate_expiry: Family<ReplicaLabels, Gauge>,
     /// Client connections of the proxy listeners.
     pub connections: ConnectionMetrics,
     rate_limited: Family<RouteLabels, Counter>,
@@ -478,6 +479,12 @@ impl Metrics {
             "When each certificate served to HTTPS clients expires, in Unix seconds, by its first name",
             certificate_expiry.clone(),
         );
+        let replica_certificate_expiry = Family::<ReplicaLabels, Gauge>::default();
+        registry.register(
+            "replica_certificate_expiry_seconds",
+            "When the certificate each TLS replica presented to this node's last check expires, in Unix seconds",
+            replica_certificate_expiry.clone(),
+        );
         let local = &*crate::resources::LOCAL;
         registry.register(
             "local_resource_errors",
@@ -626,7 +633,18 @@ impl Metrics {
             catch_up,
             connections,
             certificate_expiry,
+            replica_certificate_expiry,
         }
+    }
+
+    /// When the certificate a TLS replica presented to a check expires.
+    pub fn replica_certificate_expiry(&self, route: &str, replica: &str, not_after: i64) {
+        self.replica_certificate_expiry
+            .get_or_create(&ReplicaLabels {
+                route: route.into(),
+                replica: replica.into(),
+            })
+            .set(not_after);
     }
 
     /// The QUIC feed's counters.
@@ -803,6 +821,7 @@ impl Metrics {
         };
         self.ejections.remove(&labels);
         self.readmissions.remove(&labels);
+        self.replica_certificate_expiry.remove(&labels);
     }
 
     /// Drops every series of a route the configuration no longer has, and

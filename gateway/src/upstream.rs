@@ -139,6 +139,11 @@ pub struct Replica {
     failing_now: AtomicBool,
     /// On probation, a trial request is under way.
     trial: AtomicBool,
+    /// When the certificate it presented to the last check expires (Unix
+    /// seconds; 0: not known), and the day (Unix days) its expiry was last
+    /// warned of.
+    cert_not_after: std::sync::atomic::AtomicI64,
+    cert_warned_day: std::sync::atomic::AtomicI64,
     /// Its ejections for what it answered since it last served well: each
     /// lasts twice as long as the one before ([`health::ejection_period`]).
     ejections_in_a_row: AtomicU32,
@@ -180,6 +185,8 @@ impl Replica {
             failing: Mutex::new(None),
             failing_now: AtomicBool::new(false),
             trial: AtomicBool::new(false),
+            cert_not_after: std::sync::atomic::AtomicI64::new(0),
+            cert_warned_day: std::sync::atomic::AtomicI64::new(i64::MIN),
             ejections_in_a_row: AtomicU32::new(0),
             ejections,
             readmissions,
@@ -204,6 +211,13 @@ impl Replica {
 
     pub fn health(&self) -> Health {
         *self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When the certificate it presented to this node's last check
+    /// expires, in Unix seconds; `None` for a plain replica, or before a
+    /// check.
+    pub fn certificate_not_after(&self) -> Option<i64> {
+        Some(self.cert_not_after.load(Ordering::Relaxed)).filter(|t| *t != 0)
     }
 
     /// Its ejections for what it answered since it last served well.
@@ -741,6 +755,28 @@ impl Upstream {
             }
         }
         self.changed();
+    }
+
+    /// A check saw `replica`'s certificate, expiring at `not_after`: kept
+    /// for the status API and the metric, and warned of once a day within
+    /// 14 days of its end, as the node's own certificates are.
+    pub fn certificate_seen(&self, replica: &Replica, not_after: i64) {
+        replica.cert_not_after.store(not_after, Ordering::Relaxed);
+        self.metrics
+            .replica_certificate_expiry(&self.route, &replica.label, not_after);
+        let now = crate::clock::now_unix_ms() as i64 / 1000;
+        let day = now / 86_400;
+        if not_after - now < crate::certificate::WARN_WITHIN
+            && replica.cert_warned_day.swap(day, Ordering::Relaxed) != day
+        {
+            tracing::warn!(
+                route = &*self.route,
+                replica = %replica.label,
+                days_left = (not_after - now) / 86_400,
+                not_after = %crate::certificate::rfc3339(not_after),
+                "replica's certificate expires soon"
+            );
+        }
     }
 
     /// Says why the runtime service has no replicas the node can know of

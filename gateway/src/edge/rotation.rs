@@ -40,7 +40,7 @@ use crate::shutdown::{Shutdown, Tasks};
 pub const RECHECK: Duration = Duration::from_secs(60);
 const DAY: i64 = 86_400;
 /// A certificate that expires within this (seconds) is warned about.
-pub const WARN_WITHIN: i64 = 14 * DAY;
+pub const WARN_WITHIN: i64 = crate::certificate::WARN_WITHIN;
 
 /// What was last refused of a certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]

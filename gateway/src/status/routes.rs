@@ -85,6 +85,16 @@ pub struct ReplicaView {
     /// The labels of every image it runs, as in the verdict's `images`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<String>,
+    /// A TLS replica's certificate, as this node's last check saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<ReplicaCertificate>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReplicaCertificate {
+    pub not_after_unix: i64,
+    /// Whole days left (negative once expired); within 14 the node warns.
+    pub days_left: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -160,6 +170,12 @@ fn route(route: &Route, verdicts: &[Verdict], now_unix_ms: u64) -> RouteView {
                 state,
                 reason,
                 images: r.images().to_vec(),
+                certificate: r
+                    .certificate_not_after()
+                    .map(|not_after| ReplicaCertificate {
+                        not_after_unix: not_after,
+                        days_left: (not_after - now_unix_ms as i64 / 1000).div_euclid(86_400),
+                    }),
             }
         })
         .collect();

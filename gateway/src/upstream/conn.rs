@@ -188,6 +188,16 @@ impl Connection {
         self.io
     }
 
+    /// When the certificate the replica presented expires (Unix seconds):
+    /// `None` over plain TCP, or when it cannot be read.
+    pub fn peer_not_after(&self) -> Option<i64> {
+        let Either::Right(tls) = &self.io else {
+            return None;
+        };
+        let leaf = tls.get_ref().1.peer_certificates()?.first()?;
+        crate::certificate::validity::validity(leaf).map(|(_, not_after)| not_after)
+    }
+
     /// The protocol the TLS handshake agreed on, if any.
     pub fn alpn_h2(&self) -> bool {
         match &self.io {

@@ -252,7 +252,14 @@ impl Upstream {
         bound: Duration,
     ) -> Result<(), ConnectFailure> {
         let deadline = Instant::now() + bound;
-        let open = open(&replica.key, self.check_tls.as_ref(), self.via.as_ref());
+        let open = async {
+            let (conn, not_after) =
+                open_seen(&replica.key, self.check_tls.as_ref(), self.via.as_ref()).await?;
+            if let Some(not_after) = not_after {
+                self.certificate_seen(replica, not_after);
+            }
+            Ok(conn)
+        };
         match timeout(bound, open).await {
             // The HTTP/2 handshake ends with a PING answered: a refusal
             // after the TLS handshake came before it.
@@ -366,6 +373,16 @@ pub async fn open(
     tls: Option<&TlsTarget>,
     via: Option<&ForwardProxy>,
 ) -> Result<Conn, ConnectFailure> {
+    open_seen(key, tls, via).await.map(|(conn, _)| conn)
+}
+
+/// [`open`], and when the replica's certificate expires (Unix seconds),
+/// for a TLS replica whose certificate the node could read.
+async fn open_seen(
+    key: &ReplicaKey,
+    tls: Option<&TlsTarget>,
+    via: Option<&ForwardProxy>,
+) -> Result<(Conn, Option<i64>), ConnectFailure> {
     use crate::config::Protocol;
     let conn = match open_stream(key, tls, via).await {
         Ok(conn) => conn,
@@ -391,15 +408,16 @@ pub async fn open(
         }
         Protocol::H2 | Protocol::Auto => conn.alpn_h2(),
     };
+    let not_after = conn.peer_not_after();
     if h2 {
         // Boxed, as the TLS handshake and the tunnel below: a connect
         // check of every replica runs at once, each holding only what a
         // plain TCP connect needs.
         return Box::pin(super::http2::handshake(conn.into_io()))
             .await
-            .map(Conn::H2);
+            .map(|conn| (Conn::H2(conn), not_after));
     }
-    Ok(Conn::H1(conn))
+    Ok((Conn::H1(conn), not_after))
 }
 
 /// The stream of [`open`], before any HTTP.

@@ -246,8 +246,80 @@ async fn a_certificate_that_expires_under_a_resumable_session_is_seen_at_the_nex
         "billing",
         "red once a check sees the expired certificate",
         Duration::from_secs(5),
-        |v| v.heart == Heart::Red && v.reason.contains("Expired"),
+        |v| v.heart == Heart::Red && v.reason.to_lowercase().contains("expired"),
     )
     .await;
     node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_replicas_days_to_expiry_are_shown_and_measured() {
+    let ca = TestCa::new("picket test CA");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    // Ten days and an hour left.
+    let not_after = now + 10 * 86_400 + 3_600;
+    let upstream = TlsUpstream::start(
+        "billing",
+        ca.server_config_expiring(&["127.0.0.1"], Some(not_after)),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let roots = ca.write_pem(dir.path());
+    let node = TestNode::start_with(
+        &format!(
+            "{CHECKS}{}",
+            external(
+                "billing",
+                &format!("https://127.0.0.1:{}", upstream.addr.port()),
+                ""
+            )
+        ),
+        |options| {
+            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
+        },
+    );
+    node.verdict_until("billing", "green", Duration::from_secs(3), |v| {
+        v.heart == Heart::Green
+    })
+    .await;
+    // Once a check has completed a handshake.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let routes = loop {
+        let (_, routes) = node.admin_json("/v1/routes").await;
+        if !routes["routes"][0]["replicas"][0]["certificate"].is_null() {
+            break routes;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no certificate seen: {routes}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let certificate = &routes["routes"][0]["replicas"][0]["certificate"];
+    assert_eq!(certificate["not_after_unix"], not_after, "{routes}");
+    assert_eq!(certificate["days_left"], 10, "{routes}");
+    let metrics = admin_metrics(node.admin).await;
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("picket_replica_certificate_expiry_seconds{")
+                && l.ends_with(&format!(" {not_after}"))
+        ),
+        "{metrics}"
+    );
+    node.stop().await;
+}
+
+/// `/metrics` of the admin listener at `admin`.
+async fn admin_metrics(admin: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(admin).await.expect("admin");
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("a request");
+    let mut out = Vec::new();
+    tcp.read_to_end(&mut out).await.expect("an answer");
+    String::from_utf8_lossy(&out).into_owned()
 }
