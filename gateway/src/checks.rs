@@ -137,12 +137,18 @@ impl Checker {
             for replica in upstream.replicas().iter().filter(|r| r.checked) {
                 let (upstream, replica) = (Arc::clone(&upstream), Arc::clone(replica));
                 checks.push(async move {
-                    match upstream.try_connect(&replica, bound).await {
-                        Ok(()) => upstream.observe(&replica, Observation::CheckOk),
-                        // The node's own shortage says nothing of the
-                        // replica: no verdict this round.
-                        Err(ConnectFailure::Local(_)) => {}
-                        Err(failure) => upstream.connect_failed(&replica, &failure, false),
+                    let result = upstream.try_connect(&replica, bound).await;
+                    let pooled = result.is_err() && upstream.pool.holds(&replica);
+                    match checked(result, pooled) {
+                        Checked::Passed => {
+                            upstream.name_resolves(&replica, None);
+                            upstream.observe(&replica, Observation::CheckOk);
+                        }
+                        Checked::NameGone(why) => upstream.name_resolves(&replica, Some(why)),
+                        Checked::NodeShort => {}
+                        Checked::Failed(failure) => {
+                            upstream.connect_failed(&replica, &failure, false);
+                        }
                     }
                 });
             }
@@ -197,9 +203,61 @@ pub fn supervise(
     });
 }
 
+/// What one check says of its replica.
+#[derive(Debug, PartialEq)]
+enum Checked {
+    /// A request could connect.
+    Passed,
+    /// Its name no longer resolves, but pooled connections still reach
+    /// it: requests are served, and new connects would fail. Said, not
+    /// ejected.
+    NameGone(String),
+    /// The node's own shortage: nothing of the replica, no verdict.
+    NodeShort,
+    Failed(ConnectFailure),
+}
+
+/// Decides what a check's `result` says, `pooled`: whether open
+/// connections to the replica wait in the pool.
+fn checked(result: Result<(), ConnectFailure>, pooled: bool) -> Checked {
+    match result {
+        Ok(()) => Checked::Passed,
+        Err(ConnectFailure::Unresolvable(why)) if pooled => Checked::NameGone(why),
+        Err(ConnectFailure::Local(_)) => Checked::NodeShort,
+        Err(failure) => Checked::Failed(failure),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_gone_from_dns_is_said_while_pooled_connections_serve() {
+        let gone = || {
+            Err(ConnectFailure::Unresolvable(
+                "resolving h: no such host".into(),
+            ))
+        };
+        assert_eq!(checked(Ok(()), false), Checked::Passed);
+        assert_eq!(
+            checked(gone(), true),
+            Checked::NameGone("resolving h: no such host".into())
+        );
+        // Nothing reaches it any more: a failed check, as any.
+        assert!(matches!(
+            checked(gone(), false),
+            Checked::Failed(ConnectFailure::Unresolvable(_))
+        ));
+        assert!(matches!(
+            checked(Err(ConnectFailure::Refused), true),
+            Checked::Failed(ConnectFailure::Refused)
+        ));
+        assert_eq!(
+            checked(Err(ConnectFailure::Local("EMFILE".into())), true),
+            Checked::NodeShort
+        );
+    }
 
     fn every(secs: u64) -> Settings {
         Settings {

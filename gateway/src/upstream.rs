@@ -139,6 +139,9 @@ pub struct Replica {
     failing_now: AtomicBool,
     /// On probation, a trial request is under way.
     trial: AtomicBool,
+    /// Its name stopped resolving while pooled connections still reach
+    /// it: why, as the last check saw it.
+    name_gone: Mutex<Option<Arc<str>>>,
     /// When the certificate it presented to the last check expires (Unix
     /// seconds; 0: not known), and the day (Unix days) its expiry was last
     /// warned of.
@@ -185,6 +188,7 @@ impl Replica {
             failing: Mutex::new(None),
             failing_now: AtomicBool::new(false),
             trial: AtomicBool::new(false),
+            name_gone: Mutex::new(None),
             cert_not_after: std::sync::atomic::AtomicI64::new(0),
             cert_warned_day: std::sync::atomic::AtomicI64::new(i64::MIN),
             ejections_in_a_row: AtomicU32::new(0),
@@ -211,6 +215,15 @@ impl Replica {
 
     pub fn health(&self) -> Health {
         *self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why its name no longer resolves, while pooled connections still
+    /// reach it.
+    pub fn name_gone(&self) -> Option<Arc<str>> {
+        self.name_gone
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// When the certificate it presented to this node's last check
@@ -754,6 +767,31 @@ impl Upstream {
                 tracing::info!(route, replica = label, by, "replica re-admitted");
             }
         }
+        self.changed();
+    }
+
+    /// What a check learned of `replica`'s name: `Some(why)` when it no
+    /// longer resolves though pooled connections still serve (the replica
+    /// stays, the verdict says both), `None` once it resolves again.
+    pub fn name_resolves(&self, replica: &Replica, gone: Option<String>) {
+        let mut note = replica.name_gone.lock().unwrap_or_else(|e| e.into_inner());
+        if note.as_deref() == gone.as_deref() {
+            return;
+        }
+        match &gone {
+            Some(why) if note.is_none() => tracing::warn!(
+                route = &*self.route,
+                replica = %replica.label,
+                %why,
+                "replica's name no longer resolves; pooled connections still serve"
+            ),
+            None => {
+                tracing::info!(route = &*self.route, replica = %replica.label, "replica's name resolves again")
+            }
+            Some(_) => {}
+        }
+        *note = gone.map(Arc::from);
+        drop(note);
         self.changed();
     }
 

@@ -40,6 +40,9 @@ pub struct ReplicaFacts<'a> {
     /// Failing real traffic while kept in rotation, the only replica
     /// left, and why: in rotation is not serving.
     pub failing: Option<EjectReason>,
+    /// Its name no longer resolves, though pooled connections still
+    /// reach it: why.
+    pub name_gone: Option<&'a str>,
     /// The labels of the images it runs (none when the runtime does not
     /// tell, as for static replicas and external hosts).
     pub images: Vec<&'a str>,
@@ -195,7 +198,15 @@ pub fn judge(
                 ),
             ),
         },
-        (_, Source::External) => (Heart::Green, "host accepts connections".to_string()),
+        (_, Source::External) => match replicas.iter().find_map(|r| r.name_gone) {
+            // Served over connections made before, refused to any new one:
+            // neither green nor red.
+            Some(why) => (
+                Heart::Orange,
+                format!("name does not resolve ({why}); pooled connections still serve"),
+            ),
+            None => (Heart::Green, "host accepts connections".to_string()),
+        },
         _ if usable == 0 => (Heart::Red, format!("none ready ({})", details())),
         _ if usable < total => (
             Heart::Orange,
@@ -307,6 +318,7 @@ mod tests {
             ready,
             ejected,
             failing: None,
+            name_gone: None,
             images: images.to_vec(),
         }
     }
@@ -316,6 +328,7 @@ mod tests {
             ready: true,
             ejected: None,
             failing: Some(reason),
+            name_gone: None,
             images: Vec::new(),
         }
     }
@@ -471,6 +484,16 @@ mod tests {
                 CLOSED,
                 Heart::Red,
                 "none ready (1 ejected by this node: 5 consecutive 503; 1 failing traffic: 5 consecutive 503; kept in rotation: no other replica)",
+            ),
+            (
+                Source::External,
+                vec![ReplicaFacts {
+                    name_gone: Some("resolving billing.example.net: no such host"),
+                    ..facts(true, None, &[])
+                }],
+                CLOSED,
+                Heart::Orange,
+                "name does not resolve (resolving billing.example.net: no such host); pooled connections still serve",
             ),
             (
                 Source::External,

@@ -977,6 +977,7 @@ mod tests {
                 ready: e.ready,
                 ejected: None,
                 failing: None,
+                name_gone: None,
                 images: e.images.iter().map(String::as_str).collect(),
             })
             .collect();

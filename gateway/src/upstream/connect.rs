@@ -90,6 +90,9 @@ pub struct Attempt {
 pub enum ConnectFailure {
     #[error("no replica in rotation")]
     NoReplica,
+    /// The replica's name does not resolve (to any address).
+    #[error("{0}")]
+    Unresolvable(String),
     /// No replica can be known of: the node lacks a right to resolve the
     /// service's port (the text says which).
     #[error("{0}")]
@@ -131,6 +134,7 @@ impl ConnectFailure {
             ConnectFailure::NoHttp2(_) => EjectReason::NoHttp2,
             ConnectFailure::NoReplica
             | ConnectFailure::Unresolved(_)
+            | ConnectFailure::Unresolvable(_)
             | ConnectFailure::Failed(_)
             | ConnectFailure::Local(_) => EjectReason::Unreachable,
         }
@@ -466,8 +470,8 @@ pub async fn tcp_connect(target: &Target) -> Result<TcpStream, ConnectFailure> {
         Target::Named { host, port } => {
             let addrs = tokio::net::lookup_host((&**host, *port))
                 .await
-                .map_err(|e| ConnectFailure::Failed(format!("resolving {host}: {e}")))?;
-            let mut last = ConnectFailure::Failed(format!("{host} resolved to no address"));
+                .map_err(|e| ConnectFailure::Unresolvable(format!("resolving {host}: {e}")))?;
+            let mut last = ConnectFailure::Unresolvable(format!("{host} resolved to no address"));
             for addr in addrs {
                 match connect_addr(addr).await {
                     Ok(stream) => return Ok(stream),

@@ -227,6 +227,18 @@ impl Pool {
         self.stack(replica).checkout(Instant::now()).map(Conn::H1)
     }
 
+    /// Whether open connections to `replica` wait in the pool: requests
+    /// can still reach it though a new connect would fail.
+    pub fn holds(&self, replica: &Replica) -> bool {
+        let shared = {
+            let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            shared
+                .get(&replica.key)
+                .is_some_and(|list| list.iter().any(|c| !c.is_closed()))
+        };
+        shared || replica.idle.get().is_some_and(|stack| stack.len() > 0)
+    }
+
     /// The replica's idle stack, found in the pool on its first use.
     fn stack<'r>(&self, replica: &'r Replica) -> &'r Arc<IdleStack> {
         replica.idle.get_or_init(|| {
