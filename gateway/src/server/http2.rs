@@ -5,8 +5,9 @@
 //! ## Connection rules
 //! - At most [`MAX_STREAMS`] streams at once per connection.
 //! - A connection with no request open for the idle timeout (`[node]
-//!   idle_timeout`, 60 s) is closed (GOAWAY, then the streams still open
-//!   finish), as an idle HTTP/1 connection is.
+//!   idle_timeout`, 60 s) is closed (GOAWAY and a PING, then at most
+//!   [`IDLE_CLOSE`] for the PING's answer: a client that ignores it does
+//!   not keep its place), as an idle HTTP/1 connection is.
 //! - Each stream's body is read under the body inactivity bound, as an
 //!   HTTP/1 body is.
 //! - The path is normalised before routing, as for HTTP/1.
@@ -242,8 +243,21 @@ pub async fn serve(
     };
     tracing::debug!(closing, "closing an HTTP/2 client connection");
     connection.as_mut().graceful_shutdown();
+    if closing == "idle" {
+        // Nothing is open: the GOAWAY's PING needs only its answer. A
+        // client that never answers it does not keep its place: the wait
+        // is bounded, as an HTTP/1 lingering close is.
+        let _ = tokio::time::timeout(IDLE_CLOSE, connection).await;
+        return;
+    }
+    // Shutting down: the streams still open finish, within the node's
+    // drain deadline.
     let _ = connection.await;
 }
+
+/// How long an idle HTTP/2 connection that was sent GOAWAY waits for the
+/// client's answer to its PING before it is closed.
+const IDLE_CLOSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Answers one HTTP/2 request. Never fails: every error is a response.
 /// With the access log on, the request's line, to be written when the

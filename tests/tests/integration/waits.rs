@@ -249,6 +249,43 @@ async fn an_idle_http2_connection_is_closed() {
     node.stop().await;
 }
 
+/// A raw HTTP/2 client that sends the preface and an empty SETTINGS,
+/// then reads what comes and answers nothing: not the node's SETTINGS,
+/// not its PING.
+#[tokio::test]
+async fn an_idle_http2_client_that_ignores_the_closing_ping_does_not_keep_its_place() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&short_bounds(&[recorder.addr]));
+    let mut deaf = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = TcpStream::connect(node.proxy).await.expect("connect");
+        tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .expect("the preface");
+        deaf.push(tcp);
+    }
+    let started = Instant::now();
+    for mut tcp in deaf {
+        // Read (and drop) the node's frames until it closes: its GOAWAY at
+        // the idle bound, then the close, however deaf the client.
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut sink = [0u8; 1024];
+            while tcp.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "a client ignoring the PING held its connection for {:?}",
+            started.elapsed()
+        );
+    }
+    eprintln!(
+        "deaf idle HTTP/2 clients closed after {:?} (idle bound 1 s)",
+        started.elapsed()
+    );
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn http2_streams_are_limited_and_their_bodies_bounded() {
     let recorder = Recorder::start().await;
