@@ -89,13 +89,47 @@ impl RequestParts {
 }
 
 /// Whether `bytes` is a valid `Host` value (RFC 9110 §7.2: `uri-host
-/// [":" port]`): the characters of a name, an IPv4 address or a bracketed
-/// IPv6 literal, and a port.
+/// [":" port]`): a name or an IPv4 address (the characters of a
+/// reg-name), or a bracketed IPv6 literal, then at most one port of
+/// digits, at most 65535. A host with a port that is not a port
+/// (`b.test:abc`, `b.test:80:80`) is refused rather than routed as some
+/// other host: it would miss its route and fall to a catch-all.
 pub fn is_host(bytes: &[u8]) -> bool {
-    !bytes.is_empty()
-        && bytes
+    let (name, port) = match bytes.strip_prefix(b"[") {
+        Some(rest) => {
+            let Some(end) = rest.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let literal = &rest[..end];
+            let valid = !literal.is_empty()
+                && literal
+                    .iter()
+                    .all(|b| b.is_ascii_hexdigit() || b":.".contains(b));
+            if !valid {
+                return false;
+            }
+            match &rest[end + 1..] {
+                [] => (&b"[]"[..], None),
+                [b':', port @ ..] => (&b"[]"[..], Some(port)),
+                _ => return false,
+            }
+        }
+        None => match bytes.iter().position(|&b| b == b':') {
+            Some(at) => (&bytes[..at], Some(&bytes[at + 1..])),
+            None => (bytes, None),
+        },
+    };
+    let name_ok = !name.is_empty()
+        && name
             .iter()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(b))
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=[]".contains(b));
+    // An empty port is allowed (`host:`), as the grammar's `*DIGIT` is.
+    let port_ok = port.is_none_or(|port| {
+        port.len() <= 5
+            && port.iter().all(u8::is_ascii_digit)
+            && port.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')) <= 65_535
+    });
+    name_ok && port_ok
 }
 
 /// Parses a request head from the start of `buf`. Returns `Ok(None)` when
@@ -550,10 +584,30 @@ mod tests {
             "api.example.com:8080",
             "10.0.0.1:80",
             "[::1]:8080",
+            "[::1]",
+            "B.test",
+            "b.test:",
+            "b.test:65535",
         ] {
             assert!(is_host(good.as_bytes()), "{good}");
         }
-        for bad in ["", "bad host", "a/b", "a\tb"] {
+        for bad in [
+            "",
+            "bad host",
+            "a/b",
+            "a\tb",
+            // A port that is not a port.
+            "b.test:abc",
+            "b.test:80:80",
+            "B.test:x",
+            "b.test:65536",
+            "b.test:123456",
+            ":80",
+            "[::1]x",
+            "[::1]:8x",
+            "[zz]:80",
+            "[::1",
+        ] {
             assert!(!is_host(bad.as_bytes()), "{bad}");
         }
     }

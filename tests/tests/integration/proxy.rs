@@ -371,3 +371,33 @@ async fn http2_cookie_fields_reach_an_http1_replica_as_one_line() {
     assert_eq!(cookies, ["cookie: a=1; b=2"], "{head}");
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_port_is_not_a_port_is_refused_not_routed_elsewhere() {
+    let b = Upstream::start("b", Behaviour::Echo).await;
+    let any = Upstream::start("any", Behaviour::Echo).await;
+    // b.test has its route; every other host falls to the catch-all.
+    let node = TestNode::start(&format!(
+        "{}{}",
+        route("b", "/", &[b.addr], "host = \"b.test\"\n"),
+        route("any", "/", &[any.addr], "")
+    ));
+    for host in ["b.test:abc", "b.test:80:80", "B.test:x", "b.test:65536"] {
+        let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
+        let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        tcp.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tcp.read_to_end(&mut out).await.unwrap();
+        assert!(
+            out.starts_with(b"HTTP/1.1 400 "),
+            "{host}: {}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    assert_eq!(any.hits(), 0, "nothing reached the catch-all");
+    // A real port still routes by its host.
+    let answer = client::get(node.proxy, "B.test:8080", "/").await.unwrap();
+    assert_eq!(answer.status, 200);
+    assert!(answer.text().starts_with("b: "), "{}", answer.text());
+    node.stop().await;
+}
