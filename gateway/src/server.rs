@@ -265,7 +265,8 @@ struct Opened {
 }
 
 /// Completes the TLS handshake (HTTPS) and tells the protocol: ALPN's
-/// choice over TLS, else the client's first bytes. `None` when the client
+/// choice over TLS (none, or `http/1.x`, is HTTP/1), else the client's
+/// first bytes. `None` when the client
 /// goes away, stays silent or fails its handshake.
 async fn open(
     stream: TcpStream,
@@ -275,8 +276,11 @@ async fn open(
     mut shutdown: Shutdown,
     limits: ClientLimits,
 ) -> Option<Opened> {
-    let (io, scheme, h2) = match edge {
-        Edge::Plain { https_port } => (Either::Left(stream), Scheme::Http { https_port }, false),
+    // Over TLS, ALPN decides (`Some(h2)`): a connection that agreed on
+    // HTTP/1 and then sends the HTTP/2 preface gets 400, as any request
+    // line that does not parse. In clear, the first bytes tell.
+    let (io, scheme, alpn_h2) = match edge {
+        Edge::Plain { https_port } => (Either::Left(stream), Scheme::Http { https_port }, None),
         Edge::Tls(acceptor) => {
             let connections = &proxy.metrics().connections;
             let handshake = tokio::select! {
@@ -285,15 +289,15 @@ async fn open(
             };
             let tls = handshaken(handshake, peer, limits.header, connections)?;
             let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
-            (Either::Right(Box::new(tls)), Scheme::Https, h2)
+            (Either::Right(Box::new(tls)), Scheme::Https, Some(h2))
         }
     };
     let client = Client::new(peer.ip(), scheme);
     let mut conn = http1::ClientConn::new(io, limits);
-    let protocol = if h2 {
-        http1::Protocol::Http2
-    } else {
-        conn.sniff().await?
+    let protocol = match alpn_h2 {
+        Some(true) => http1::Protocol::Http2,
+        Some(false) => http1::Protocol::Http1,
+        None => conn.sniff().await?,
     };
     Some(Opened {
         conn,

@@ -866,3 +866,38 @@ async fn clients_cannot_write_the_log_through_the_tls_library() {
     assert!(!log.contains("rustls"), "{log}");
     assert!(log.contains("node serving"), "the log is written: {log}");
 }
+
+/// Over TLS, ALPN decides the protocol: a connection that agreed on
+/// HTTP/1.1, or on nothing, and then sends the HTTP/2 preface is refused
+/// as a request line that does not parse, never served as HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alpn_decides_an_http2_preface_after_http1_is_refused() {
+    let ca = TestCa::new("ALPN CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "app", &["app.test"]);
+    let upstream = Upstream::start("echo", Behaviour::Echo).await;
+    let (node, tls) = start(
+        &[leaf.table()],
+        "",
+        &route("app", "/", &[upstream.addr], ""),
+    );
+    for alpn in [&[&b"http/1.1"[..]][..], &[]] {
+        let mut stream = connect(tls, "app.test", client_config(&ca, alpn))
+            .await
+            .expect("a handshake");
+        assert_ne!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+        assert!(
+            out.starts_with(b"HTTP/1.1 400 "),
+            "ALPN {alpn:?}: {}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    assert_eq!(upstream.hits(), 0);
+    node.stop().await;
+}
