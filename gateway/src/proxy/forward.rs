@@ -500,8 +500,11 @@ async fn exchange<B: RequestBody>(
 ) -> Exchange {
     headers::write_upstream_head(conn.head_buffer(), req, forwarding, replica);
     let underscores = forwarding.underscores;
-    if let Err(failed) = write_request(conn, req, body, body_started, waits.body, underscores).await
-    {
+    let trailers = Trailers {
+        underscores,
+        rules: forwarding.rules,
+    };
+    if let Err(failed) = write_request(conn, req, body, body_started, waits.body, trailers).await {
         return match failed {
             WriteError::Io(e) => Exchange::Failed(ConnError::Io(e)),
             WriteError::Stalled => Exchange::Stalled,
@@ -543,7 +546,7 @@ async fn write_request<B: RequestBody>(
     body: &mut B,
     body_started: &mut bool,
     bound: Duration,
-    underscores: bool,
+    trailers: Trailers<'_>,
 ) -> Result<(), WriteError> {
     if matches!(req.body, BodyKind::None | BodyKind::Length(0)) {
         return bounded(bound, conn.write_head()).await;
@@ -569,7 +572,7 @@ async fn write_request<B: RequestBody>(
     // The end of the body, with the client's trailers that may cross.
     let trailers = body
         .trailers()
-        .map(|trailers| crate::h1::body::clean_trailers(trailers, underscores))
+        .map(|t| trailers.of_client(t))
         .unwrap_or_default();
     let end = encoder
         .finish_with(
@@ -622,6 +625,10 @@ async fn exchange_h2<B: RequestBody>(
         underscores,
         waits,
     } = sent;
+    let trailers = Trailers {
+        underscores,
+        rules: forwarding.rules,
+    };
     let request = match headers::upstream_h2_request(req, forwarding, target, scheme) {
         Ok(request) => request,
         Err(e) => {
@@ -658,7 +665,8 @@ async fn exchange_h2<B: RequestBody>(
                     }
                     match body.detach() {
                         Some(rest) => {
-                            tokio::spawn(pump(rest, stream, underscores));
+                            let rules = forwarding.rules.clone();
+                            tokio::spawn(pump(rest, stream, underscores, rules));
                         }
                         // The body cannot leave this task: it goes up to
                         // its end before the answer goes back. A body that
@@ -680,7 +688,10 @@ async fn exchange_h2<B: RequestBody>(
                                 }
                             }
                             match whole {
-                                true => end_h2_body(&mut stream, body.trailers(), underscores),
+                                true => end_h2_body(
+                                    &mut stream,
+                                    body.trailers().map(|t| trailers.of_client(t)),
+                                ),
                                 false => stream.send_reset(h2::Reason::CANCEL),
                             }
                         }
@@ -698,7 +709,7 @@ async fn exchange_h2<B: RequestBody>(
                         return Exchange::ClientBody(e);
                     }
                     None => {
-                        end_h2_body(&mut stream, body.trailers(), underscores);
+                        end_h2_body(&mut stream, body.trailers().map(|t| trailers.of_client(t)));
                         break;
                     }
                 },
@@ -809,14 +820,25 @@ async fn send_h2_data(
         .map_err(|e| WriteError::Io(io_error(e)))
 }
 
-/// Ends the body of a stream, with the client's trailers if it sent any
-/// (those that may cross: [`crate::h1::body::clean_trailers`]).
-fn end_h2_body(
-    stream: &mut h2::SendStream<Bytes>,
-    trailers: Option<http::HeaderMap>,
+/// What of a client's trailers may reach a replica: what may cross at
+/// all ([`crate::h1::body::clean_trailers`]), less what the node owns and
+/// what the route's rules remove or set ([`super::rules::request_trailers`]).
+#[derive(Clone, Copy)]
+struct Trailers<'a> {
     underscores: bool,
-) {
-    let trailers = trailers.map(|t| crate::h1::body::clean_trailers(t, underscores));
+    rules: &'a crate::config::HeaderRules,
+}
+
+impl Trailers<'_> {
+    fn of_client(&self, trailers: http::HeaderMap) -> http::HeaderMap {
+        let crossing = crate::h1::body::clean_trailers(trailers, self.underscores);
+        super::rules::request_trailers(crossing, self.rules)
+    }
+}
+
+/// Ends the body of a stream, with the client's trailers that may cross
+/// ([`Trailers`]), if it sent any.
+fn end_h2_body(stream: &mut h2::SendStream<Bytes>, trailers: Option<http::HeaderMap>) {
     let ended = match trailers {
         Some(trailers) if !trailers.is_empty() => stream.send_trailers(trailers),
         _ => stream.send_data(Bytes::new(), true),
@@ -833,6 +855,7 @@ async fn pump(
     mut rest: super::incoming::IncomingBody,
     mut stream: h2::SendStream<Bytes>,
     underscores: bool,
+    rules: crate::config::HeaderRules,
 ) {
     rest.unbound();
     loop {
@@ -849,7 +872,11 @@ async fn pump(
                 return;
             }
             None => {
-                end_h2_body(&mut stream, rest.trailers(), underscores);
+                let trailers = Trailers {
+                    underscores,
+                    rules: &rules,
+                };
+                end_h2_body(&mut stream, rest.trailers().map(|t| trailers.of_client(t)));
                 return;
             }
         }

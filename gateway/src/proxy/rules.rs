@@ -29,6 +29,55 @@ pub fn overridden(rules: &HeaderRules, name: &[u8]) -> bool {
             .any(|(n, _)| n.as_str().as_bytes().eq_ignore_ascii_case(name))
 }
 
+/// Headers the node owns on a request: written from what it saw, never
+/// taken from a client, so never crossing in a trailer either.
+const OWNED_REQUEST: [&str; 10] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-request-id",
+    "forwarded",
+    "x-real-ip",
+    "x-original-url",
+    "via",
+];
+
+/// Headers the node owns on an answer: the request ID it gives, and the
+/// locations it moves back under the route's prefix.
+const OWNED_RESPONSE: [&str; 3] = ["x-request-id", "location", "content-location"];
+
+/// Trailers cross only what a head may: the ones the node owns, and
+/// those a rule of the route removes or sets, are dropped from `trailers`
+/// as they are from the head (a `Cookie` a rule removes does not come
+/// back in a trailer).
+fn trailers_as_heads(
+    mut trailers: http::HeaderMap,
+    rules: &HeaderRules,
+    owned: &[&str],
+) -> http::HeaderMap {
+    let names: Vec<http::header::HeaderName> = trailers.keys().cloned().collect();
+    for name in names {
+        if owned.contains(&name.as_str()) || overridden(rules, name.as_str().as_bytes()) {
+            trailers.remove(&name);
+        }
+    }
+    trailers
+}
+
+/// A client's trailers, as they may reach a replica under `rules` (the
+/// route's `request_headers`).
+pub fn request_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
+    trailers_as_heads(trailers, rules, &OWNED_REQUEST)
+}
+
+/// A replica's trailers, as they may reach the client under `rules` (the
+/// route's `response_headers`).
+pub fn response_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
+    trailers_as_heads(trailers, rules, &OWNED_RESPONSE)
+}
+
 /// The longest request ID kept from a client.
 pub const MAX_ID: usize = 128;
 
@@ -140,6 +189,46 @@ pub fn response_fields<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trailers_cross_only_what_a_head_may() {
+        let rules = HeaderRules {
+            set: vec![(
+                http::header::HeaderName::from_static("x-tenant"),
+                http::HeaderValue::from_static("a"),
+            )],
+            remove: vec![http::header::HeaderName::from_static("cookie")],
+        };
+        let mut trailers = http::HeaderMap::new();
+        for (name, value) in [
+            ("x-sum", "1"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+            ("x-request-id", "forged"),
+            ("cookie", "session=stolen"),
+            ("x-tenant", "b"),
+            ("location", "http://elsewhere/"),
+        ] {
+            trailers.append(
+                http::header::HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            );
+        }
+        let names = |map: &http::HeaderMap| {
+            let mut names: Vec<String> = map.keys().map(|n| n.to_string()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names(&request_trailers(trailers.clone(), &rules)),
+            ["location", "x-sum"]
+        );
+        assert_eq!(
+            names(&response_trailers(trailers, &rules)),
+            ["forwarded", "x-forwarded-for", "x-real-ip", "x-sum"]
+        );
+    }
 
     #[test]
     fn a_client_id_is_kept_only_when_safe() {

@@ -778,7 +778,8 @@ async fn write_answer(
         _ if head_request => None,
         _ => Some(framing.encoder()),
     };
-    write_body(conn, &mut body, encoder, bytes_out).await?;
+    let rules = &route.config.response_headers;
+    write_body(conn, &mut body, encoder, rules, bytes_out).await?;
     Ok(if keep { Next::KeepAlive } else { Next::Close })
 }
 
@@ -799,12 +800,13 @@ async fn send(io: &mut ClientIo, bytes: &mut impl Buf) -> Result<(), Cut> {
 }
 
 /// Writes the head in `conn.out`, then the body framed by `encoder` (none:
-/// the head alone), each piece as it arrives; `bytes_out` counts the body
-/// bytes written.
+/// the head alone), each piece as it arrives, and the trailers the
+/// route's `rules` let cross; `bytes_out` counts the body bytes written.
 async fn write_body(
     conn: &mut ClientConn,
     body: &mut UpstreamBody,
     encoder: Option<BodyEncoder>,
+    rules: &crate::config::HeaderRules,
     bytes_out: &mut u64,
 ) -> Result<(), Cut> {
     let Some(mut encoder) = encoder else {
@@ -838,6 +840,7 @@ async fn write_body(
                     let Ok(trailers) = frame.into_trailers() else {
                         continue;
                     };
+                    let trailers = crate::proxy::rules::response_trailers(trailers, rules);
                     let fields = trailers
                         .iter()
                         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));

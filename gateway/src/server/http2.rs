@@ -149,7 +149,24 @@ impl http_body::Body for Counted {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
         let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        let polled = match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+            // The replica's trailers cross as its head did: less what the
+            // node owns and what the route's rules remove or set.
+            std::task::Poll::Ready(Some(Ok(frame))) if frame.is_trailers() => {
+                let frame = match (frame.into_trailers(), &this.route) {
+                    (Ok(trailers), Some(route)) => {
+                        http_body::Frame::trailers(crate::proxy::rules::response_trailers(
+                            trailers,
+                            &route.config.response_headers,
+                        ))
+                    }
+                    (Ok(trailers), None) => http_body::Frame::trailers(trailers),
+                    (Err(frame), _) => frame,
+                };
+                std::task::Poll::Ready(Some(Ok(frame)))
+            }
+            polled => polled,
+        };
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(logged), Some(data)) = (&mut this.log, frame.data_ref()) {

@@ -238,3 +238,50 @@ async fn a_request_without_trailers_still_gets_the_answers() {
     assert_eq!(seen.lock().unwrap().clone(), vec![None]);
     node.stop().await;
 }
+
+/// Trailers are held to the head's rules, both ways: a field the node
+/// owns, or one a rule of the route removes or sets, never crosses in a
+/// trailer.
+#[tokio::test]
+async fn trailers_carry_nothing_a_head_may_not() {
+    let (replica, seen) = h1_replica().await;
+    let node = TestNode::start(&route(
+        "t",
+        "/",
+        &[replica],
+        "request_headers = { remove = [\"cookie\"], set = { x-tenant = \"a\" } }\n\
+         response_headers = { remove = [\"x-sum\"] }\n",
+    ));
+    let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
+    tcp.write_all(
+        b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTE: trailers\r\n\r\n\
+          4\r\nping\r\n0\r\nx-req: 1\r\nX-Forwarded-For: 6.6.6.6\r\nX-Request-Id: forged\r\n\
+          Forwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nCookie: session=stolen\r\n\
+          X-Tenant: b\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.ends_with(b"\r\n\r\n") || !answer.windows(5).any(|w| w == b"\r\n0\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
+            .await
+            .expect("the answer came")
+            .unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+    // The replica's x-sum is removed by the route's response rule.
+    assert!(
+        answer.ends_with(b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let request = seen.lock().unwrap().pop().unwrap();
+    assert!(
+        request.ends_with(b"4\r\nping\r\n0\r\nx-req: 1\r\n\r\n"),
+        "{}",
+        String::from_utf8_lossy(&request)
+    );
+    node.stop().await;
+}
