@@ -103,5 +103,11 @@ if ! wait "$bins"; then
 fi
 rm -f "$bins_log"
 trap - EXIT
-cargo test --workspace --locked -- --skip faults::under_load --test-threads=6
+cargo test --workspace --locked -- --skip faults::under_load --skip real_clients:: --test-threads=6
 cargo test -p picket-tests --test integration --locked -- faults::under_load
+# The real clients (git, pip, Docker, Chromium) after the rest, on their
+# own: in two of three full runs, Chromium's HTTP/2 page through the node
+# lost a run of streams while the rest of the suite (the Swarm deploy test
+# among it) ran beside it; never when they ran on their own, nor under
+# CPU load. The cause is not found yet.
+cargo test -p picket-tests --test integration --locked -- real_clients::
