@@ -32,3 +32,31 @@ pub fn runtime(
         .expect("a runtime");
     (runtime, tracing::dispatcher::set_default(&dispatch))
 }
+
+/// A node configuration with an access log at `log` in `format` (`json`
+/// or `combined`), then `routes`.
+pub fn with_access_log(log: &std::path::Path, format: &str, routes: &str) -> String {
+    format!(
+        "[node]\naccess_log = \"{}\"\naccess_log_format = \"{format}\"\n\n{routes}",
+        log.display()
+    )
+}
+
+/// The JSON access log's lines at `log`, once there are at least `n`
+/// (within 10 s).
+pub async fn access_lines(log: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let read = || {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect::<Vec<serde_json::Value>>()
+    };
+    crate::node::eventually(
+        "the access log lines",
+        std::time::Duration::from_secs(10),
+        || read().len() >= n,
+    )
+    .await;
+    read()
+}

@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use picket_tests::client::{self, Answer};
+use picket_tests::logs::{access_lines, with_access_log};
 use picket_tests::node::{TestNode, eventually, route};
 use picket_tests::ports::refusing;
 use picket_tests::recorder::Recorder;
@@ -87,30 +88,6 @@ async fn silent() -> SocketAddr {
     addr
 }
 
-/// A node configuration with an access log at `log`.
-fn with_log(log: &Path, format: &str, routes: &str) -> String {
-    format!(
-        "[node]\naccess_log = \"{}\"\naccess_log_format = \"{format}\"\n\n{routes}",
-        log.display()
-    )
-}
-
-/// The access log's lines as JSON, once there are at least `n`.
-async fn lines(log: &Path, n: usize) -> Vec<serde_json::Value> {
-    let read = || {
-        std::fs::read_to_string(log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-            .collect::<Vec<serde_json::Value>>()
-    };
-    eventually("the access log lines", Duration::from_secs(10), || {
-        read().len() >= n
-    })
-    .await;
-    read()
-}
-
 async fn get_with(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
     let mut req = client::request(Method::GET, host, path, Bytes::new());
     for (name, value) in headers {
@@ -132,14 +109,18 @@ fn temp() -> (tempfile::TempDir, PathBuf) {
 async fn the_access_log_tells_a_success_with_every_field() {
     let (_dir, log) = temp();
     let (addr, _) = replica(ok("hello")).await;
-    let node = TestNode::start(&with_log(&log, "json", &route("shop", "/", &[addr], "")));
+    let node = TestNode::start(&with_access_log(
+        &log,
+        "json",
+        &route("shop", "/", &[addr], ""),
+    ));
     let mut req = client::request(Method::POST, "shop.test", "/cart?x=1", Bytes::from("abc"));
     req.headers_mut()
         .insert("user-agent", "day-two/1".parse().unwrap());
     let answer = client::send(node.proxy, req).await.unwrap();
     assert_eq!(answer.status, StatusCode::OK);
     let id = answer.headers["x-request-id"].to_str().unwrap().to_string();
-    let line = &lines(&log, 1).await[0];
+    let line = &access_lines(&log, 1).await[0];
     assert_eq!(line["request_id"], id.as_str());
     assert_eq!(line["client"], "127.0.0.1");
     assert_eq!(line["method"], "POST");
@@ -166,7 +147,7 @@ async fn the_access_log_tells_a_retry_on_another_replica() {
     let (_dir, log) = temp();
     let (bad, _) = replica(status(503)).await;
     let (good, _) = replica(ok("fine")).await;
-    let node = TestNode::start(&with_log(
+    let node = TestNode::start(&with_access_log(
         &log,
         "json",
         &route(
@@ -180,7 +161,7 @@ async fn the_access_log_tells_a_retry_on_another_replica() {
         let answer = client::get(node.proxy, "h", "/").await.unwrap();
         assert_eq!(answer.status, StatusCode::OK);
     }
-    let lines = lines(&log, 4).await;
+    let lines = access_lines(&log, 4).await;
     assert!(
         lines
             .iter()
@@ -213,7 +194,7 @@ async fn the_access_log_says_which_bound_or_breaker_decided() {
             "[route.breaker]\nenabled = true\nfailures = 2\n"
         ),
     );
-    let node = TestNode::start(&with_log(&log, "json", &routes));
+    let node = TestNode::start(&with_access_log(&log, "json", &routes));
     assert_eq!(
         client::get(node.proxy, "h", "/down").await.unwrap().status,
         StatusCode::BAD_GATEWAY
@@ -228,7 +209,7 @@ async fn the_access_log_says_which_bound_or_breaker_decided() {
     }
     let open = client::get(node.proxy, "h", "/tripped").await.unwrap();
     assert_eq!(open.status, StatusCode::SERVICE_UNAVAILABLE);
-    let lines = lines(&log, 5).await;
+    let lines = access_lines(&log, 5).await;
     let find = |path: &str, status: u64| {
         lines
             .iter()
@@ -259,7 +240,11 @@ async fn the_access_log_says_which_bound_or_breaker_decided() {
 async fn the_combined_format_reads_as_nginx_writes_it() {
     let (_dir, log) = temp();
     let (addr, _) = replica(ok("hello")).await;
-    let node = TestNode::start(&with_log(&log, "combined", &route("r", "/", &[addr], "")));
+    let node = TestNode::start(&with_access_log(
+        &log,
+        "combined",
+        &route("r", "/", &[addr], ""),
+    ));
     let answer = get_with(node.proxy, "h", "/a?b=1", &[("referer", "http://x/")]).await;
     let id = answer.headers["x-request-id"].to_str().unwrap().to_string();
     eventually("a combined line", Duration::from_secs(10), || {
@@ -280,7 +265,7 @@ async fn the_combined_format_reads_as_nginx_writes_it() {
 async fn request_ids_are_kept_generated_and_returned() {
     let (_dir, log) = temp();
     let (addr, seen) = replica(ok("x")).await;
-    let node = TestNode::start(&with_log(
+    let node = TestNode::start(&with_access_log(
         &log,
         "json",
         &route("r", "/", &[addr], "host = \"h\"\n"),
@@ -397,7 +382,11 @@ async fn h2_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Respo
 async fn over_http2_the_id_and_the_log_line_are_the_same() {
     let (_dir, log) = temp();
     let (addr, seen) = replica(ok("h2 body")).await;
-    let node = TestNode::start(&with_log(&log, "json", &route("r", "/", &[addr], "")));
+    let node = TestNode::start(&with_access_log(
+        &log,
+        "json",
+        &route("r", "/", &[addr], ""),
+    ));
     let answer = h2_get(node.proxy, "/over/h2", &[("x-request-id", "h2-id")]).await;
     assert_eq!(answer.status(), StatusCode::OK);
     assert_eq!(answer.headers()["x-request-id"], "h2-id");

@@ -8,7 +8,6 @@
 //! port) are refused at once.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,7 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use picket_tests::node::{TestNode, eventually, route};
+use picket_tests::logs::{access_lines, with_access_log};
+use picket_tests::node::{TestNode, route};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -110,29 +110,6 @@ async fn serve(mut tcp: TcpStream, answer: Answer, hits: &AtomicUsize) {
     }
 }
 
-fn with_log(log: &Path, routes: &str) -> String {
-    format!(
-        "[node]\naccess_log = \"{}\"\naccess_log_format = \"json\"\n\n{routes}",
-        log.display()
-    )
-}
-
-/// The access log's lines, once there are at least `n`.
-async fn lines(log: &Path, n: usize) -> Vec<serde_json::Value> {
-    let read = || {
-        std::fs::read_to_string(log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-            .collect::<Vec<serde_json::Value>>()
-    };
-    eventually("the access log lines", Duration::from_secs(10), || {
-        read().len() >= n
-    })
-    .await;
-    read()
-}
-
 /// The value of one series of `/metrics`, 0 when absent.
 async fn metric(node: &TestNode, series: &str) -> u64 {
     let text = admin_text(node.admin, "/metrics").await;
@@ -193,7 +170,11 @@ async fn a_replica_that_closes_short_is_a_cut_answer_everywhere_it_is_told() {
         missing: 100,
     })
     .await;
-    let node = TestNode::start(&with_log(&log, &route("cut", "/", &[cut], "")));
+    let node = TestNode::start(&with_access_log(
+        &log,
+        "json",
+        &route("cut", "/", &[cut], ""),
+    ));
 
     // An HTTP/1.1 client sees the connection close before the length.
     let (status, got) = h1_get(node.proxy, "/a").await;
@@ -209,7 +190,7 @@ async fn a_replica_that_closes_short_is_a_cut_answer_everywhere_it_is_told() {
         assert!(body.is_err(), "a cut body ends in an error, not cleanly");
     }
 
-    let lines = lines(&log, 2).await;
+    let lines = access_lines(&log, 2).await;
     for (line, protocol) in lines.iter().zip(["HTTP/1.1", "HTTP/2.0"]) {
         assert_eq!(line["protocol"], protocol, "{line}");
         assert_eq!(line["status"], 200, "{line}");
@@ -237,10 +218,14 @@ async fn a_replica_that_sends_what_does_not_parse_is_told_apart() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("access.log");
     let (garbled, _) = replica(Answer::Garbled).await;
-    let node = TestNode::start(&with_log(&log, &route("garbled", "/", &[garbled], "")));
+    let node = TestNode::start(&with_access_log(
+        &log,
+        "json",
+        &route("garbled", "/", &[garbled], ""),
+    ));
     let (status, _) = h1_get(node.proxy, "/").await;
     assert_eq!(status, "HTTP/1.1 200 OK");
-    let line = &lines(&log, 1).await[0];
+    let line = &access_lines(&log, 1).await[0];
     assert_eq!(line["ending"], "replica_unparsable", "{line}");
     assert_eq!(line["phase"], "body", "{line}");
     assert_eq!(line["bytes_out"], 5, "{line}");
@@ -307,7 +292,11 @@ async fn a_client_that_leaves_mid_body_is_told_and_never_blamed_on_the_replica()
     let log = dir.path().join("access.log");
     let len = 8 * 1024 * 1024;
     let (slow, _) = replica(Answer::Slow { len }).await;
-    let node = TestNode::start(&with_log(&log, &route("slow", "/", &[slow], "")));
+    let node = TestNode::start(&with_access_log(
+        &log,
+        "json",
+        &route("slow", "/", &[slow], ""),
+    ));
     // Six HTTP/1.1 clients each read 64 KiB, then leave.
     for _ in 0..6 {
         let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
@@ -326,7 +315,7 @@ async fn a_client_that_leaves_mid_body_is_told_and_never_blamed_on_the_replica()
     assert!(first.is_data());
     drop(body);
 
-    let lines = lines(&log, 7).await;
+    let lines = access_lines(&log, 7).await;
     for line in &lines {
         assert_eq!(line["status"], 200, "{line}");
         assert_eq!(line["ending"], "client_gone", "{line}");

@@ -213,21 +213,7 @@ async fn a_certificate_that_expires_under_a_resumable_session_is_seen_at_the_nex
     let ca = TestCa::new("picket test CA");
     let valid = ca.server_config(&["127.0.0.1"]);
     let upstream = TlsUpstream::start("billing", Arc::clone(&valid)).await;
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let roots = ca.write_pem(dir.path());
-    let node = TestNode::start_with(
-        &format!(
-            "{CHECKS}{}",
-            external(
-                "billing",
-                &format!("https://127.0.0.1:{}", upstream.addr.port()),
-                ""
-            )
-        ),
-        |options| {
-            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
-        },
-    );
+    let (node, _roots) = checking(&ca, &upstream);
     node.verdict_until("billing", "green", Duration::from_secs(3), |v| {
         v.heart == Heart::Green
     })
@@ -266,21 +252,7 @@ async fn a_tls_replicas_days_to_expiry_are_shown_and_measured() {
         ca.server_config_expiring(&["127.0.0.1"], Some(not_after)),
     )
     .await;
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let roots = ca.write_pem(dir.path());
-    let node = TestNode::start_with(
-        &format!(
-            "{CHECKS}{}",
-            external(
-                "billing",
-                &format!("https://127.0.0.1:{}", upstream.addr.port()),
-                ""
-            )
-        ),
-        |options| {
-            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
-        },
-    );
+    let (node, _roots) = checking(&ca, &upstream);
     node.verdict_until("billing", "green", Duration::from_secs(3), |v| {
         v.heart == Heart::Green
     })
@@ -322,4 +294,25 @@ async fn admin_metrics(admin: std::net::SocketAddr) -> String {
     let mut out = Vec::new();
     tcp.read_to_end(&mut out).await.expect("an answer");
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A node checking `upstream` as the external host `billing`, `ca`
+/// trusted; the directory of its roots, kept while the node runs.
+fn checking(ca: &TestCa, upstream: &TlsUpstream) -> (TestNode, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let roots = ca.write_pem(dir.path());
+    let node = TestNode::start_with(
+        &format!(
+            "{CHECKS}{}",
+            external(
+                "billing",
+                &format!("https://127.0.0.1:{}", upstream.addr.port()),
+                ""
+            )
+        ),
+        |options| {
+            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
+        },
+    );
+    (node, dir)
 }

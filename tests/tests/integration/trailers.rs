@@ -120,6 +120,11 @@ async fn h1_call(node: SocketAddr) -> Vec<u8> {
     )
     .await
     .unwrap();
+    chunked_answer(&mut tcp).await
+}
+
+/// An answer read to the end of its chunked body.
+async fn chunked_answer(tcp: &mut TcpStream) -> Vec<u8> {
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
     while !answer.ends_with(b"\r\n\r\n") || !answer.windows(5).any(|w| w == b"\r\n0\r\n") {
@@ -261,16 +266,7 @@ async fn trailers_carry_nothing_a_head_may_not() {
     )
     .await
     .unwrap();
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !answer.ends_with(b"\r\n\r\n") || !answer.windows(5).any(|w| w == b"\r\n0\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf))
-            .await
-            .expect("the answer came")
-            .unwrap();
-        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&answer));
-        answer.extend_from_slice(&buf[..n]);
-    }
+    let answer = chunked_answer(&mut tcp).await;
     // The replica's x-sum is removed by the route's response rule.
     assert!(
         answer.ends_with(b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n"),
