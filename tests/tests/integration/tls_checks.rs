@@ -107,22 +107,7 @@ async fn a_certificate_from_an_unknown_ca_is_red_with_the_tls_reason_and_never_g
 async fn with_its_ca_trusted_the_host_is_green_and_serves() {
     let ca = TestCa::new("picket test CA");
     let upstream = TlsUpstream::start("billing", ca.server_config(&["127.0.0.1"])).await;
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let roots = ca.write_pem(dir.path());
-    let node = TestNode::start_with(
-        &format!(
-            "{CHECKS}{}",
-            external(
-                "billing",
-                &format!("https://127.0.0.1:{}", upstream.addr.port()),
-                ""
-            )
-        ),
-        |options| {
-            // As `SSL_CERT_FILE` (`--extra-ca`) gives it.
-            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
-        },
-    );
+    let (node, _roots) = checking(&ca, &upstream);
     node.verdict_until(
         "billing",
         "green once checked",
@@ -311,6 +296,7 @@ fn checking(ca: &TestCa, upstream: &TlsUpstream) -> (TestNode, tempfile::TempDir
             )
         ),
         |options| {
+            // As `SSL_CERT_FILE` (`--extra-ca`) gives it.
             options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
         },
     );
