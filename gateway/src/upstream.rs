@@ -473,23 +473,22 @@ impl Upstream {
         // A replica on probation takes its turn when its one trial is free
         // (and this request holds no other).
         let may_trial = tried.trial.is_none();
-        let mut took_trial = false;
+        // Whether the pick took a trial slot: known from the slot itself,
+        // not from the state, which may move on meanwhile.
+        let took_trial = std::cell::Cell::new(false);
         let serving = |r: &Replica, state: u8| {
-            state == IN_ROTATION
-                || (state == PROBATION
-                    && may_trial
-                    && r.trial
-                        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok())
-        };
-        let chosen = match pick(&serving) {
-            Some(r) => {
-                took_trial = r.state.load(Ordering::Relaxed) == PROBATION;
-                Some(r)
+            if state == IN_ROTATION {
+                return true;
             }
-            None => None,
+            let took = state == PROBATION
+                && may_trial
+                && r.trial
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+            took_trial.set(took);
+            took
         };
-        let chosen = chosen
+        let chosen = pick(&serving)
             .or_else(|| pick(&|_, state| state == STALLED))
             .or_else(|| {
                 // Panic routing: ejection may shrink a rotation, never
@@ -505,7 +504,7 @@ impl Upstream {
                     .flatten()
             })?;
         let chosen = Arc::clone(chosen);
-        if took_trial {
+        if took_trial.get() {
             tried.trial = Some(Trial(Arc::clone(&chosen)));
         }
         tried.push(&chosen);
@@ -715,6 +714,10 @@ impl Upstream {
                 tracing::debug!(route, replica = label, "overdue connect succeeded");
             }
             Change::OnProbation => {
+                // A trial slot left taken by a request of an earlier
+                // probation (it cannot be: a request gives it back when it
+                // ends) would keep this one from ever being tried.
+                replica.trial.store(false, Ordering::Release);
                 tracing::info!(
                     route,
                     replica = label,

@@ -387,6 +387,10 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
     // Bytes of the buffer already searched for the end of the head: a head
     // is parsed once it is whole (or too large), not on every read.
     let mut scanned = 0;
+    // Whether the head's first bytes were found able to begin a request
+    // line: looked at only until [`REQUEST_LINE_PREFIX`] bytes or a line
+    // end have come, so a head that trickles in is never scanned again.
+    let mut beginning_checked = false;
     loop {
         if !conn.buf.is_empty() {
             if h1::has_head_end(&conn.buf, scanned) || conn.buf.len() > h1::MAX_HEAD {
@@ -395,11 +399,15 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
                     Ok(None) => {}
                     Err(error) => return Read::Refused(error),
                 }
-            } else if !can_begin(&conn.buf) {
+            } else if !beginning_checked {
                 // A TLS ClientHello on the plain port, or anything else
                 // that no blank line will ever end: refused now, not at the
                 // head bound.
-                return Read::Refused(ParseError::Head("not an HTTP/1 request line".into()));
+                let prefix = &conn.buf[..conn.buf.len().min(REQUEST_LINE_PREFIX)];
+                if !can_begin(prefix) {
+                    return Read::Refused(ParseError::Head("not an HTTP/1 request line".into()));
+                }
+                beginning_checked = prefix.len() == REQUEST_LINE_PREFIX || prefix.contains(&b'\n');
             }
             scanned = conn.buf.len();
             if !started {
@@ -425,6 +433,10 @@ async fn read_request(conn: &mut ClientConn, shutdown: &mut Shutdown) -> Read {
         }
     }
 }
+
+/// The first bytes of a head looked at for whether they can begin a
+/// request line: enough for any method and the start of a target.
+const REQUEST_LINE_PREFIX: usize = 32;
 
 /// How long a closing connection's unread bytes are read and dropped.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
