@@ -519,7 +519,7 @@ impl Upstream {
     /// it as failing traffic ([`Upstream::answered`]).
     pub fn silent(&self, replica: &Arc<Replica>) {
         if self.others_in_rotation(replica) {
-            self.observe(replica, Observation::AnswerOverdue);
+            self.observe(replica, Observation::TrafficFailed(EjectReason::Silent));
         } else {
             self.answered(replica, http::StatusCode::GATEWAY_TIMEOUT);
         }
@@ -540,16 +540,7 @@ impl Upstream {
     /// why it is kept), once.
     fn failed_in_a_row(&self, replica: &Arc<Replica>, reason: EjectReason) {
         if self.others_in_rotation(replica) {
-            let observation = match reason {
-                EjectReason::Broken { count, garbled } => {
-                    Observation::BrokenAnswers { count, garbled }
-                }
-                EjectReason::Answers { status, count } => {
-                    Observation::GatewayErrors { status, count }
-                }
-                _ => Observation::AnswerOverdue,
-            };
-            self.observe(replica, observation);
+            self.observe(replica, Observation::TrafficFailed(reason));
             return;
         }
         let mut failing = replica.failing.lock().unwrap_or_else(|e| e.into_inner());
@@ -620,7 +611,10 @@ impl Upstream {
         {
             // A trial that fails ejects at once, for longer.
             errors.store(0, Ordering::Relaxed);
-            self.observe(replica, Observation::GatewayErrors { status, count: 1 });
+            self.observe(
+                replica,
+                Observation::TrafficFailed(EjectReason::Answers { status, count: 1 }),
+            );
             return;
         }
         if count == before {
@@ -641,7 +635,10 @@ impl Upstream {
     pub fn broke_off(&self, replica: &Arc<Replica>, garbled: bool) {
         if replica.state.load(Ordering::Relaxed) == PROBATION && self.others_in_rotation(replica) {
             replica.broken_answers.store(0, Ordering::Relaxed);
-            self.observe(replica, Observation::BrokenAnswers { count: 1, garbled });
+            self.observe(
+                replica,
+                Observation::TrafficFailed(EjectReason::Broken { count: 1, garbled }),
+            );
             return;
         }
         let count = replica.broken_answers.fetch_add(1, Ordering::Relaxed) + 1;

@@ -195,18 +195,10 @@ pub enum Observation {
     /// A connect has been pending longer than the race delay.
     ConnectOverdue,
     ConnectFailed(EjectReason),
-    /// A request on it got no response head within the first-answer bound.
-    AnswerOverdue,
-    /// Its answers were gateway errors this many times in a row.
-    GatewayErrors {
-        status: u16,
-        count: u32,
-    },
-    /// Its answers broke off this many times in a row.
-    BrokenAnswers {
-        count: u32,
-        garbled: bool,
-    },
+    /// Real traffic failed on it, as `reason` says: no response head
+    /// within the first-answer bound (`Silent`), gateway errors or broken
+    /// answers in a row, or a trial request answered badly.
+    TrafficFailed(EjectReason),
     /// Its runtime reports it ready again after saying it was not.
     RuntimeReady,
     ProbeOk,
@@ -278,30 +270,12 @@ impl Health {
         match (self, observation) {
             (InRotation, ConnectOverdue) => (Stalled { since: now }, Some(Change::Stalled)),
             (Stalled { .. }, ConnectOk) => (InRotation, Some(Change::Unstalled)),
-            (InRotation | Stalled { .. }, ConnectFailed(reason)) => (
+            (
+                InRotation | Stalled { .. } | Probation { .. },
+                ConnectFailed(reason) | TrafficFailed(reason),
+            ) => (
                 Ejected { since: now, reason },
                 Some(Change::Ejected(reason)),
-            ),
-            (InRotation | Stalled { .. }, GatewayErrors { status, count }) => {
-                let reason = EjectReason::Answers { status, count };
-                (
-                    Ejected { since: now, reason },
-                    Some(Change::Ejected(reason)),
-                )
-            }
-            (InRotation | Stalled { .. }, BrokenAnswers { count, garbled }) => {
-                let reason = EjectReason::Broken { count, garbled };
-                (
-                    Ejected { since: now, reason },
-                    Some(Change::Ejected(reason)),
-                )
-            }
-            (InRotation | Stalled { .. }, AnswerOverdue) => (
-                Ejected {
-                    since: now,
-                    reason: EjectReason::Silent,
-                },
-                Some(Change::Ejected(EjectReason::Silent)),
             ),
             // A connect proves nothing of a replica ejected for what it
             // answered: it goes on trial.
@@ -314,32 +288,6 @@ impl Health {
             ),
             (Ejected { .. }, ProbeOk) => (InRotation, Some(Change::Readmitted)),
             (Probation { .. }, Served) => (InRotation, Some(Change::Readmitted)),
-            // A trial that fails ejects at once.
-            (Probation { .. }, ConnectFailed(reason)) => (
-                Ejected { since: now, reason },
-                Some(Change::Ejected(reason)),
-            ),
-            (Probation { .. }, GatewayErrors { status, count }) => {
-                let reason = EjectReason::Answers { status, count };
-                (
-                    Ejected { since: now, reason },
-                    Some(Change::Ejected(reason)),
-                )
-            }
-            (Probation { .. }, BrokenAnswers { count, garbled }) => {
-                let reason = EjectReason::Broken { count, garbled };
-                (
-                    Ejected { since: now, reason },
-                    Some(Change::Ejected(reason)),
-                )
-            }
-            (Probation { .. }, AnswerOverdue) => (
-                Ejected {
-                    since: now,
-                    reason: EjectReason::Silent,
-                },
-                Some(Change::Ejected(EjectReason::Silent)),
-            ),
             (Ejected { reason, .. }, CheckOk) if !reason.judges_answers() => {
                 (InRotation, Some(Change::Readmitted))
             }
@@ -438,7 +386,7 @@ mod tests {
             (ejected, ConnectOk, ejected, None),
             (ejected, ConnectOverdue, ejected, None),
             (ejected, ConnectFailed(EjectReason::TimedOut), ejected, None),
-            (ejected, AnswerOverdue, ejected, None),
+            (ejected, TrafficFailed(EjectReason::Silent), ejected, None),
             // Only silence is undone by the runtime: a failed connect
             // waits for the probe.
             (ejected, RuntimeReady, ejected, None),
@@ -454,7 +402,7 @@ mod tests {
             (Health::InRotation, RuntimeReady, Health::InRotation, None),
             (
                 Health::InRotation,
-                AnswerOverdue,
+                TrafficFailed(EjectReason::Silent),
                 Health::Ejected {
                     since: t1,
                     reason: EjectReason::Silent,
@@ -463,7 +411,7 @@ mod tests {
             ),
             (
                 stalled,
-                AnswerOverdue,
+                TrafficFailed(EjectReason::Silent),
                 Health::Ejected {
                     since: t1,
                     reason: EjectReason::Silent,
@@ -513,7 +461,7 @@ mod tests {
                     since: t0,
                     after: EjectReason::Silent,
                 },
-                AnswerOverdue,
+                TrafficFailed(EjectReason::Silent),
                 Health::Ejected {
                     since: t1,
                     reason: EjectReason::Silent,
@@ -525,10 +473,10 @@ mod tests {
                     since: t0,
                     after: EjectReason::Silent,
                 },
-                GatewayErrors {
+                TrafficFailed(EjectReason::Answers {
                     status: 503,
                     count: 1,
-                },
+                }),
                 Health::Ejected {
                     since: t1,
                     reason: EjectReason::Answers {
@@ -596,10 +544,10 @@ mod tests {
             (Health::InRotation, CheckOk, Health::InRotation, None),
             (
                 Health::InRotation,
-                BrokenAnswers {
+                TrafficFailed(EjectReason::Broken {
                     count: 5,
                     garbled: false,
-                },
+                }),
                 Health::Ejected {
                     since: t1,
                     reason: EjectReason::Broken {
@@ -708,10 +656,10 @@ mod tests {
     #[test]
     fn gateway_errors_eject_with_their_reason() {
         let t0 = Instant::now();
-        let observation = Observation::GatewayErrors {
+        let observation = Observation::TrafficFailed(EjectReason::Answers {
             status: 503,
             count: 5,
-        };
+        });
         let reason = EjectReason::Answers {
             status: 503,
             count: 5,
