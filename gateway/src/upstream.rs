@@ -139,6 +139,8 @@ pub struct Replica {
     failing_now: AtomicBool,
     /// On probation, a trial request is under way.
     trial: AtomicBool,
+    /// Requests sent to it that have no answer head yet ([`Awaiting`]).
+    awaiting: AtomicU32,
     /// Its name stopped resolving while pooled connections still reach
     /// it: why, as the last check saw it.
     name_gone: Mutex<Option<Arc<str>>>,
@@ -188,6 +190,7 @@ impl Replica {
             failing: Mutex::new(None),
             failing_now: AtomicBool::new(false),
             trial: AtomicBool::new(false),
+            awaiting: AtomicU32::new(0),
             name_gone: Mutex::new(None),
             cert_not_after: std::sync::atomic::AtomicI64::new(0),
             cert_warned_day: std::sync::atomic::AtomicI64::new(i64::MIN),
@@ -292,6 +295,26 @@ struct Trial(Arc<Replica>);
 impl Drop for Trial {
     fn drop(&mut self) {
         self.0.trial.store(false, Ordering::Release);
+    }
+}
+
+/// A request sent to a replica and not yet answered, counted on the
+/// replica while it lives: a replica that has gone silent holds each
+/// request it took until the first-answer bound, and the count passes it
+/// over meanwhile ([`Upstream::next_untried`]).
+#[derive(Debug)]
+pub struct Awaiting(Arc<Replica>);
+
+impl Awaiting {
+    pub fn new(replica: &Arc<Replica>) -> Awaiting {
+        replica.awaiting.fetch_add(1, Ordering::Relaxed);
+        Awaiting(Arc::clone(replica))
+    }
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        self.0.awaiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -489,6 +512,10 @@ impl Upstream {
             took
         };
         let chosen = pick(&serving)
+            .map(|first| match took_trial.get() {
+                true => first,
+                false => self.less_awaited(&replicas, first, &*tried),
+            })
             .or_else(|| pick(&|_, state| state == STALLED))
             .or_else(|| {
                 // Panic routing: ejection may shrink a rotation, never
@@ -509,6 +536,36 @@ impl Upstream {
         }
         tried.push(&chosen);
         Some(chosen)
+    }
+
+    /// `first`, the replica in rotation whose turn it is, or the next one
+    /// in rotation when that one awaits fewer answers: the choice of two
+    /// (Envoy's least-request balancing, with the turn order in place of
+    /// chance). Replicas that answer promptly await none and take their
+    /// turns; one that has gone silent holds every request it took until
+    /// the first-answer bound, and is passed over meanwhile, so that only
+    /// the first request it swallows waits the bound out, not every other
+    /// one until the node has learnt of its silence.
+    fn less_awaited<'r>(
+        &self,
+        replicas: &'r [Arc<Replica>],
+        first: &'r Arc<Replica>,
+        tried: &Tried,
+    ) -> &'r Arc<Replica> {
+        let load = |r: &Replica| r.awaiting.load(Ordering::Relaxed);
+        let waiting = load(first);
+        if waiting == 0 {
+            return first;
+        }
+        let n = replicas.len();
+        let Some(at) = replicas.iter().position(|r| Arc::ptr_eq(r, first)) else {
+            return first;
+        };
+        (1..n)
+            .map(|i| &replicas[(at + i) % n])
+            .find(|r| r.in_rotation() && !tried.contains(r))
+            .filter(|second| load(second) < waiting)
+            .unwrap_or(first)
     }
 
     /// A request on `replica` got no response head within the first-answer

@@ -51,7 +51,8 @@ use crate::h1::request::BodyKind;
 use crate::h1::response::{BodyFraming, ResponseHead};
 use crate::upstream::http2::{H2Body, H2Conn, io_error};
 use crate::upstream::{
-    Attempt, Conn, ConnError, Connection, Io, Release, Replica, Target, Tried, UpstreamBody,
+    Attempt, Awaiting, Conn, ConnError, Connection, Io, Release, Replica, Target, Tried,
+    UpstreamBody,
 };
 
 /// An upstream's answer: its head, and its body still on the wire.
@@ -303,6 +304,7 @@ async fn attempts<B: RequestBody>(
         let mut reused = attempt.reused;
         loop {
             let sent_at = Instant::now();
+            let awaiting = Awaiting::new(&attempt.replica);
             let target = &attempt.replica.key.target;
             let exchange = match &mut attempt.conn {
                 Conn::H1(conn) => {
@@ -334,6 +336,7 @@ async fn attempts<B: RequestBody>(
                     exchange_h2(conn, sent, body, &mut body_started, &mut h2_body).await
                 }
             };
+            drop(awaiting);
             match &exchange {
                 Exchange::TimedOut | Exchange::Stalled => upstream.silent(&attempt.replica),
                 Exchange::Answered(head) => {

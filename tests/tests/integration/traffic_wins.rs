@@ -177,3 +177,53 @@ async fn a_silent_replica_beside_a_healthy_one_costs_one_client_per_ejection() {
     );
     node.stop().await;
 }
+
+/// The probation case over ten minutes, with the defaults (a 15 s
+/// first-answer bound, a 10 s ejection period), on a virtual clock: the
+/// runtime's clock is paused, and jumps to the next timer whenever every
+/// task waits. Five clients a second, many at once while one waits out
+/// the bound; each that met the silent replica waited the bound out and
+/// was then answered by the healthy one. Re-admission takes an answer, and
+/// each ejection in a row lasts twice as long: the first meeting, then one
+/// trial per ejection (after 10, 20, 40, 80, 160 and 300 s), so at most 8
+/// in the ten minutes.
+#[tokio::test(start_paused = true)]
+async fn ten_minutes_beside_a_silent_replica_cost_at_most_eight_clients() {
+    let silent = Upstream::start("silent", Behaviour::Hang).await;
+    let healthy = Upstream::start("healthy", Behaviour::Echo).await;
+    let node = TestNode::start(&route("pair", "/", &[silent.addr, healthy.addr], ""));
+    let started = tokio::time::Instant::now();
+    let mut clients = Vec::new();
+    while started.elapsed() < Duration::from_secs(600) {
+        let proxy = node.proxy;
+        let sent = started.elapsed();
+        clients.push(tokio::spawn(async move {
+            let answer = client::get(proxy, "h", "/").await.unwrap();
+            (sent, answer.status, answer.elapsed)
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut waited = Vec::new();
+    for client in clients {
+        let (sent, status, elapsed) = client.await.unwrap();
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "sent at {sent:?}: retried on the healthy one"
+        );
+        if elapsed >= Duration::from_secs(15) {
+            waited.push(sent.as_secs());
+        }
+    }
+    eprintln!("clients that met the bound, sent at (s): {waited:?}");
+    assert!(
+        !waited.is_empty(),
+        "the silent replica was never met: the test proves nothing"
+    );
+    assert!(
+        waited.len() <= 8,
+        "{} clients met the bound: {waited:?}",
+        waited.len()
+    );
+    node.stop().await;
+}
