@@ -97,6 +97,21 @@ impl Host {
         Ok(host)
     }
 
+    /// The host's own `/etc/hosts`, as programs started in it afterwards
+    /// read it (`ip netns exec` mounts `/etc/netns/<name>/hosts` over
+    /// `/etc/hosts` for them). Written in place, so that a change reaches
+    /// programs already running; removed when the host drops.
+    pub fn hosts(&self, text: &str) -> std::io::Result<()> {
+        let dir = Path::new("/etc/netns").join(&self.name);
+        std::fs::create_dir_all(&dir)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("hosts"))?;
+        std::io::Write::write_all(&mut file, text.as_bytes())
+    }
+
     /// Runs a program inside the host; it is killed when the host drops.
     pub fn spawn(&mut self, program: &Path, args: &[&str]) -> std::io::Result<()> {
         let child = Command::new("ip")
@@ -161,6 +176,7 @@ impl Drop for Host {
             let _ = child.wait();
         }
         let _ = run("ip", &["netns", "del", &self.name]);
+        let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(&self.name));
         let _ = run("ip", &["link", "del", &self.link]);
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 use http::StatusCode;
 use picket_proto::Heart;
 use picket_tests::client;
+use picket_tests::netns::Host;
 use picket_tests::node::{TestNode, route};
+use picket_tests::require;
 use picket_tests::upstream::{Behaviour, Control, Upstream};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -226,4 +228,119 @@ async fn ten_minutes_beside_a_silent_replica_cost_at_most_eight_clients() {
         waited.len()
     );
     node.stop().await;
+}
+
+/// An external host whose name stops resolving while the node's pooled
+/// connections to it still serve: orange, with a reason that says both,
+/// and requests keep being answered; red would send operators after a
+/// host that serves. The node runs in a test host of its own, whose
+/// `/etc/hosts` the test writes and then empties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_gone_while_pooled_connections_serve_is_orange() {
+    if !require("root, ip and iptables for a test host", Host::available()) {
+        return;
+    }
+    let mut host = Host::create().unwrap();
+    host.hosts(&format!(
+        "127.0.0.1 localhost\n{} billing.picket.test\n",
+        host.addr
+    ))
+    .unwrap();
+    let billing = host
+        .upstream(&picket_tests::binaries::test_upstream(), 8080, "billing")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("picket.toml");
+    let proxy = SocketAddr::from((host.addr, 18080));
+    let admin = SocketAddr::from((host.addr, 19900));
+    std::fs::write(
+        &config,
+        format!(
+            "[node]\nlisten = \"{proxy}\"\nadmin = \"{admin}\"\naccess_log = \"off\"\n\
+             [global]\ncheck_every = \"1s\"\n\
+             [[route]]\nname = \"billing\"\npath_prefix = \"/\"\n\
+             upstream = \"http://billing.picket.test:{}\"\n",
+            billing.port()
+        ),
+    )
+    .unwrap();
+    let config = config.to_string_lossy().into_owned();
+    host.spawn(
+        &picket_tests::binaries::picket(),
+        &["run", "--config", &config],
+    )
+    .unwrap();
+    let reason = |routes: &serde_json::Value| {
+        let route = &routes["routes"][0];
+        (
+            route["verdict"]["heart"].as_str().unwrap_or("").to_string(),
+            route["verdict"]["reason"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        )
+    };
+    let routes = || async {
+        match client::get(admin, "admin", "/v1/routes").await {
+            Ok(answer) => serde_json::from_slice(&answer.body).unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (heart, _) = reason(&routes().await);
+        if heart == "green" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never green: {heart}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A request leaves a connection to the host in the node's pool.
+    let answer = client::get(proxy, "h", "/").await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+
+    host.hosts("127.0.0.1 localhost\n").unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let (heart, said) = loop {
+        let (heart, said) = reason(&routes().await);
+        if heart != "green" || tokio::time::Instant::now() > deadline {
+            break (heart, said);
+        }
+        // Requests meanwhile keep the pooled connection in use.
+        let answer = client::get(proxy, "h", "/").await.unwrap();
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "served while the name is gone"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(heart, "orange", "{said}");
+    assert!(
+        said.contains("name does not resolve") && said.contains("pooled connections still serve"),
+        "{said}"
+    );
+    let answer = client::get(proxy, "h", "/").await.unwrap();
+    assert_eq!(
+        answer.status,
+        StatusCode::OK,
+        "the pooled connection still serves"
+    );
+    // The same in the node's cluster view.
+    let cluster: serde_json::Value = serde_json::from_slice(
+        &client::get(admin, "admin", "/v1/cluster")
+            .await
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    let text = cluster.to_string();
+    assert!(
+        text.contains("\"orange\"") && text.contains("name does not resolve"),
+        "{text}"
+    );
 }
