@@ -142,6 +142,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time an idle client connection waits for its next request (default of
 /// `[node] idle_timeout`).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time a write to a client may make no progress before the answer is
+/// given up (default of `[node] send_timeout`, as nginx's `send_timeout`).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSettings {
@@ -162,6 +165,10 @@ pub struct NodeSettings {
     /// Time an idle client connection (HTTP/1 keep-alive, or HTTP/2 with no
     /// request open) is kept.
     pub idle_timeout: Setting<Duration>,
+    /// Time a write to a client (an HTTP/1 answer, an HTTP/2 stream) may
+    /// make no progress: a client that stops reading keeps no replica
+    /// connection past it. A body that keeps moving is never cut.
+    pub send_timeout: Setting<Duration>,
     /// The QUIC feed for `picket-tui`; none when `None`.
     pub feed: Option<FeedSettings>,
     /// Where each request's line goes.

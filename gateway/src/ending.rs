@@ -46,6 +46,8 @@ pub enum Bound {
     ClientBody,
     /// The replica stopped reading the request body past the body bound.
     ReplicaBody,
+    /// The client stopped taking the answer past the send bound.
+    Send,
 }
 
 /// Where an exchange stood when it ended.
@@ -73,7 +75,7 @@ pub struct Ending {
 impl Cause {
     /// Every [`Cause::slug`] but `complete`: the `cause` labels of
     /// `picket_responses_incomplete_total`.
-    pub const INCOMPLETE: [&'static str; 8] = [
+    pub const INCOMPLETE: [&'static str; 9] = [
         "client_gone",
         "replica_closed",
         "replica_unparsable",
@@ -82,6 +84,7 @@ impl Cause {
         "bound_first_answer",
         "bound_client_body",
         "bound_replica_body",
+        "bound_send",
     ];
 
     /// The cause as a log field and a metric label.
@@ -96,6 +99,7 @@ impl Cause {
             Cause::Bound(Bound::FirstAnswer) => "bound_first_answer",
             Cause::Bound(Bound::ClientBody) => "bound_client_body",
             Cause::Bound(Bound::ReplicaBody) => "bound_replica_body",
+            Cause::Bound(Bound::Send) => "bound_send",
         }
     }
 }

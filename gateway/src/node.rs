@@ -713,6 +713,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         server::ClientLimits {
             header: config.node.header_timeout.value,
             idle: config.node.idle_timeout.value,
+            send: config.node.send_timeout.value,
             max_connections,
         }
     };

@@ -40,6 +40,10 @@ pub struct ClientLimits {
     pub header: Duration,
     /// Between requests (HTTP/1), or with no request open (HTTP/2).
     pub idle: Duration,
+    /// A write to the client making no progress (HTTP/1), or an HTTP/2
+    /// stream's answer not taken by its client, for this long gives the
+    /// answer up and frees its replica connection.
+    pub send: Duration,
     pub max_connections: usize,
 }
 
@@ -241,13 +245,13 @@ fn connection(
         match protocol {
             http1::Protocol::Http1 => http1::serve(&mut conn, &proxy, &client, &mut shutdown).await,
             http1::Protocol::Http2 => {
-                let idle = conn.limits().idle;
+                let limits = conn.limits();
                 Box::pin(http2::serve(
                     conn.into_rewind(),
                     proxy,
                     client,
                     shutdown,
-                    idle,
+                    limits,
                 ))
                 .await;
             }
@@ -372,6 +376,7 @@ mod tests {
         let limits = ClientLimits {
             header: Duration::from_secs(30),
             idle: Duration::from_secs(60),
+            send: Duration::from_secs(60),
             max_connections: 1,
         };
         let slot = Slot::new(&metrics.connections.open, permit);

@@ -27,6 +27,7 @@ pub const NEEDS_RESTART: &[&str] = &[
     "node.max_connections",
     "node.header_timeout",
     "node.idle_timeout",
+    "node.send_timeout",
     "node.feed",
     "node.feed_cert",
     "node.feed_key",
@@ -203,6 +204,10 @@ fn node(a: &NodeSettings, b: &NodeSettings) -> Vec<&'static str> {
         (
             "node.idle_timeout",
             a.idle_timeout.value != b.idle_timeout.value,
+        ),
+        (
+            "node.send_timeout",
+            a.send_timeout.value != b.send_timeout.value,
         ),
         ("node.feed", feed(a) != feed(b)),
         (

@@ -32,6 +32,7 @@ pub struct RawNode {
     pub max_connections: Option<Spanned<i64>>,
     pub header_timeout: Option<Spanned<String>>,
     pub idle_timeout: Option<Spanned<String>>,
+    pub send_timeout: Option<Spanned<String>>,
     pub feed: Option<Spanned<String>>,
     pub feed_cert: Option<Spanned<String>>,
     pub feed_key: Option<Spanned<String>>,

@@ -44,6 +44,7 @@ pub fn render(config: &Config) -> String {
     );
     duration(&mut out, "header_timeout", &node.header_timeout);
     duration(&mut out, "idle_timeout", &node.idle_timeout);
+    duration(&mut out, "send_timeout", &node.send_timeout);
     if let Some(max) = node.max_connections.value {
         line(
             &mut out,

@@ -153,6 +153,7 @@ fn known_fields() -> &'static [String] {
 const DURATION_FIELDS: &[&str] = &[
     "header_timeout",
     "idle_timeout",
+    "send_timeout",
     "connect_timeout",
     "first_answer_timeout",
     "eject_for",
@@ -260,6 +261,12 @@ impl Validator<'_> {
             IDLE_TIMEOUT_RANGE,
             super::IDLE_TIMEOUT,
         );
+        let send_timeout = timeout(
+            &raw.send_timeout,
+            "send_timeout",
+            IDLE_TIMEOUT_RANGE,
+            super::SEND_TIMEOUT,
+        );
         let feed = raw.feed.as_ref().map(|feed| FeedSettings {
             addr: self.address(Some(feed), "feed", "0.0.0.0:9901").value,
             cert: None,
@@ -299,6 +306,7 @@ impl Validator<'_> {
             max_connections,
             header_timeout,
             idle_timeout,
+            send_timeout,
             feed,
             access_log: self.access_log(raw.access_log.as_ref(), dir),
             access_log_format: self.access_log_format(raw.access_log_format.as_ref()),

@@ -22,6 +22,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, StatusCode, Version};
@@ -33,7 +34,7 @@ use super::ClientLimits;
 use super::spare;
 use super::stream::ClientIo;
 use crate::access::Record;
-use crate::ending::{Cause, Ending, Phase};
+use crate::ending::{Bound, Cause, Ending, Phase};
 use crate::h1::body::{BodyDecoder, BodyEncoder, Decoded, Framed};
 use crate::h1::request::{BodyKind, RequestParts, can_begin, parse_request};
 use crate::h1::response::{BodyFraming, ClientFraming, end_response_head, write_status_line};
@@ -704,8 +705,14 @@ async fn write_page(
     if !head_request {
         conn.out.extend_from_slice(&page.body);
     }
-    conn.io.write_all(&conn.out).await?;
-    conn.io.flush().await?;
+    // A page is small: its whole write is bounded.
+    let (io, out) = (&mut conn.io, &conn.out);
+    tokio::time::timeout(conn.limits.send, async {
+        io.write_all(out).await?;
+        io.flush().await
+    })
+    .await
+    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
     Ok(if head_request {
         0
     } else {
@@ -718,6 +725,8 @@ async fn write_page(
 enum Cut {
     /// Writing to the client failed: it closed or reset the connection.
     Client,
+    /// The client took nothing of the answer for the send bound.
+    Stalled,
     /// The replica's body broke off: closed, reset, or bytes that do not
     /// parse.
     Replica(io::Error),
@@ -731,6 +740,7 @@ impl Cut {
     fn ending(&self) -> Ending {
         match self {
             Cut::Client => Ending::new(Cause::ClientGone, Phase::Body),
+            Cut::Stalled => Ending::new(Cause::Bound(Bound::Send), Phase::Body),
             Cut::Replica(e) => Ending::of_replica_error(e),
             Cut::Framing => Ending::new(Cause::NodeRefused, Phase::Body),
         }
@@ -805,10 +815,22 @@ fn frame(encoder: &mut BodyEncoder, data: Bytes, last: bool) -> Result<Framed, C
 }
 
 /// Writes all of `bytes` to the client and flushes: a stream's events
-/// reach the client as they come.
-async fn send(io: &mut ClientIo, bytes: &mut impl Buf) -> Result<(), Cut> {
-    io.write_all_buf(bytes).await.map_err(|_| Cut::Client)?;
-    io.flush().await.map_err(|_| Cut::Client)
+/// reach the client as they come. A write that makes no progress for
+/// `bound` (the client stopped reading) gives the answer up; one that
+/// keeps moving, however slowly, is never cut.
+async fn send(io: &mut ClientIo, bytes: &mut impl Buf, bound: Duration) -> Result<(), Cut> {
+    while bytes.has_remaining() {
+        match tokio::time::timeout(bound, io.write_buf(bytes)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(Cut::Client),
+            Ok(Ok(_)) => {}
+            Err(_) => return Err(Cut::Stalled),
+        }
+    }
+    match tokio::time::timeout(bound, io.flush()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Cut::Client),
+        Err(_) => Err(Cut::Stalled),
+    }
 }
 
 /// Writes the head in `conn.out`, then the body framed by `encoder` (none:
@@ -822,7 +844,7 @@ async fn write_body(
     bytes_out: &mut u64,
 ) -> Result<(), Cut> {
     let Some(mut encoder) = encoder else {
-        return send(&mut conn.io, &mut &conn.out[..]).await;
+        return send(&mut conn.io, &mut &conn.out[..], conn.limits.send).await;
     };
     // What already arrived goes out with the head, in one write.
     let first = body
@@ -832,7 +854,12 @@ async fn write_body(
     let mut ended = http_body::Body::is_end_stream(body);
     let len = first.len() as u64;
     let first = frame(&mut encoder, first, ended)?;
-    send(&mut conn.io, &mut Buf::chain(&conn.out[..], first)).await?;
+    send(
+        &mut conn.io,
+        &mut Buf::chain(&conn.out[..], first),
+        conn.limits.send,
+    )
+    .await?;
     *bytes_out += len;
     while !ended {
         let data = match body.frame().await {
@@ -857,12 +884,17 @@ async fn write_body(
                         .iter()
                         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
                     let mut end = encoder.finish_with(fields).map_err(|_| Cut::Framing)?;
-                    return send(&mut conn.io, &mut end).await;
+                    return send(&mut conn.io, &mut end, conn.limits.send).await;
                 }
             },
         };
         let len = data.len() as u64;
-        send(&mut conn.io, &mut frame(&mut encoder, data, ended)?).await?;
+        send(
+            &mut conn.io,
+            &mut frame(&mut encoder, data, ended)?,
+            conn.limits.send,
+        )
+        .await?;
         *bytes_out += len;
     }
     Ok(())
@@ -884,9 +916,14 @@ async fn tunnel(conn: &mut ClientConn, mut upstream: Io, leftover: Bytes) {
     }
 }
 
-async fn send_continue(io: &mut ClientIo) -> io::Result<()> {
-    io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-    io.flush().await
+/// Tells the client to send its body, within `bound`.
+async fn send_continue(io: &mut ClientIo, bound: Duration) -> io::Result<()> {
+    tokio::time::timeout(bound, async {
+        io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        io.flush().await
+    })
+    .await
+    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
 }
 
 /// A request body read from the client connection, each read bounded by
@@ -946,7 +983,7 @@ impl RequestBody for ClientBody<'_> {
         if self.continue_pending {
             self.continue_pending = false;
             if self.buf.is_empty()
-                && let Err(e) = send_continue(self.io).await
+                && let Err(e) = send_continue(self.io, self.bound).await
             {
                 return Self::error(e);
             }
@@ -1002,6 +1039,7 @@ mod tests {
         let limits = ClientLimits {
             header: std::time::Duration::from_secs(5),
             idle: std::time::Duration::from_secs(5),
+            send: std::time::Duration::from_secs(5),
             max_connections: 1,
         };
         let mut conn = ClientConn::new(

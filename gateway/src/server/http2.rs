@@ -10,6 +10,10 @@
 //!   not keep its place), as an idle HTTP/1 connection is.
 //! - Each stream's body is read under the body inactivity bound, as an
 //!   HTTP/1 body is.
+//! - Each stream's answer is sent under the send bound (`[node]
+//!   send_timeout`, 60 s): a stream whose client takes nothing of it for
+//!   that long (a zero flow-control window) is given up, its replica
+//!   connection freed, and it no longer counts as open ([`Watched`]).
 //! - The path is normalised before routing, as for HTTP/1.
 
 use std::convert::Infallible;
@@ -25,7 +29,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use super::http1::Rewind;
 use crate::access::Record;
 use crate::body::GatewayBody;
-use crate::ending::{Cause, Ending, Phase};
+use crate::ending::{Bound, Cause, Ending, Phase};
 use crate::h1::request::{BodyKind, is_host};
 use crate::proxy::forward::Trace;
 use crate::proxy::{
@@ -70,8 +74,9 @@ impl Drop for Open {
 /// counts its bytes, tells how it ended, and writes the request's access
 /// log line when it is done (or dropped).
 struct Counted {
-    body: GatewayBody,
-    _open: Open,
+    body: Held,
+    /// The send bound ([`Watched`]).
+    send: std::time::Duration,
     log: Option<Box<Logged>>,
     /// The route whose metrics count an answer that did not go out whole.
     route: Option<Arc<Route>>,
@@ -103,11 +108,108 @@ struct Logged {
     referer: Option<http::HeaderValue>,
 }
 
+/// A stream's answer body: its own when it is whole already (a page, an
+/// empty body), else shared with the watch that bounds its sending.
+enum Held {
+    Own(GatewayBody, Open),
+    Watched(Arc<Watched>),
+    /// For a moment, from the one to the other.
+    Moving,
+}
+
+/// The send bound of one HTTP/2 stream. hyper polls an answer's body only
+/// while the client's flow-control window has room: a client that stops
+/// reading stops the polls, and nothing in the stream's own task can
+/// notice. So a watch task looks from outside: when no poll has come for
+/// the send bound while the body was not waiting on its replica, it takes
+/// the body (closing the replica connection it holds) and the stream's
+/// place among the open ones (so that the idle bound can close a
+/// connection whose every stream was given up). The next poll, if any,
+/// ends the stream with an error.
+struct Watched {
+    body: std::sync::Mutex<Option<GatewayBody>>,
+    open: std::sync::Mutex<Option<Open>>,
+    started: tokio::time::Instant,
+    /// Milliseconds from `started` to the last poll.
+    polled: std::sync::atomic::AtomicU64,
+    /// The last poll found the body waiting on its replica: the replica's
+    /// own body bound covers that wait.
+    replica_turn: std::sync::atomic::AtomicBool,
+    /// The stream ended or was dropped: the watch ends.
+    done: Arc<tokio::sync::Notify>,
+    /// The watch gave the answer up.
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl Watched {
+    fn polled_now(&self, pending: bool) {
+        let at = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.polled.store(at, std::sync::atomic::Ordering::Relaxed);
+        self.replica_turn
+            .store(pending, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Watches `watched` until its stream ends, or gives its answer up
+    /// once the client has taken nothing of it for `bound`.
+    fn spawn(watched: &Arc<Watched>, bound: std::time::Duration) {
+        let weak = Arc::downgrade(watched);
+        let done = Arc::clone(&watched.done);
+        tokio::spawn(async move {
+            loop {
+                let Some(watched) = weak.upgrade() else {
+                    return;
+                };
+                let polled = std::time::Duration::from_millis(
+                    watched.polled.load(std::sync::atomic::Ordering::Relaxed),
+                );
+                let deadline = watched.started + polled + bound;
+                let replica_turn = watched
+                    .replica_turn
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                if tokio::time::Instant::now() >= deadline && !replica_turn {
+                    let body = watched
+                        .body
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
+                    let open = watched
+                        .open
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
+                    tracing::debug!("an HTTP/2 stream's client took nothing for the send bound");
+                    drop((body, open));
+                    watched
+                        .cut
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                let wake = match replica_turn {
+                    // Looked at again a bound later: a poll may come.
+                    true => tokio::time::Instant::now() + bound,
+                    false => deadline,
+                };
+                drop(watched);
+                tokio::select! {
+                    () = done.notified() => return,
+                    () = tokio::time::sleep_until(wake) => {}
+                }
+            }
+        });
+    }
+}
+
 impl Drop for Counted {
     fn drop(&mut self) {
         // Dropped before its end: the client reset the stream or left.
-        if !self.over && !http_body::Body::is_end_stream(&self.body) {
+        if !self.over && !self.body_ended() {
             self.ending = Ending::new(Cause::ClientGone, Phase::Body);
+        }
+        if let Held::Watched(watched) = &self.body {
+            watched.done.notify_one();
+            if !self.over && watched.cut.load(std::sync::atomic::Ordering::Relaxed) {
+                self.ending = Ending::new(Cause::Bound(Bound::Send), Phase::Body);
+            }
         }
         if let Some(route) = &self.route {
             route.metrics.ended(self.ending);
@@ -149,7 +251,27 @@ impl http_body::Body for Counted {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
         let this = self.get_mut();
-        let polled = match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+        let polled = match &mut this.body {
+            Held::Own(body, _) => std::pin::Pin::new(body).poll_frame(cx),
+            Held::Moving => std::task::Poll::Ready(None),
+            Held::Watched(watched) => {
+                let mut body = watched.body.lock().unwrap_or_else(|e| e.into_inner());
+                let polled = match body.as_mut() {
+                    Some(body) => std::pin::Pin::new(body).poll_frame(cx),
+                    None => {
+                        this.over = true;
+                        this.ending = Ending::new(Cause::Bound(Bound::Send), Phase::Body);
+                        return std::task::Poll::Ready(Some(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the client took nothing of the answer for the send bound",
+                        ))));
+                    }
+                };
+                watched.polled_now(polled.is_pending());
+                polled
+            }
+        };
+        let polled = match polled {
             // The replica's trailers cross as its head did: less what the
             // node owns and what the route's rules remove or set.
             std::task::Poll::Ready(Some(Ok(frame))) if frame.is_trailers() => {
@@ -184,11 +306,78 @@ impl http_body::Body for Counted {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.body_ended()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        match &self.body {
+            Held::Own(body, _) => body.size_hint(),
+            Held::Moving => http_body::SizeHint::with_exact(0),
+            Held::Watched(watched) => watched
+                .body
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map_or_else(http_body::SizeHint::default, http_body::Body::size_hint),
+        }
+    }
+}
+
+impl Counted {
+    fn new(
+        body: GatewayBody,
+        open: Open,
+        send: std::time::Duration,
+        log: Option<Box<Logged>>,
+        answered: Answered,
+    ) -> Counted {
+        let mut counted = Counted {
+            body: Held::Own(body, open),
+            send,
+            log,
+            route: answered.route,
+            ending: answered.ending,
+            over: false,
+        };
+        // A body still to come is watched from the start: a client that
+        // opened with a zero window is never asked for a first piece.
+        if !counted.body_ended() {
+            counted.watch();
+        }
+        counted
+    }
+
+    fn body_ended(&self) -> bool {
+        match &self.body {
+            Held::Own(body, _) => http_body::Body::is_end_stream(body),
+            Held::Moving => true,
+            Held::Watched(watched) => watched
+                .body
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_none_or(http_body::Body::is_end_stream),
+        }
+    }
+
+    /// Shares the body with a watch of its send bound, once.
+    fn watch(&mut self) {
+        self.body = match std::mem::replace(&mut self.body, Held::Moving) {
+            Held::Own(body, open) => {
+                let watched = Arc::new(Watched {
+                    body: std::sync::Mutex::new(Some(body)),
+                    open: std::sync::Mutex::new(Some(open)),
+                    started: tokio::time::Instant::now(),
+                    polled: std::sync::atomic::AtomicU64::new(0),
+                    replica_turn: std::sync::atomic::AtomicBool::new(false),
+                    done: Arc::new(tokio::sync::Notify::new()),
+                    cut: std::sync::atomic::AtomicBool::new(false),
+                });
+                Watched::spawn(&watched, self.send);
+                Held::Watched(watched)
+            }
+            held => held,
+        };
     }
 }
 
@@ -218,8 +407,9 @@ pub async fn serve(
     proxy: Arc<Proxy>,
     client: Client,
     mut shutdown: Shutdown,
-    idle: std::time::Duration,
+    limits: super::ClientLimits,
 ) {
+    let (idle, send) = (limits.idle, limits.send);
     let client = Arc::new(client);
     let activity = Arc::new(Activity::default());
     let service = {
@@ -230,14 +420,9 @@ pub async fn serve(
             let open = Open::new(&activity);
             async move {
                 let (response, answered, log) = handle(&proxy, req, &client).await;
-                Ok::<_, Infallible>(response.map(|body| Counted {
-                    body,
-                    _open: open,
-                    log,
-                    route: answered.route,
-                    ending: answered.ending,
-                    over: false,
-                }))
+                Ok::<_, Infallible>(
+                    response.map(|body| Counted::new(body, open, send, log, answered)),
+                )
             }
         })
     };

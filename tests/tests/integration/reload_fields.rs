@@ -91,6 +91,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "\"20s\"",
     ),
     (
+        "node.send_timeout",
+        "[node]\nsend_timeout = $",
+        "\"10s\"",
+        "\"20s\"",
+    ),
+    (
         "node.feed",
         "[node]\nfeed = $",
         "\"127.0.0.1:0\"",

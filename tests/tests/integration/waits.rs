@@ -1,9 +1,13 @@
 //! Every wait the node does on a client or a replica is bounded by
 //! inactivity, never by duration: a request body that stops arriving, a
 //! replica that stops reading one, an idle HTTP/2 connection, more HTTP/2
-//! streams than a connection may carry. And what keeps moving is never cut: a 100 MiB upload, a
-//! WebSocket that outlives every bound.
+//! streams than a connection may carry, a client that stops taking its
+//! answer (HTTP/1, or an HTTP/2 stream's zero window). And what keeps
+//! moving is never cut: a 100 MiB upload, a slow reader, a WebSocket that
+//! outlives every bound.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -331,5 +335,232 @@ async fn http2_streams_are_limited_and_their_bodies_bounded() {
     }
     let timed_out = statuses.iter().filter(|s| **s == 408).count();
     assert_eq!(timed_out, 150, "{statuses:?}");
+    node.stop().await;
+}
+
+/// A replica that answers every request with a body that never ends (a
+/// 1 GiB length, written as fast as it is taken), and counts the
+/// connections it has open: one freed by the node is one whose write
+/// failed.
+async fn firehose() -> (std::net::SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (opened, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (counted, still) = (Arc::clone(&opened), Arc::clone(&open));
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            still.fetch_add(1, Ordering::SeqCst);
+            let still = Arc::clone(&still);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let piece = vec![b'x'; 64 * 1024];
+                if tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\n\r\n")
+                    .await
+                    .is_ok()
+                {
+                    while tcp.write_all(&piece).await.is_ok() {}
+                }
+                still.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, opened, open)
+}
+
+/// A node whose send bound is 1 s, in front of `replica`, with a JSON
+/// access log at `log`.
+fn send_bound(replica: std::net::SocketAddr, log: &std::path::Path) -> String {
+    format!(
+        "[node]\naccess_log = \"{}\"\naccess_log_format = \"json\"\n\
+         send_timeout = \"1s\"\nidle_timeout = \"1s\"\n\n{}",
+        log.display(),
+        route("r", "/", &[replica], "")
+    )
+}
+
+/// Waits until the replica has had `n` connections and none is open any
+/// more; panics after `within`.
+async fn freed(opened: &AtomicUsize, open: &AtomicUsize, n: usize, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if opened.load(Ordering::SeqCst) >= n && open.load(Ordering::SeqCst) == 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "the replica still has {} of {} connections after {:?}",
+            open.load(Ordering::SeqCst),
+            opened.load(Ordering::SeqCst),
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// /healthz answers within `bound`, `n` times in a row.
+async fn healthz_prompt(node: &TestNode, n: usize) -> Duration {
+    let mut worst = Duration::ZERO;
+    for _ in 0..n {
+        let answer = picket_tests::client::get(node.admin, "admin", "/healthz")
+            .await
+            .expect("/healthz answers");
+        assert_eq!(answer.status, 200);
+        worst = worst.max(answer.elapsed);
+    }
+    worst
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_client_that_stops_reading_frees_the_replica_at_the_send_bound() {
+    let (replica, opened, open) = firehose().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let node = TestNode::start(&send_bound(replica, &log));
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .set_recv_buffer_size(4096)
+            .expect("a small receive buffer");
+        let mut tcp = socket.connect(node.proxy).await.expect("connect");
+        tcp.write_all(b"GET /big HTTP/1.1\r\nhost: h\r\n\r\n")
+            .await
+            .expect("request");
+        // It never reads.
+        clients.push(tcp);
+    }
+    let took = freed(&opened, &open, 20, Duration::from_secs(8)).await;
+    eprintln!(
+        "20 replica connections freed {took:?} after the clients stopped reading (bound 1 s)"
+    );
+    let worst = healthz_prompt(&node, 20).await;
+    assert!(worst < Duration::from_millis(50), "/healthz took {worst:?}");
+    let lines = picket_tests::logs::access_lines(&log, 20).await;
+    for line in &lines {
+        assert_eq!(line["ending"], "bound_send", "{line}");
+        assert_eq!(line["phase"], "body", "{line}");
+    }
+    drop(clients);
+    node.stop().await;
+}
+
+/// HTTP/2 frames, by hand: what a hostile client sends.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_with_a_zero_window_free_their_replicas_at_the_send_bound() {
+    let (replica, opened, open) = firehose().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let node = TestNode::start(&send_bound(replica, &log));
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = TcpStream::connect(node.proxy).await.expect("connect");
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        // SETTINGS: INITIAL_WINDOW_SIZE 0: no stream may carry a byte.
+        out.extend(h2_frame(0x4, 0, 0, &[0x00, 0x04, 0, 0, 0, 0]));
+        for stream in 0..20u32 {
+            // GET http://h/ : :method GET, :scheme http, :path /, then
+            // :authority "h", from HPACK's static table.
+            let block = [0x82, 0x86, 0x84, 0x41, 0x01, b'h'];
+            out.extend(h2_frame(0x1, 0x5, stream * 2 + 1, &block));
+        }
+        tcp.write_all(&out).await.expect("the streams");
+        clients.push(tcp);
+    }
+    let took = freed(&opened, &open, 60, Duration::from_secs(8)).await;
+    eprintln!(
+        "60 replica connections of zero-window HTTP/2 streams freed {took:?} after they opened (bound 1 s)"
+    );
+    let worst = healthz_prompt(&node, 20).await;
+    assert!(worst < Duration::from_millis(50), "/healthz took {worst:?}");
+    // The streams given up no longer count as open: the idle bound closes
+    // each connection, and the access log says why each answer ended.
+    for mut tcp in clients {
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut sink = [0u8; 4096];
+            while tcp.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "a connection of given-up streams stayed open"
+        );
+    }
+    let lines = picket_tests::logs::access_lines(&log, 60).await;
+    for line in &lines {
+        assert_eq!(line["ending"], "bound_send", "{line}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_that_keeps_reading_is_never_cut() {
+    let size = 16 * 1024 * 1024;
+    let replica = Upstream::start(
+        "slow",
+        Behaviour::Trickle {
+            chunks: 64,
+            chunk: size / 64,
+            every: Duration::from_millis(1),
+        },
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let node = TestNode::start(&send_bound(replica.addr, &log));
+    // A receive window above loopback's segment size: a smaller one
+    // leaves the sender waiting on the kernel's persist timer, not on the
+    // reader.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .set_recv_buffer_size(128 * 1024)
+        .expect("a receive buffer");
+    let mut tcp = socket.connect(node.proxy).await.expect("connect");
+    tcp.write_all(b"GET / HTTP/1.0\r\nhost: h\r\n\r\n")
+        .await
+        .expect("request");
+    // 16 MiB (to HTTP/1.0: unframed), far more than the sockets buffer,
+    // taken 64 KiB at a time
+    // with a pause of 10 ms: it moves all along, for longer than the bound
+    // in all.
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    eprintln!(
+        "a slow reader took {} body bytes in {:?} (send bound 1 s)",
+        got.len() - head_end,
+        started.elapsed()
+    );
+    assert_eq!(got.len() - head_end, size, "the whole body");
+    let lines = picket_tests::logs::access_lines(&log, 1).await;
+    assert_eq!(lines[0]["ending"], "complete", "{}", lines[0]);
     node.stop().await;
 }
