@@ -145,6 +145,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time a write to a client may make no progress before the answer is
 /// given up (default of `[node] send_timeout`, as nginx's `send_timeout`).
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connections the admin listener serves at once (default of `[node]
+/// admin_max_connections`): health checks, scrapes and scripts need few.
+pub const ADMIN_MAX_CONNECTIONS: usize = 256;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSettings {
@@ -169,6 +172,9 @@ pub struct NodeSettings {
     /// make no progress: a client that stops reading keeps no replica
     /// connection past it. A body that keeps moving is never cut.
     pub send_timeout: Setting<Duration>,
+    /// Connections the admin listener serves at once; at the limit the
+    /// oldest is closed to make room for the new one.
+    pub admin_max_connections: Setting<usize>,
     /// The QUIC feed for `picket-tui`; none when `None`.
     pub feed: Option<FeedSettings>,
     /// Where each request's line goes.

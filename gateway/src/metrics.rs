@@ -267,6 +267,11 @@ pub struct ConnectionMetrics {
     /// TLS handshakes that failed or did not finish within the header
     /// timeout.
     pub tls_handshake_failed: Counter,
+    /// Admin connections open now.
+    pub admin_open: Gauge,
+    /// Admin connections closed to make room for a new one at
+    /// `admin_max_connections`.
+    pub admin_evicted: Counter,
 }
 
 /// The states of a circuit, as metric labels, in the order of
@@ -472,6 +477,16 @@ impl Metrics {
             "tls_handshakes_failed",
             "TLS handshakes on the HTTPS listener that failed or did not finish within the header timeout",
             connections.tls_handshake_failed.clone(),
+        );
+        registry.register(
+            "admin_connections",
+            "Connections the admin listener serves now",
+            connections.admin_open.clone(),
+        );
+        registry.register(
+            "admin_connections_evicted",
+            "Admin connections closed, the oldest first, to make room for a new one at admin_max_connections",
+            connections.admin_evicted.clone(),
         );
         let certificate_expiry = Family::<NameLabels, Gauge>::default();
         registry.register(

@@ -650,7 +650,12 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
         );
     }
     let _ = node.admin.membership.set(membership);
-    let admin = spawn_admin(listeners.admin, Arc::clone(&node.admin), shutdown.clone())?;
+    let admin = spawn_admin(
+        listeners.admin,
+        Arc::clone(&node.admin),
+        node.started.node.admin_max_connections.value,
+        shutdown.clone(),
+    )?;
     if let Some(path) = node.options.config_path.clone() {
         // The certificate files are read again on every reload too, even
         // when the configuration is what it was.
@@ -695,11 +700,13 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
     let limits = {
         let config = &node.started;
         let nofile = crate::resources::raise_fd_limit().unwrap_or(1024);
-        let max_connections = config
-            .node
-            .max_connections
-            .value
-            .unwrap_or_else(|| crate::resources::default_max_connections(nofile));
+        let max_connections = config.node.max_connections.value.unwrap_or_else(|| {
+            // The admin listener holds up to twice its limit for moments.
+            crate::resources::default_max_connections(
+                nofile,
+                config.node.admin_max_connections.value.saturating_mul(2),
+            )
+        });
         tracing::info!(
             node = %config.node.name.value,
             listen = %proxy_listener.local_addr()?,
@@ -870,6 +877,7 @@ async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown, tasks: &mut Tasks)
 fn spawn_admin(
     listener: std::net::TcpListener,
     state: Arc<AdminState>,
+    max_connections: usize,
     shutdown: Shutdown,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -880,7 +888,7 @@ fn spawn_admin(
         .spawn(move || {
             runtime.block_on(async move {
                 match TcpListener::from_std(listener) {
-                    Ok(listener) => status::serve(listener, state, shutdown).await,
+                    Ok(listener) => status::serve(listener, state, max_connections, shutdown).await,
                     Err(error) => tracing::error!(%error, "admin listener unusable"),
                 }
             });

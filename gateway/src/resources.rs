@@ -37,16 +37,17 @@ pub fn raise_fd_limit() -> io::Result<u64> {
 }
 
 /// Descriptors kept back from client connections for everything else the
-/// node does: an eighth of the limit, at least 64.
-pub fn reserve(nofile: u64) -> u64 {
-    (nofile / 8).max(64)
+/// node does: the admin listener's own `admin` places, and an eighth of
+/// the limit (at least 64) for checks, runtime watches, gossip and reloads.
+pub fn reserve(nofile: u64, admin: usize) -> u64 {
+    (nofile / 8).max(64) + admin as u64
 }
 
 /// Client connections served at once when the configuration sets no
 /// limit: half of what the reserve leaves (each client connection may hold
 /// one to a replica), at least 1.
-pub fn default_max_connections(nofile: u64) -> usize {
-    let usable = nofile.saturating_sub(reserve(nofile)) / 2;
+pub fn default_max_connections(nofile: u64, admin: usize) -> usize {
+    let usable = nofile.saturating_sub(reserve(nofile, admin)) / 2;
     usize::try_from(usable).unwrap_or(usize::MAX).max(1)
 }
 
@@ -149,13 +150,15 @@ mod tests {
 
     #[test]
     fn limits_leave_a_reserve() {
-        assert_eq!(default_max_connections(1024), (1024 - 128) / 2);
-        assert_eq!(default_max_connections(256), (256 - 64) / 2);
+        assert_eq!(default_max_connections(1024, 0), (1024 - 128) / 2);
+        assert_eq!(default_max_connections(256, 0), (256 - 64) / 2);
         assert_eq!(
-            default_max_connections(1 << 20),
+            default_max_connections(1 << 20, 0),
             ((1 << 20) - (1 << 17)) / 2
         );
-        assert_eq!(default_max_connections(10), 1);
+        assert_eq!(default_max_connections(10, 0), 1);
+        // The admin listener's places are its own share.
+        assert_eq!(default_max_connections(4096, 256), (4096 - 512 - 256) / 2);
     }
 
     #[test]

@@ -24,7 +24,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::clock::now_unix_ms;
-use crate::config::HEADER_READ_TIMEOUT;
 use crate::edge::Certificates;
 use crate::gossip::Membership;
 use crate::metrics::Metrics;
@@ -36,6 +35,7 @@ use filter::Filter;
 pub mod cluster;
 pub mod feed;
 pub mod filter;
+mod places;
 pub mod routes;
 pub mod streamed;
 
@@ -290,8 +290,21 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
-/// Serves the admin endpoints until `shutdown`.
-pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut shutdown: Shutdown) {
+/// How long an admin connection may take to send a request head, from
+/// its accept or from the end of its last answer: health checks, scrapes
+/// and scripts send theirs at once. Shorter than the proxy's, so that idle
+/// connections make room soon.
+pub const ADMIN_HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the admin endpoints until `shutdown`, at most `max_connections`
+/// at once.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AdminState>,
+    max_connections: usize,
+    mut shutdown: Shutdown,
+) {
+    let places = places::Places::new(max_connections);
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -305,17 +318,29 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut shutdown: 
             () = shutdown.wait() => return,
         };
         let _ = stream.set_nodelay(true);
+        let (place, stream, evicted) = places.take(stream);
+        let connections = &state.metrics.connections;
+        if evicted > 0 {
+            connections.admin_evicted.inc_by(evicted);
+        }
+        connections.admin_open.inc();
         let state = Arc::clone(&state);
-        let service = service_fn(move |req: Request<Incoming>| {
-            let response = answer(&state, req.method(), req.uri().path(), req.uri().query());
-            async move { Ok::<_, Infallible>(response) }
-        });
         tokio::spawn(async move {
-            let _ = http1::Builder::new()
+            let metrics = Arc::clone(&state.metrics);
+            let service = service_fn(move |req: Request<Incoming>| {
+                let response = answer(&state, req.method(), req.uri().path(), req.uri().query());
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .header_read_timeout(ADMIN_HEAD_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = connection => {}
+                () = place.close.notified() => {}
+            }
+            drop(place);
+            metrics.connections.admin_open.dec();
         });
     }
 }

@@ -33,6 +33,7 @@ pub struct RawNode {
     pub header_timeout: Option<Spanned<String>>,
     pub idle_timeout: Option<Spanned<String>>,
     pub send_timeout: Option<Spanned<String>>,
+    pub admin_max_connections: Option<Spanned<i64>>,
     pub feed: Option<Spanned<String>>,
     pub feed_cert: Option<Spanned<String>>,
     pub feed_key: Option<Spanned<String>>,

@@ -45,6 +45,12 @@ pub fn render(config: &Config) -> String {
     duration(&mut out, "header_timeout", &node.header_timeout);
     duration(&mut out, "idle_timeout", &node.idle_timeout);
     duration(&mut out, "send_timeout", &node.send_timeout);
+    line(
+        &mut out,
+        "admin_max_connections",
+        &node.admin_max_connections.value.to_string(),
+        node.admin_max_connections.from,
+    );
     if let Some(max) = node.max_connections.value {
         line(
             &mut out,

@@ -242,6 +242,22 @@ impl Validator<'_> {
             }
             None => Setting::new(None, Origin::Default),
         };
+        let admin_max_connections = match &raw.admin_max_connections {
+            Some(m) => {
+                let n = *m.get_ref();
+                if !(1..=65_536).contains(&n) {
+                    self.problem(
+                        m.span(),
+                        format!("admin_max_connections = {n} is out of range: 1 to 65536"),
+                    );
+                }
+                Setting::new(
+                    usize::try_from(n).unwrap_or(1).clamp(1, 65_536),
+                    Origin::File,
+                )
+            }
+            None => Setting::new(super::ADMIN_MAX_CONNECTIONS, Origin::Default),
+        };
         let mut timeout = |raw: &Option<Spanned<String>>, field, range, default| match raw {
             Some(value) => Setting::new(
                 self.duration(value, field, range).unwrap_or(default),
@@ -307,6 +323,7 @@ impl Validator<'_> {
             header_timeout,
             idle_timeout,
             send_timeout,
+            admin_max_connections,
             feed,
             access_log: self.access_log(raw.access_log.as_ref(), dir),
             access_log_format: self.access_log_format(raw.access_log_format.as_ref()),

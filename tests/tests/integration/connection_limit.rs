@@ -70,3 +70,93 @@ async fn past_the_connection_limit_the_node_stays_healthy() {
     assert_eq!(answer.status, 200);
     node.stop().await;
 }
+
+/// The admin listener has places of its own: a flood of idle connections
+/// to it (a hostile client, or a script that leaks them) closes the
+/// oldest of them at the limit, never takes every descriptor, and
+/// `/healthz` on a fresh connection is answered all through. Before, 21,000
+/// such connections took every descriptor of the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_admin_connections_keeps_its_own_places() {
+    let upstream = Upstream::start("ok", Behaviour::Status(200)).await;
+    let config = format!(
+        "[node]\nadmin_max_connections = 16\n{}",
+        route("r", "/", &[upstream.addr], "")
+    );
+    let node = TestNode::start(&config);
+    let admin = node.admin;
+    // Idle connections, opened all along while /healthz is asked.
+    let flood = tokio::spawn(async move {
+        let mut idle = Vec::new();
+        // 2,000 a second for 2 s: the hostile round's 21,000 at its pace.
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(1));
+        for _ in 0..4_000 {
+            every.tick().await;
+            if let Ok(tcp) = TcpStream::connect(admin).await {
+                idle.push(tcp);
+            }
+            if idle.len() % 2 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        idle
+    });
+    let mut samples = Vec::new();
+    while !flood.is_finished() || samples.len() < 200 {
+        let answer = client::get(node.admin, "admin", "/healthz")
+            .await
+            .expect("/healthz answers during the flood");
+        assert_eq!(answer.status, 200);
+        samples.push(answer.elapsed);
+    }
+    let idle = flood.await.expect("flood");
+    let p99 = percentile(&mut samples, 99.0);
+    let max = samples.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "/healthz on fresh connections during a flood of {} idle admin connections: {} answers, p99 {p99:?}, max {max:?}",
+        idle.len(),
+        samples.len()
+    );
+    assert!(
+        max < picket_tests::AT_ONCE,
+        "a /healthz answer during the flood took {max:?}"
+    );
+    let metrics = client::get(node.admin, "admin", "/metrics")
+        .await
+        .expect("metrics")
+        .text();
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    // At most twice the limit while new ones are within their grace.
+    assert!(value("picket_admin_connections") <= 32.0, "{metrics}");
+    assert!(
+        value("picket_admin_connections_evicted_total") >= 3_900.0,
+        "{metrics}"
+    );
+    drop(idle);
+    node.stop().await;
+}
+
+/// An admin connection that sends nothing is closed at the admin head
+/// bound (10 s), well before the proxy's 30 s.
+#[tokio::test]
+async fn an_idle_admin_connection_is_closed_at_its_head_bound() {
+    use tokio::io::AsyncReadExt;
+    let node = TestNode::start("");
+    let mut tcp = TcpStream::connect(node.admin).await.expect("connect");
+    let started = Instant::now();
+    let mut sink = [0u8; 256];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(15), async {
+        while tcp.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(closed.is_ok(), "an idle admin connection outlived 15 s");
+    let after = started.elapsed();
+    eprintln!("an idle admin connection closed after {after:?}");
+    assert!(after >= std::time::Duration::from_secs(9), "{after:?}");
+    node.stop().await;
+}

@@ -97,6 +97,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "\"20s\"",
     ),
     (
+        "node.admin_max_connections",
+        "[node]\nadmin_max_connections = $",
+        "16",
+        "32",
+    ),
+    (
         "node.feed",
         "[node]\nfeed = $",
         "\"127.0.0.1:0\"",
