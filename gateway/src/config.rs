@@ -319,6 +319,9 @@ pub struct FeedSettings {
     /// start (and its fingerprint published) when `None`. Relative paths
     /// are read from the configuration file's directory.
     pub cert: Option<(PathBuf, PathBuf)>,
+    /// A PEM file of the CA whose client certificates may read the feed;
+    /// anyone may when `None`. Relative to the configuration's directory.
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -5,6 +5,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::{App, Msg};
@@ -39,6 +40,13 @@ struct Cli {
     /// address is on loopback.
     #[arg(long)]
     insecure: bool,
+    /// A PEM certificate chain to show a node whose feed asks for one
+    /// (`[node] feed_client_ca`); with --key.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// The PEM key of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
     /// Print the cluster view the node holds, once, as a table, and exit.
     #[arg(long)]
     once: bool,
@@ -78,10 +86,16 @@ where
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let trust = trust(&cli).await?;
+    let identity = match (&cli.cert, &cli.key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            feed::ClientIdentity::read(cert, key).map_err(anyhow::Error::msg)?,
+        )),
+        _ => None,
+    };
     if cli.once {
-        return once(&cli.address, &trust, cli.json).await;
+        return once(&cli.address, &trust, identity.as_deref(), cli.json).await;
     }
-    watch(cli.address, trust).await
+    watch(cli.address, trust, identity).await
 }
 
 async fn trust(cli: &Cli) -> anyhow::Result<Trust> {
@@ -113,8 +127,13 @@ async fn trust(cli: &Cli) -> anyhow::Result<Trust> {
 }
 
 /// `--once`: the view the node holds, printed once: a table, or JSON.
-async fn once(address: &str, trust: &Trust, json: bool) -> anyhow::Result<()> {
-    let mut session = Session::open(address, trust).await?;
+async fn once(
+    address: &str,
+    trust: &Trust,
+    identity: Option<&feed::ClientIdentity>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut session = Session::open_as(address, trust, identity).await?;
     let view = tokio::time::timeout(Duration::from_secs(10), session.next_view())
         .await
         .context("no view from the node in 10 s")??;
@@ -133,10 +152,14 @@ async fn once(address: &str, trust: &Trust, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn watch(address: String, trust: Trust) -> anyhow::Result<()> {
+async fn watch(
+    address: String,
+    trust: Trust,
+    identity: Option<Arc<feed::ClientIdentity>>,
+) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel(1024);
     let (switch_tx, switch_rx) = mpsc::channel(4);
-    let follower = tokio::spawn(feed::follow(address, trust, tx, switch_rx));
+    let follower = tokio::spawn(feed::follow(address, trust, identity, tx, switch_rx));
     let mut app = App::new();
     app.update(Msg::Tick {
         now_unix_ms: feed::now_unix_ms(),

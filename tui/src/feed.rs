@@ -42,6 +42,33 @@ pub enum Trust {
     Insecure,
 }
 
+/// The certificate this client shows a node whose feed asks for one
+/// (`[node] feed_client_ca`), and its key.
+#[derive(Debug)]
+pub struct ClientIdentity {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: rustls::pki_types::PrivateKeyDer<'static>,
+}
+
+impl ClientIdentity {
+    /// Reads a PEM certificate chain and its PEM key.
+    pub fn read(cert: &std::path::Path, key: &std::path::Path) -> Result<ClientIdentity, String> {
+        use rustls::pki_types::pem::PemObject;
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))
+        };
+        let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}: {e}", cert.display()))?;
+        if chain.is_empty() {
+            return Err(format!("{} holds no PEM certificate", cert.display()));
+        }
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&read(key)?)
+            .map_err(|e| format!("{}: {e}", key.display()))?;
+        Ok(ClientIdentity { chain, key })
+    }
+}
+
 /// Why a session could not start or ended.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
@@ -149,19 +176,22 @@ impl ServerCertVerifier for Pinned {
 /// The QUIC client configuration for `trust`: TLS 1.3, the feed's ALPN,
 /// keep-alives, and an idle timeout that notices a vanished node.
 pub fn client_config(trust: &Trust) -> Result<quinn::ClientConfig, FeedError> {
-    client_config_shown(trust).map(|(config, _)| config)
+    client_config_shown(trust, None).map(|(config, _)| config)
 }
 
 /// The fingerprint a pinned or insecure handshake was shown, once shown.
 type Shown = Arc<std::sync::Mutex<Option<String>>>;
 
-fn client_config_shown(trust: &Trust) -> Result<(quinn::ClientConfig, Shown), FeedError> {
+fn client_config_shown(
+    trust: &Trust,
+    identity: Option<&ClientIdentity>,
+) -> Result<(quinn::ClientConfig, Shown), FeedError> {
     let shown = Shown::default();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| FeedError::Tls(e.to_string()))?;
-    let mut tls = match trust {
+    let tls = match trust {
         Trust::Ca(certs) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in certs {
@@ -169,7 +199,7 @@ fn client_config_shown(trust: &Trust) -> Result<(quinn::ClientConfig, Shown), Fe
                     .add(cert.clone())
                     .map_err(|e| FeedError::Tls(e.to_string()))?;
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
         }
         Trust::Pin(pin) => builder
             .dangerous()
@@ -177,16 +207,20 @@ fn client_config_shown(trust: &Trust) -> Result<(quinn::ClientConfig, Shown), Fe
                 pin: Some(normalise(pin)),
                 provider,
                 shown: Arc::clone(&shown),
-            }))
-            .with_no_client_auth(),
+            })),
         Trust::Insecure => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(Pinned {
                 pin: None,
                 provider,
                 shown: Arc::clone(&shown),
-            }))
-            .with_no_client_auth(),
+            })),
+    };
+    let mut tls = match identity {
+        None => tls.with_no_client_auth(),
+        Some(identity) => tls
+            .with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())
+            .map_err(|e| FeedError::Tls(format!("the client certificate: {e}")))?,
     };
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| FeedError::Tls(e.to_string()))?;
@@ -249,6 +283,16 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Connects to the feed at `addr` (`host:port`) and subscribes.
     pub async fn open(addr: &str, trust: &Trust) -> Result<Session, FeedError> {
+        Session::open_as(addr, trust, None).await
+    }
+
+    /// As [`Session::open`], showing `identity` to a node that asks for a
+    /// client certificate.
+    pub async fn open_as(
+        addr: &str,
+        trust: &Trust,
+        identity: Option<&ClientIdentity>,
+    ) -> Result<Session, FeedError> {
         let remote = resolve(addr).await?;
         let local: SocketAddr = if remote.is_ipv4() {
             ([0, 0, 0, 0], 0).into()
@@ -257,7 +301,7 @@ impl Session {
         };
         let mut endpoint =
             quinn::Endpoint::client(local).map_err(|e| FeedError::Connect(e.to_string()))?;
-        let (config, shown) = client_config_shown(trust)?;
+        let (config, shown) = client_config_shown(trust, identity)?;
         endpoint.set_default_client_config(config);
         let connecting = endpoint
             .connect(remote, &server_name(addr))
@@ -343,6 +387,7 @@ pub fn now_unix_ms() -> u64 {
 pub async fn follow(
     addr: String,
     trust: Trust,
+    identity: Option<Arc<ClientIdentity>>,
     out: mpsc::Sender<Msg>,
     mut switch: mpsc::Receiver<FeedTarget>,
 ) {
@@ -358,7 +403,7 @@ pub async fn follow(
             return;
         }
         let error = tokio::select! {
-            error = session(&addr, &trust, &out, &mut stale_since, &mut backoff) => error,
+            error = session(&addr, &trust, identity.as_deref(), &out, &mut stale_since, &mut backoff) => error,
             target = switch.recv() => match target {
                 Some(target) => {
                     (addr, trust) = switched(&target, &trust);
@@ -401,11 +446,12 @@ fn switched(target: &FeedTarget, trust: &Trust) -> (String, Trust) {
 async fn session(
     addr: &str,
     trust: &Trust,
+    identity: Option<&ClientIdentity>,
     out: &mpsc::Sender<Msg>,
     stale_since: &mut Option<u64>,
     backoff: &mut Backoff,
 ) -> Option<FeedError> {
-    let mut session = match Session::open(addr, trust).await {
+    let mut session = match Session::open_as(addr, trust, identity).await {
         Ok(session) => session,
         Err(error) => return Some(error),
     };

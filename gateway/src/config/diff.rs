@@ -32,6 +32,7 @@ pub const NEEDS_RESTART: &[&str] = &[
     "node.feed",
     "node.feed_cert",
     "node.feed_key",
+    "node.feed_client_ca",
     "node.access_log",
     "node.access_log_format",
     "runtime.kind",
@@ -222,6 +223,11 @@ fn node(a: &NodeSettings, b: &NodeSettings) -> Vec<&'static str> {
         (
             "node.feed_key",
             cert_a.as_ref().map(|(_, k)| k) != cert_b.as_ref().map(|(_, k)| k),
+        ),
+        (
+            "node.feed_client_ca",
+            a.feed.as_ref().and_then(|f| f.client_ca.as_ref())
+                != b.feed.as_ref().and_then(|f| f.client_ca.as_ref()),
         ),
         ("node.access_log", a.access_log.value != b.access_log.value),
         (

@@ -37,6 +37,7 @@ pub struct RawNode {
     pub feed: Option<Spanned<String>>,
     pub feed_cert: Option<Spanned<String>>,
     pub feed_key: Option<Spanned<String>>,
+    pub feed_client_ca: Option<Spanned<String>>,
     /// `"stdout"`, `"off"`, or a file's path.
     pub access_log: Option<Spanned<String>>,
     /// `"json"` or `"combined"`.

@@ -77,6 +77,14 @@ pub fn render(config: &Config) -> String {
             line(&mut out, "feed_cert", &quoted(cert.display()), Origin::File);
             line(&mut out, "feed_key", &quoted(key.display()), Origin::File);
         }
+        if let Some(ca) = &feed.client_ca {
+            line(
+                &mut out,
+                "feed_client_ca",
+                &quoted(ca.display()),
+                Origin::File,
+            );
+        }
     }
 
     let runtime = &config.runtime;

@@ -286,7 +286,12 @@ impl Validator<'_> {
         let feed = raw.feed.as_ref().map(|feed| FeedSettings {
             addr: self.address(Some(feed), "feed", "0.0.0.0:9901").value,
             cert: None,
+            client_ca: None,
         });
+        let client_ca = raw
+            .feed_client_ca
+            .as_ref()
+            .map(|ca| PathBuf::from(ca.get_ref()));
         let cert = match (&raw.feed_cert, &raw.feed_key) {
             (Some(cert), Some(key)) => {
                 Some((PathBuf::from(cert.get_ref()), PathBuf::from(key.get_ref())))
@@ -301,8 +306,18 @@ impl Validator<'_> {
             }
         };
         let feed = match (feed, cert) {
-            (Some(feed), cert) => Some(FeedSettings { cert, ..feed }),
-            (None, Some(_)) => {
+            (Some(feed), cert) => Some(FeedSettings {
+                cert,
+                client_ca,
+                ..feed
+            }),
+            (None, cert) => {
+                if let Some(ca) = raw.feed_client_ca.as_ref().filter(|_| cert.is_none()) {
+                    self.problem(
+                        ca.span(),
+                        "`feed_client_ca` without `feed`: set the feed's address too",
+                    );
+                }
                 if let Some(cert) = &raw.feed_cert {
                     self.problem(
                         cert.span(),
@@ -311,7 +326,6 @@ impl Validator<'_> {
                 }
                 None
             }
-            (None, None) => None,
         };
         NodeSettings {
             name,

@@ -16,6 +16,14 @@
 //! - Memory per client is bounded: QUIC flow control bounds what is in
 //!   flight, and a request larger than [`MAX_REQUEST`] is refused unread.
 //! - The feed is read-only: nothing a client sends changes anything.
+//! - A place is given only to a client whose address is proven: a first
+//!   Initial packet gets a Retry (QUIC's address validation, a token the
+//!   client must echo from the address it claims), so packets from forged
+//!   or one-shot sources take no place and no handshake work. At most
+//!   [`MAX_PER_SOURCE`] places go to one address.
+//! - With `[node] feed_client_ca`, only clients with a certificate that CA
+//!   signed finish the handshake: the way to restrict who reads the
+//!   cluster view.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -42,6 +50,9 @@ const HELLO_WAIT: Duration = Duration::from_secs(5);
 const MAX_REQUEST: usize = 1024;
 /// Clients served at once; more are refused.
 const MAX_CLIENTS: usize = 256;
+/// Clients served at once from one address (a NAT, or one host's many
+/// terminals); more from it are refused.
+pub const MAX_PER_SOURCE: usize = 16;
 /// Bytes in flight to one client before it must acknowledge them.
 const SEND_WINDOW: u64 = 4 << 20;
 
@@ -142,6 +153,34 @@ fn identity(
     Ok(Identity { chain, key })
 }
 
+/// `path` as written in the configuration, read from its directory when
+/// relative.
+fn resolve(dir: Option<&Path>, path: &Path) -> std::path::PathBuf {
+    match dir {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The CA certificates of `feed_client_ca`.
+fn client_roots(path: &Path) -> Result<rustls::RootCertStore, FeedError> {
+    let failed = |message: String| FeedError::Read {
+        what: "client CA",
+        path: path.display().to_string(),
+        message,
+    };
+    let pem = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| failed(e.to_string()))?;
+        roots.add(cert).map_err(|e| failed(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(failed("no PEM certificate in it".into()));
+    }
+    Ok(roots)
+}
+
 /// Binds the feed: on `socket` when given (bound before the node started),
 /// else on the configured address.
 pub fn bind(
@@ -157,10 +196,23 @@ pub fn bind(
         .map(|leaf| fingerprint(leaf))
         .unwrap_or_default();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| FeedError::Tls(e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| FeedError::Tls(e.to_string()))?;
+    let builder = match &settings.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let roots = client_roots(&resolve(dir, ca))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| FeedError::Tls(format!("the feed's client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut tls = builder
         .with_single_cert(identity.chain, identity.key)
         .map_err(|e| FeedError::Tls(e.to_string()))?;
     tls.alpn_protocols = vec![ALPN.to_vec()];
@@ -211,12 +263,28 @@ pub fn spawn(
 ) {
     tasks.spawn("feed", async move {
         let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
+        let sources = Arc::new(Sources::default());
         loop {
             let incoming = tokio::select! {
                 incoming = feed.endpoint.accept() => incoming,
                 () = shutdown.wait() => break,
             };
             let Some(incoming) = incoming else { break };
+            // An address not yet proven gets a Retry, and no place: only a
+            // client that answers from the address it claims comes back.
+            if !incoming.remote_address_validated() {
+                if incoming.may_retry() {
+                    let _ = incoming.retry();
+                } else {
+                    incoming.ignore();
+                }
+                continue;
+            }
+            let Some(source) = sources.take(incoming.remote_address().ip()) else {
+                incoming.refuse();
+                metrics.refused();
+                continue;
+            };
             let Ok(permit) = Arc::clone(&clients).try_acquire_owned() else {
                 incoming.refuse();
                 metrics.refused();
@@ -237,7 +305,7 @@ pub fn spawn(
                 tracing::debug!(%peer, "feed client attached");
                 let ended = serve(&connection, views, &metrics, shutdown).await;
                 metrics.detached();
-                drop(permit);
+                drop((permit, source));
                 match ended {
                     Ok(()) => {}
                     Err(Ended::Slow) => {
@@ -258,6 +326,44 @@ pub fn spawn(
             .close(quinn::VarInt::from_u32(0), b"node stopping");
         let _ = tokio::time::timeout(Duration::from_secs(1), feed.endpoint.wait_idle()).await;
     });
+}
+
+/// Places held by each client address.
+#[derive(Debug, Default)]
+struct Sources(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One of an address's places, given back when dropped.
+struct Source {
+    sources: Arc<Sources>,
+    ip: std::net::IpAddr,
+}
+
+impl Sources {
+    /// A place for `ip`, unless it holds [`MAX_PER_SOURCE`] already.
+    fn take(self: &Arc<Sources>, ip: std::net::IpAddr) -> Option<Source> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = held.entry(ip).or_default();
+        if *count >= MAX_PER_SOURCE {
+            return None;
+        }
+        *count += 1;
+        Some(Source {
+            sources: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        let mut held = self.sources.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = held.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// How a client's session ended, other than by shutdown.

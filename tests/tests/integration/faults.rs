@@ -365,7 +365,7 @@ impl Tui {
         let task = tokio::spawn(async move {
             let (out, mut msgs) = mpsc::channel(1024);
             let (_switch, switches) = mpsc::channel(1);
-            let follow = tokio::spawn(feed::follow(addr, Trust::Pin(pin), out, switches));
+            let follow = tokio::spawn(feed::follow(addr, Trust::Pin(pin), None, out, switches));
             let mut app = App::new();
             let mut terminal = Terminal::new(TestBackend::new(160, 40)).unwrap();
             while let Some(msg) = msgs.recv().await {

@@ -121,6 +121,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "\"{dir}/other.key\"",
     ),
     (
+        "node.feed_client_ca",
+        "[node]\nfeed = \"127.0.0.1:0\"\nfeed_client_ca = $",
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
         "global.connect_timeout",
         "[global]\nconnect_timeout = $",
         "\"2s\"",
