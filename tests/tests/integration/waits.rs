@@ -268,6 +268,9 @@ async fn an_idle_http2_client_that_ignores_the_closing_ping_does_not_keep_its_pl
             .expect("the preface");
         deaf.push(tcp);
     }
+    let (p99, worst) = healthz_while(&node, 200).await;
+    eprintln!("/healthz while 3 deaf HTTP/2 clients idle: p99 {p99:?}, worst {worst:?}");
+    assert!(p99 < HEALTHZ_P99, "/healthz p99 {p99:?}");
     let started = Instant::now();
     for mut tcp in deaf {
         // Read (and drop) the node's frames until it closes: its GOAWAY at
@@ -406,18 +409,23 @@ async fn freed(opened: &AtomicUsize, open: &AtomicUsize, n: usize, within: Durat
     }
 }
 
-/// /healthz answers within `bound`, `n` times in a row.
-async fn healthz_prompt(node: &TestNode, n: usize) -> Duration {
-    let mut worst = Duration::ZERO;
+/// `/healthz` asked `n` times on fresh connections: its p99 and worst.
+async fn healthz_while(node: &TestNode, n: usize) -> (Duration, Duration) {
+    let mut samples = Vec::new();
     for _ in 0..n {
         let answer = picket_tests::client::get(node.admin, "admin", "/healthz")
             .await
             .expect("/healthz answers");
         assert_eq!(answer.status, 200);
-        worst = worst.max(answer.elapsed);
+        samples.push(answer.elapsed);
     }
-    worst
+    let worst = samples.iter().max().copied().unwrap_or_default();
+    (picket_tests::client::percentile(&mut samples, 99.0), worst)
 }
+
+/// The acceptance asks 5 ms at p99; a debug build on a shared CI machine
+/// gets some room, and the figure is printed.
+const HEALTHZ_P99: Duration = Duration::from_millis(25);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_client_that_stops_reading_frees_the_replica_at_the_send_bound() {
@@ -438,12 +446,13 @@ async fn an_http1_client_that_stops_reading_frees_the_replica_at_the_send_bound(
         // It never reads.
         clients.push(tcp);
     }
+    let (p99, worst) = healthz_while(&node, 200).await;
+    eprintln!("/healthz while 20 clients stop reading: p99 {p99:?}, worst {worst:?}");
+    assert!(p99 < HEALTHZ_P99, "/healthz p99 {p99:?}");
     let took = freed(&opened, &open, 20, Duration::from_secs(8)).await;
     eprintln!(
         "20 replica connections freed {took:?} after the clients stopped reading (bound 1 s)"
     );
-    let worst = healthz_prompt(&node, 20).await;
-    assert!(worst < Duration::from_millis(50), "/healthz took {worst:?}");
     let lines = picket_tests::logs::access_lines(&log, 20).await;
     for line in &lines {
         assert_eq!(line["ending"], "bound_send", "{line}");
@@ -483,12 +492,13 @@ async fn http2_streams_with_a_zero_window_free_their_replicas_at_the_send_bound(
         tcp.write_all(&out).await.expect("the streams");
         clients.push(tcp);
     }
+    let (p99, worst) = healthz_while(&node, 200).await;
+    eprintln!("/healthz while 60 HTTP/2 streams hold a shut window: p99 {p99:?}, worst {worst:?}");
+    assert!(p99 < HEALTHZ_P99, "/healthz p99 {p99:?}");
     let took = freed(&opened, &open, 60, Duration::from_secs(8)).await;
     eprintln!(
         "60 replica connections of zero-window HTTP/2 streams freed {took:?} after they opened (bound 1 s)"
     );
-    let worst = healthz_prompt(&node, 20).await;
-    assert!(worst < Duration::from_millis(50), "/healthz took {worst:?}");
     // The streams given up no longer count as open: the idle bound closes
     // each connection, and the access log says why each answer ended.
     for mut tcp in clients {
