@@ -14,6 +14,14 @@ use picket::config::{Config, Overrides};
 use picket::node::{self, Listeners, Node, Options};
 use picket::{demo, shutdown, socket_proxy};
 
+/// The allocator: jemalloc, whose background thread gives memory that
+/// has stayed free back to the system (`dirty_decay_ms`, 10 s). With
+/// glibc's, the memory a flood of connections took stayed with the node
+/// after they closed (`tests/bench/flood_memory.sh`): freed in the middle
+/// of its heaps, it could never be trimmed.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Picket: an HTTP gateway that runs as a cluster, one node per machine.
 ///
 /// Each node proxies traffic, bounds how long it waits for every upstream,

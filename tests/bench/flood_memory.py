@@ -8,8 +8,9 @@ memory a flood took come back? Driven by tests/bench/flood_memory.sh.
 Floods, one after the other:
   admin   connections to the admin listener that send nothing
   heads   proxy connections that send 8 KiB of a request head, never ending it
-  bodies  proxy connections with a request whose 64 KiB body the replica
-          takes, answered with 64 KiB that the client never reads
+  bodies  proxy connections that each send a POST with a 64 KiB body
+          (nginx answers a POST on its static file with 405) and never
+          read the answer
 """
 import socket
 import sys
@@ -67,7 +68,7 @@ def main():
     flood("proxy, an unended 8 KiB head", pid, proxy, n, head, quiet)
     body = b"x" * 65536
     request = b"POST /big HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % len(body) + body
-    flood("proxy, 64 KiB each way, answer unread", pid, proxy, min(n, 2000), request, quiet)
+    flood("proxy, a 64 KiB request body, answer unread", pid, proxy, min(n, 2000), request, quiet)
 
 
 if __name__ == "__main__":
