@@ -11,6 +11,7 @@
 //! value remembers where it came from ([`Origin`]) so that `picket check`
 //! can show it.
 
+mod cidr;
 mod diff;
 mod error;
 pub mod fields;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use cidr::{Cidr, CidrError, TrustedProxies};
 pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
 pub use error::{ConfigError, Problem};
 pub use render::render;
@@ -340,6 +342,10 @@ pub struct GlobalSettings {
     /// Client headers whose names hold `_` are forwarded (dropped when
     /// false, as nginx does).
     pub underscores_in_headers: Setting<bool>,
+    /// Clients whose forwarding headers (`X-Forwarded-*`, `Forwarded`,
+    /// `X-Real-IP`) the node appends to or keeps; every other client's are
+    /// replaced by what the node saw.
+    pub trusted_proxies: Setting<TrustedProxies>,
     /// A replica whose own answers are 502, 503 or 504 this many times in
     /// a row is ejected.
     pub consecutive_gateway_errors: Setting<u32>,
@@ -399,6 +405,8 @@ pub struct RouteConfig {
     pub body_timeout: Duration,
     /// `[global] underscores_in_headers`, for the data path.
     pub underscores_in_headers: bool,
+    /// `[global] trusted_proxies`, for the data path.
+    pub trusted_proxies: TrustedProxies,
     /// Plain-HTTP requests are redirected to HTTPS (308).
     pub https_only: bool,
     /// TLS to its replicas (`https://` external hosts speak TLS without

@@ -55,14 +55,19 @@ pub struct ProxyListeners {
     pub tls: Option<(TcpListener, TlsAcceptor)>,
 }
 
-/// How the connections of one listener are served.
+/// How the connections of one listener are served; `port` is the
+/// listener's own (`X-Forwarded-Port`), `None` if it could not tell.
 #[derive(Clone)]
 enum Edge {
     /// Plain; `https_port` is where `https_only` routes send clients.
     Plain {
+        port: Option<u16>,
         https_port: Option<u16>,
     },
-    Tls(TlsAcceptor),
+    Tls {
+        acceptor: TlsAcceptor,
+        port: Option<u16>,
+    },
 }
 
 /// Serves the proxy on `listeners` until `shutdown`, at most
@@ -86,10 +91,10 @@ pub async fn serve(
     if let Some((listener, _)) = &tls {
         no_delay(listener);
     }
-    let https_port = tls
-        .as_ref()
-        .and_then(|(listener, _)| listener.local_addr().ok())
-        .map(|addr| addr.port());
+    // Asked once per listener, not per connection.
+    let port = |listener: &TcpListener| listener.local_addr().ok().map(|addr| addr.port());
+    let plain_port = port(&plain);
+    let https_port = tls.as_ref().and_then(|(listener, _)| port(listener));
     let max_connections = limits.max_connections;
     let mut connections = JoinSet::new();
     let slots = Arc::new(Semaphore::new(max_connections));
@@ -122,8 +127,8 @@ pub async fn serve(
             tracing::info!(max_connections, "accepting client connections again");
         }
         let accepted = tokio::select! {
-            accepted = plain.accept() => accepted.map(|a| (a, Edge::Plain { https_port })),
-            accepted = accept_tls(tls.as_ref()) => accepted,
+            accepted = plain.accept() => accepted.map(|a| (a, Edge::Plain { port: plain_port, https_port })),
+            accepted = accept_tls(tls.as_ref(), https_port) => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = shutdown.wait() => break,
         };
@@ -177,13 +182,17 @@ fn no_delay(listener: &TcpListener) {
     }
 }
 
-/// The next connection of the HTTPS listener; never, without one.
-async fn accept_tls(tls: Option<&(TcpListener, TlsAcceptor)>) -> std::io::Result<Accepted> {
+/// The next connection of the HTTPS listener, which listens on `port`;
+/// never, without one.
+async fn accept_tls(
+    tls: Option<&(TcpListener, TlsAcceptor)>,
+    port: Option<u16>,
+) -> std::io::Result<Accepted> {
     match tls {
-        Some((listener, acceptor)) => listener
-            .accept()
-            .await
-            .map(|accepted| (accepted, Edge::Tls(acceptor.clone()))),
+        Some((listener, acceptor)) => listener.accept().await.map(|accepted| {
+            let acceptor = acceptor.clone();
+            (accepted, Edge::Tls { acceptor, port })
+        }),
         None => std::future::pending().await,
     }
 }
@@ -283,9 +292,14 @@ async fn open(
     // Over TLS, ALPN decides (`Some(h2)`): a connection that agreed on
     // HTTP/1 and then sends the HTTP/2 preface gets 400, as any request
     // line that does not parse. In clear, the first bytes tell.
-    let (io, scheme, alpn_h2) = match edge {
-        Edge::Plain { https_port } => (Either::Left(stream), Scheme::Http { https_port }, None),
-        Edge::Tls(acceptor) => {
+    let (io, scheme, alpn_h2, port) = match edge {
+        Edge::Plain { port, https_port } => (
+            Either::Left(stream),
+            Scheme::Http { https_port },
+            None,
+            port,
+        ),
+        Edge::Tls { acceptor, port } => {
             let connections = &proxy.metrics().connections;
             let handshake = tokio::select! {
                 done = tokio::time::timeout(limits.header, acceptor.accept(stream)) => done,
@@ -293,10 +307,10 @@ async fn open(
             };
             let tls = handshaken(handshake, peer, limits.header, connections)?;
             let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
-            (Either::Right(Box::new(tls)), Scheme::Https, Some(h2))
+            (Either::Right(Box::new(tls)), Scheme::Https, Some(h2), port)
         }
     };
-    let client = Client::new(peer.ip(), scheme);
+    let client = Client::new(peer.ip(), port, scheme);
     let mut conn = http1::ClientConn::new(io, limits);
     let protocol = match alpn_h2 {
         Some(true) => http1::Protocol::Http2,
@@ -384,7 +398,10 @@ mod tests {
         let task = connection(
             stream,
             peer,
-            Edge::Plain { https_port: None },
+            Edge::Plain {
+                port: Some(addr.port()),
+                https_port: None,
+            },
             proxy,
             shutdown,
             limits,

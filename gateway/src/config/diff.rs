@@ -167,6 +167,10 @@ fn global(a: &GlobalSettings, b: &GlobalSettings) -> Vec<&'static str> {
             a.underscores_in_headers.value != b.underscores_in_headers.value,
         ),
         (
+            "global.trusted_proxies",
+            a.trusted_proxies.value != b.trusted_proxies.value,
+        ),
+        (
             "global.consecutive_gateway_errors",
             a.consecutive_gateway_errors.value != b.consecutive_gateway_errors.value,
         ),
@@ -370,6 +374,15 @@ mod tests {
                 ReloadPlan {
                     changed: vec!["a".into(), "b".into()],
                     applied: vec!["global.connect_timeout"],
+                    ..Default::default()
+                },
+            ),
+            (
+                "trusted proxies changed: every route takes them",
+                &format!("{BASE}\n[global]\ntrusted_proxies = [\"10.0.0.0/8\"]"),
+                ReloadPlan {
+                    changed: vec!["a".into(), "b".into()],
+                    applied: vec!["global.trusted_proxies"],
                     ..Default::default()
                 },
             ),

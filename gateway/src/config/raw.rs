@@ -56,6 +56,8 @@ pub struct RawGlobal {
     pub body_timeout: Option<Spanned<String>>,
     pub consecutive_gateway_errors: Option<Spanned<i64>>,
     pub underscores_in_headers: Option<Spanned<bool>>,
+    /// CIDR ranges or addresses of the proxies in front of the node.
+    pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
     pub max_body: Option<Spanned<RawSize>>,
     pub request_headers: Option<Spanned<RawHeaderRules>>,
     pub response_headers: Option<Spanned<RawHeaderRules>>,

@@ -199,6 +199,19 @@ pub fn render(config: &Config) -> String {
         &global.underscores_in_headers.value.to_string(),
         in_global(&global.underscores_in_headers).from,
     );
+    let trusted: Vec<String> = global
+        .trusted_proxies
+        .value
+        .ranges()
+        .iter()
+        .map(quoted)
+        .collect();
+    line(
+        &mut out,
+        "trusted_proxies",
+        &format!("[{}]", trusted.join(", ")),
+        in_global(&global.trusted_proxies).from,
+    );
     max_body(&mut out, &in_global(&global.max_body));
     header_rules(&mut out, "request_headers", &global.request_headers);
     header_rules(&mut out, "response_headers", &global.response_headers);

@@ -16,14 +16,14 @@ use super::raw::{
     RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize, RawUpstreamTls,
 };
 use super::{
-    AccessLogFormat, AccessLogTarget, BreakerSettings, CertificateConfig, CheckKind,
+    AccessLogFormat, AccessLogTarget, BreakerSettings, CertificateConfig, CheckKind, Cidr,
     ClientIdentity, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
     DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings,
     GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin, Protocol, RateKey, RateSettings,
     RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting,
-    UpstreamConfig, UpstreamTls,
+    TrustedProxies, UpstreamConfig, UpstreamTls,
 };
 use crate::certificate::Culprit;
 
@@ -639,6 +639,7 @@ impl Validator<'_> {
                 Some(v) => Setting::new(*v.get_ref(), Origin::Global),
                 None => Setting::new(false, Origin::Default),
             },
+            trusted_proxies: self.trusted_proxies(raw.trusted_proxies.as_ref()),
             max_body: self.max_body(
                 raw.max_body.as_ref(),
                 &Setting::new(None, Origin::Default),
@@ -647,6 +648,25 @@ impl Validator<'_> {
             request_headers: self.header_rules(raw.request_headers.as_ref(), "request_headers"),
             response_headers: self.header_rules(raw.response_headers.as_ref(), "response_headers"),
         }
+    }
+
+    /// `trusted_proxies`: each entry a CIDR range or a single address; a
+    /// bad one is a problem at its own line and column.
+    fn trusted_proxies(
+        &mut self,
+        raw: Option<&Spanned<Vec<Spanned<String>>>>,
+    ) -> Setting<TrustedProxies> {
+        let Some(list) = raw else {
+            return Setting::new(TrustedProxies::default(), Origin::Default);
+        };
+        let mut ranges = Vec::with_capacity(list.get_ref().len());
+        for entry in list.get_ref() {
+            match Cidr::parse(entry.get_ref()) {
+                Ok(range) => ranges.push(range),
+                Err(error) => self.problem(entry.span(), format!("trusted_proxies: {error}")),
+            }
+        }
+        Setting::new(TrustedProxies::new(ranges), Origin::Global)
     }
 
     /// Breaker settings: each field given, else `inherited`'s.
@@ -1128,6 +1148,7 @@ impl Validator<'_> {
             breaker,
             body_timeout: global.body_timeout.value,
             underscores_in_headers: global.underscores_in_headers.value,
+            trusted_proxies: global.trusted_proxies.value.clone(),
             https_only: raw.https_only.as_ref().is_some_and(|h| *h.get_ref()),
             tls,
             protocol,

@@ -249,6 +249,7 @@ async fn attempts<B: RequestBody>(
             .and_then(|proxy| proxy.authorization())
             .map(HeaderValue::as_bytes),
         rules: &route.config.request_headers,
+        trusted: route.config.trusted_proxies.contains(client.ip()),
     };
     let first_answer = route.upstream.pool.bounds.first_answer;
     let bounds = Waits {

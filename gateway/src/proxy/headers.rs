@@ -4,11 +4,37 @@
 //! The request head that goes upstream is written in one pass over the
 //! client's headers: hop-by-hop headers (and those any of the client's
 //! `Connection` headers names) are skipped, `Host` comes first, and the
-//! `X-Forwarded-*` headers and the body's framing are written at the end,
-//! from what the proxy parsed. `Connection` can never remove the framing,
-//! `Host` or the `X-Forwarded-*` ([`h1::is_protected`]): the client's own
+//! forwarding headers and the body's framing are written at the end,
+//! from what the proxy parsed and saw. `Connection` can never remove the
+//! framing or `Host` ([`h1::is_protected`]), nor the forwarding headers,
+//! which are decided before it is looked at: the client's own
 //! `Content-Length` and `Transfer-Encoding` lines never cross, so a body
 //! can never be read upstream as a second request.
+//!
+//! ## Forwarding headers
+//! The node owns the whole family that says who the client is and how it
+//! came ([`FORWARDING`], listed with the header rules): `X-Forwarded-For`,
+//! `-Proto`, `-Host`, `-Port`, `-Prefix`, `X-Real-IP`, `Forwarded` (RFC
+//! 7239), `X-Original-URL` and `X-Rewrite-URL`, as Traefik and Envoy do.
+//! From a client that is not in `[global] trusted_proxies`, every one of
+//! them is dropped and the node writes what it saw: `X-Forwarded-For` and
+//! `X-Real-IP` the peer's address, `X-Forwarded-Proto` the scheme,
+//! `X-Forwarded-Host` the host asked for, `X-Forwarded-Port` the port of
+//! the listener, and `Forwarded` the address, scheme and host as one
+//! element. Anyone can send these headers, and a replica that reads the
+//! client's address from them (for a log, a rate limit, an allow-list)
+//! would believe whoever sent them.
+//!
+//! A trusted client is a proxy in front of the node: the node appends its
+//! hop to that proxy's `X-Forwarded-For` and `Forwarded`, and keeps the
+//! others as it sent them, writing its own only where it sent none.
+//! `X-Forwarded-Prefix`, `X-Original-URL` and `X-Rewrite-URL` are never
+//! written by the node itself: it only passes on a trusted proxy's.
+//!
+//! A route's `request_headers` may set or remove the family members the
+//! configuration does not reserve (`Forwarded`, `X-Real-IP`,
+//! `X-Forwarded-Port`, `-Prefix`, `X-Original-URL`, `X-Rewrite-URL`): the
+//! rule then decides that header alone, as the operator wrote it.
 //!
 //! Header names holding `_` are dropped unless `underscores_in_headers` is
 //! set, as nginx does: CGI, WSGI and PHP read `X_Forwarded_For` and
@@ -32,28 +58,37 @@ use std::net::IpAddr;
 use http::header::HeaderValue;
 
 use super::incoming::{ClientRequest, Fields};
+use super::rules::FORWARDING;
 use super::scheme::Scheme;
 use crate::h1::{self, request};
 use crate::upstream::Target;
 
-/// The client of a connection, as `X-Forwarded-For` and
-/// `X-Forwarded-Proto` name it; made once per connection.
+/// The client of a connection, as the forwarding headers name it; made
+/// once per connection.
 #[derive(Debug, Clone)]
 pub struct Client {
     ip: IpAddr,
     value: HeaderValue,
     scheme: Scheme,
+    /// The port of the listener the connection came in on
+    /// (`X-Forwarded-Port`); `None` when the listener could not tell.
+    port: Option<u16>,
 }
 
 impl Client {
-    pub fn new(ip: IpAddr, scheme: Scheme) -> Client {
+    pub fn new(ip: IpAddr, port: Option<u16>, scheme: Scheme) -> Client {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_canonical(),
             v4 => v4,
         };
         let value =
             HeaderValue::from_str(&ip.to_string()).unwrap_or(HeaderValue::from_static("unknown"));
-        Client { ip, value, scheme }
+        Client {
+            ip,
+            value,
+            scheme,
+            port,
+        }
     }
 
     pub fn ip(&self) -> IpAddr {
@@ -86,19 +121,22 @@ pub struct Forwarding<'a> {
     pub proxy_authorization: Option<&'a [u8]>,
     /// The route's `request_headers`.
     pub rules: &'a crate::config::HeaderRules,
+    /// The client is in `[global] trusted_proxies`: a proxy whose
+    /// forwarding headers are appended to or kept, not replaced.
+    pub trusted: bool,
 }
 
-/// Headers the proxy writes itself, whatever the client sent.
+/// Whether `name` is one of the forwarding family.
+fn is_forwarding(name: &[u8]) -> bool {
+    FORWARDING
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Headers the proxy writes itself besides the forwarding family,
+/// whatever the client sent.
 fn ours(name: &[u8]) -> bool {
-    [
-        &b"host"[..],
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"x-forwarded-for",
-        b"x-request-id",
-    ]
-    .iter()
-    .any(|n| n.eq_ignore_ascii_case(name))
+    name.eq_ignore_ascii_case(b"host") || name.eq_ignore_ascii_case(b"x-request-id")
 }
 
 /// Writes the request head that goes upstream to `replica`.
@@ -200,9 +238,9 @@ enum Cookies {
 
 /// Calls `emit` with each header the upstream gets besides `Host`, the
 /// framing and an upgrade: the client's end-to-end headers (less those
-/// the route's rules remove or set; `cookie` as `cookies` says), the
-/// rules' own, `X-Request-Id`, then `X-Forwarded-For`, `-Proto` and
-/// `-Host`.
+/// the route's rules remove or set, and the forwarding family; `cookie`
+/// as `cookies` says), the rules' own, `X-Request-Id`, then the
+/// forwarding family ([`forwarding_family`]).
 fn forwarded_fields(
     req: &ClientRequest<'_>,
     forwarding: &Forwarding<'_>,
@@ -211,17 +249,14 @@ fn forwarded_fields(
 ) {
     let connection = req.fields.all("connection");
     let ruled = !forwarding.rules.is_empty();
-    let mut forwarded_for = Vec::new();
     // Only HTTP/2 and HTTP/3 split cookies: an HTTP/1 client's lines cross
     // as they came.
     let split = cookies == Cookies::Joined && matches!(req.fields, Fields::Map(_));
     let mut cookie_sent = false;
     req.fields.each(|name, value| {
-        if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-            if !forwarded_for.is_empty() {
-                forwarded_for.extend_from_slice(b", ");
-            }
-            forwarded_for.extend_from_slice(value);
+        // Written below, whoever the client is; never named away by
+        // `Connection`.
+        if is_forwarding(name) {
             return;
         }
         // The framing is written below, from what was parsed.
@@ -250,14 +285,115 @@ fn forwarded_fields(
         emit(name.as_str().as_bytes(), value.as_bytes());
     }
     emit(b"x-request-id", req.id.as_bytes());
-    if !forwarded_for.is_empty() {
-        forwarded_for.extend_from_slice(b", ");
+    forwarding_family(req, forwarding, &mut emit);
+}
+
+/// How the node writes one header of the forwarding family.
+enum Hop<'a> {
+    /// A list each proxy appends its hop to: a trusted proxy's, then this.
+    Append(&'a [u8]),
+    /// One value: a trusted proxy's as it sent it, else this, if any.
+    Keep(Option<&'a [u8]>),
+}
+
+/// Calls `emit` with each header of the forwarding family, in the order
+/// of [`FORWARDING`]: a trusted proxy's values appended to or kept, and
+/// what the node saw for the rest. A header the route's rules set or
+/// remove is left to them.
+fn forwarding_family(
+    req: &ClientRequest<'_>,
+    forwarding: &Forwarding<'_>,
+    emit: &mut impl FnMut(&[u8], &[u8]),
+) {
+    let client = forwarding.client;
+    let address = client.value.as_bytes();
+    let mut digits = [0; 5];
+    let port = client.port.map(|port| decimal(port, &mut digits));
+    let element = forwarded_element(client, forwarding.host);
+    let ruled = !forwarding.rules.is_empty();
+    for name in FORWARDING {
+        if ruled && super::rules::overridden(forwarding.rules, name.as_bytes()) {
+            continue;
+        }
+        let hop = match name {
+            "x-forwarded-for" => Hop::Append(address),
+            "forwarded" => Hop::Append(&element),
+            "x-forwarded-proto" => Hop::Keep(Some(client.scheme.proto())),
+            "x-forwarded-host" => Hop::Keep(forwarding.host),
+            "x-forwarded-port" => Hop::Keep(port),
+            "x-real-ip" => Hop::Keep(Some(address)),
+            // `X-Forwarded-Prefix`, `X-Original-URL`, `X-Rewrite-URL`:
+            // only a trusted proxy's (a route that strips a prefix may
+            // set `X-Forwarded-Prefix` by a rule).
+            _ => Hop::Keep(None),
+        };
+        let mut sent = match forwarding.trusted {
+            true => req.fields.all(name),
+            false => Vec::new(),
+        };
+        sent.retain(|value| !value.trim_ascii().is_empty());
+        let name = name.as_bytes();
+        match hop {
+            Hop::Append(ours) if sent.is_empty() => emit(name, ours),
+            Hop::Append(ours) => {
+                let mut list = sent.join(&b", "[..]);
+                list.extend_from_slice(b", ");
+                list.extend_from_slice(ours);
+                emit(name, &list);
+            }
+            Hop::Keep(Some(ours)) if sent.is_empty() => emit(name, ours),
+            Hop::Keep(_) => sent.iter().for_each(|value| emit(name, value)),
+        }
     }
-    forwarded_for.extend_from_slice(forwarding.client.value.as_bytes());
-    emit(b"x-forwarded-for", &forwarded_for);
-    emit(b"x-forwarded-proto", forwarding.client.scheme.proto());
-    if let Some(host) = forwarding.host {
-        emit(b"x-forwarded-host", host);
+}
+
+/// The node's element of `Forwarded` (RFC 7239 §4): `for=` the client,
+/// `proto=` the scheme it came by, `host=` the host it asked for. An IPv6
+/// address is bracketed and quoted (§6), a host quoted when it is not a
+/// token (it holds a `:` before a port); a host that no quoted string can
+/// carry (a control character) is left out.
+fn forwarded_element(client: &Client, host: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48 + host.map_or(0, <[u8]>::len));
+    out.extend_from_slice(b"for=");
+    match client.ip {
+        IpAddr::V4(_) => out.extend_from_slice(client.value.as_bytes()),
+        IpAddr::V6(_) => {
+            out.extend_from_slice(b"\"[");
+            out.extend_from_slice(client.value.as_bytes());
+            out.extend_from_slice(b"]\"");
+        }
+    }
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(client.scheme.proto());
+    let quotable = |b: &u8| *b == b'\t' || (*b >= 0x20 && *b != 0x7f);
+    if let Some(host) = host.filter(|h| !h.is_empty() && h.iter().all(quotable)) {
+        out.extend_from_slice(b";host=");
+        if host.iter().all(|b| h1::is_token(*b)) {
+            out.extend_from_slice(host);
+        } else {
+            out.push(b'"');
+            for b in host {
+                if matches!(*b, b'"' | b'\\') {
+                    out.push(b'\\');
+                }
+                out.push(*b);
+            }
+            out.push(b'"');
+        }
+    }
+    out
+}
+
+/// `n` in decimal, written into `buf`.
+fn decimal(mut n: u16, buf: &mut [u8; 5]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
     }
 }
 
@@ -291,9 +427,25 @@ mod tests {
     fn client() -> Client {
         Client::new(
             "10.0.0.9".parse().unwrap(),
+            Some(8080),
             Scheme::Http { https_port: None },
         )
     }
+
+    /// The forwarding headers the node writes for [`client`] asking for
+    /// `host`, when nobody is trusted.
+    fn ours(host: &str) -> String {
+        format!(
+            "x-forwarded-for: 10.0.0.9\r\nx-forwarded-proto: http\r\nx-forwarded-host: {host}\r\n\
+             x-forwarded-port: 8080\r\nx-real-ip: 10.0.0.9\r\nforwarded: for=10.0.0.9;proto=http;host={host}\r\n"
+        )
+    }
+
+    /// Every header of the forwarding family, as a client forging them
+    /// all would send them.
+    const SPOOFED: &str = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.example\r\n\
+        X-Forwarded-Port: 443\r\nX-Forwarded-Prefix: /admin\r\nX-Real-IP: 6.6.6.6\r\n\
+        Forwarded: for=6.6.6.6;proto=https\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
 
     fn forwarding<'a>(client: &'a Client, host: &'a [u8]) -> Forwarding<'a> {
         Forwarding {
@@ -305,6 +457,7 @@ mod tests {
             proxy_origin: None,
             proxy_authorization: None,
             rules: &NO_RULES,
+            trusted: false,
         }
     }
 
@@ -324,8 +477,11 @@ mod tests {
         );
         assert_eq!(
             text,
-            "GET /x?y=1 HTTP/1.1\r\nhost: shop.example.com\r\nAccept: */*\r\n\
-             x-request-id: req-1\r\nx-forwarded-for: 10.0.0.9\r\nx-forwarded-proto: http\r\nx-forwarded-host: shop.example.com\r\n\r\n"
+            format!(
+                "GET /x?y=1 HTTP/1.1\r\nhost: shop.example.com\r\nAccept: */*\r\n\
+                 x-request-id: req-1\r\n{}\r\n",
+                ours("shop.example.com")
+            )
         );
     }
 
@@ -339,6 +495,7 @@ mod tests {
             "Transfer-Encoding",
             "Host",
             "X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto",
+            "X-Real-IP, Forwarded, X-Forwarded-Port",
         ] {
             let text = head(
                 &format!(
@@ -348,8 +505,10 @@ mod tests {
             );
             assert_eq!(
                 text,
-                "POST /public/x HTTP/1.1\r\nhost: h\r\nx-request-id: req-1\r\nx-forwarded-for: 10.0.0.9\r\n\
-                 x-forwarded-proto: http\r\nx-forwarded-host: h\r\ncontent-length: 5\r\n\r\n",
+                format!(
+                    "POST /public/x HTTP/1.1\r\nhost: h\r\nx-request-id: req-1\r\n{}content-length: 5\r\n\r\n",
+                    ours("h")
+                ),
                 "Connection: {connection}"
             );
         }
@@ -365,9 +524,10 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_headers_chain_and_replace() {
+    fn an_untrusted_clients_forwarding_headers_are_dropped_and_replaced() {
         let client = Client::new(
             "::ffff:10.0.0.1".parse().unwrap(),
+            Some(8080),
             Scheme::Http { https_port: None },
         );
         let forwarding = Forwarding {
@@ -379,34 +539,213 @@ mod tests {
             proxy_origin: None,
             proxy_authorization: None,
             rules: &NO_RULES,
+            trusted: false,
         };
-        let request = "POST /x HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: 203.0.113.7\r\n\
-                       X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: spoofed\r\n\
-                       Content-Length: 3\r\n\r\n";
-        let text = head(request, &forwarding);
-        assert!(
-            text.starts_with("POST /x HTTP/1.1\r\nhost: billing.example.net\r\n"),
-            "{text}"
+        let request = format!(
+            "POST /x HTTP/1.1\r\nHost: api.example.com\r\n{SPOOFED}X-Forwarded-For: 198.51.100.1\r\n\
+             Connection: X-Original-URL\r\nContent-Length: 3\r\n\r\n"
         );
-        assert!(text.ends_with("content-length: 3\r\n\r\n"), "{text}");
-        assert!(!text.contains("Content-Length"), "{text}");
-        assert!(
-            text.contains("x-forwarded-for: 203.0.113.7, 198.51.100.1, 10.0.0.1\r\n"),
-            "{text}"
+        let text = head(&request, &forwarding);
+        assert_eq!(
+            text,
+            "POST /x HTTP/1.1\r\nhost: billing.example.net\r\nx-request-id: req-1\r\n\
+             x-forwarded-for: 10.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: api.example.com\r\n\
+             x-forwarded-port: 8080\r\nx-real-ip: 10.0.0.1\r\n\
+             forwarded: for=10.0.0.1;proto=http;host=api.example.com\r\ncontent-length: 3\r\n\r\n"
+        );
+        for forged in ["6.6.6.6", "198.51.100.1", "evil", "443", "/admin", "https"] {
+            assert!(!text.contains(forged), "{forged} crossed: {text}");
+        }
+    }
+
+    #[test]
+    fn a_trusted_proxys_chains_are_appended_to_and_its_values_kept() {
+        let client = client();
+        let forwarding = Forwarding {
+            trusted: true,
+            ..forwarding(&client, b"shop.example.com")
+        };
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: shop.example.com\r\n{SPOOFED}X-Forwarded-For: 198.51.100.1\r\n\
+             Forwarded: for=198.51.100.1\r\n\r\n"
+        );
+        let text = head(&request, &forwarding);
+        let family = text
+            .split_once("x-request-id: req-1\r\n")
+            .map(|(_, family)| family)
+            .unwrap();
+        assert_eq!(
+            family,
+            "x-forwarded-for: 6.6.6.6, 198.51.100.1, 10.0.0.9\r\n\
+             x-forwarded-proto: https\r\nx-forwarded-host: evil.example\r\nx-forwarded-port: 443\r\n\
+             x-forwarded-prefix: /admin\r\nx-real-ip: 6.6.6.6\r\n\
+             forwarded: for=6.6.6.6;proto=https, for=198.51.100.1, for=10.0.0.9;proto=http;host=shop.example.com\r\n\
+             x-original-url: /admin\r\nx-rewrite-url: /admin\r\n\r\n"
+        );
+        // What the proxy did not send, the node writes; an empty value is
+        // none.
+        let bare = head(
+            "GET / HTTP/1.1\r\nHost: shop.example.com\r\nX-Forwarded-For: 198.51.100.1\r\nX-Real-IP: \r\n\r\n",
+            &forwarding,
         );
         assert!(
-            text.contains("x-forwarded-proto: http\r\n") && !text.contains("https"),
-            "{text}"
+            bare.ends_with(&format!(
+                "x-request-id: req-1\r\n{}\r\n",
+                ours("shop.example.com").replace("for: 10.0.0.9", "for: 198.51.100.1, 10.0.0.9")
+            )),
+            "{bare}"
+        );
+    }
+
+    #[test]
+    fn forwarded_brackets_and_quotes_an_ipv6_client_and_quotes_a_host_with_a_port() {
+        let client = Client::new("2001:db8::1".parse().unwrap(), Some(8443), Scheme::Https);
+        let element =
+            |host: Option<&[u8]>| String::from_utf8(forwarded_element(&client, host)).unwrap();
+        assert_eq!(
+            element(Some(b"shop.example.com")),
+            "for=\"[2001:db8::1]\";proto=https;host=shop.example.com"
+        );
+        assert_eq!(
+            element(Some(b"shop.example.com:8443")),
+            "for=\"[2001:db8::1]\";proto=https;host=\"shop.example.com:8443\""
+        );
+        assert_eq!(
+            element(Some(b"[::1]:8443")),
+            "for=\"[2001:db8::1]\";proto=https;host=\"[::1]:8443\""
+        );
+        assert_eq!(
+            element(Some(b"a\"b\\c")),
+            "for=\"[2001:db8::1]\";proto=https;host=\"a\\\"b\\\\c\""
+        );
+        assert_eq!(element(None), "for=\"[2001:db8::1]\";proto=https");
+        assert_eq!(
+            element(Some(b"a\x01b")),
+            "for=\"[2001:db8::1]\";proto=https"
+        );
+        let text = head(
+            "GET / HTTP/1.1\r\nHost: h:8443\r\n\r\n",
+            &forwarding(&client, b"h:8443"),
         );
         assert!(
-            text.contains("x-forwarded-host: api.example.com\r\n") && !text.contains("spoofed"),
+            text.contains(
+                "x-forwarded-for: 2001:db8::1\r\nx-forwarded-proto: https\r\nx-forwarded-host: h:8443\r\n\
+                 x-forwarded-port: 8443\r\nx-real-ip: 2001:db8::1\r\n\
+                 forwarded: for=\"[2001:db8::1]\";proto=https;host=\"h:8443\"\r\n"
+            ),
             "{text}"
         );
     }
 
     #[test]
+    fn a_rule_decides_the_family_members_it_names() {
+        let client = client();
+        let rules = crate::config::HeaderRules {
+            set: vec![(
+                http::header::HeaderName::from_static("x-forwarded-prefix"),
+                HeaderValue::from_static("/api"),
+            )],
+            remove: vec![http::header::HeaderName::from_static("x-real-ip")],
+        };
+        for trusted in [false, true] {
+            let text = head(
+                &format!("GET / HTTP/1.1\r\nHost: h\r\n{SPOOFED}\r\n"),
+                &Forwarding {
+                    rules: &rules,
+                    trusted,
+                    ..forwarding(&client, b"h")
+                },
+            );
+            assert_eq!(text.matches("x-forwarded-prefix").count(), 1, "{text}");
+            assert!(text.contains("x-forwarded-prefix: /api\r\n"), "{text}");
+            assert!(!text.to_ascii_lowercase().contains("x-real-ip"), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_http2_replica_is_told_the_same() {
+        let client = client();
+        let mut map = http::HeaderMap::new();
+        for line in SPOOFED.split("\r\n").filter(|l| !l.is_empty()) {
+            let (name, value) = line.split_once(": ").unwrap();
+            map.append(
+                http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let id = RequestId::from_client(b"req-1").unwrap();
+        let req = ClientRequest {
+            method: &http::Method::GET,
+            path: b"/",
+            host: Some(b"h"),
+            fields: Fields::Map(&map),
+            upgrade: None,
+            body: crate::h1::request::BodyKind::None,
+            grpc: false,
+            id: &id,
+        };
+        let replica = Target::Addr("10.1.2.3:8080".parse().unwrap());
+        let seen = |trusted: bool| {
+            let fw = Forwarding {
+                trusted,
+                ..forwarding(&client, b"h")
+            };
+            let request = upstream_h2_request(&req, &fw, &replica, "http").unwrap();
+            FORWARDING
+                .iter()
+                .map(|name| {
+                    let values: Vec<_> = request
+                        .headers()
+                        .get_all(*name)
+                        .iter()
+                        .map(|v| v.to_str().unwrap().to_string())
+                        .collect();
+                    (*name, values.join(" | "))
+                })
+                .filter(|(_, values)| !values.is_empty())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            seen(false),
+            [
+                ("x-forwarded-for", "10.0.0.9".to_string()),
+                ("x-forwarded-proto", "http".into()),
+                ("x-forwarded-host", "h".into()),
+                ("x-forwarded-port", "8080".into()),
+                ("x-real-ip", "10.0.0.9".into()),
+                ("forwarded", "for=10.0.0.9;proto=http;host=h".into()),
+            ]
+        );
+        assert_eq!(
+            seen(true),
+            [
+                ("x-forwarded-for", "6.6.6.6, 10.0.0.9".to_string()),
+                ("x-forwarded-proto", "https".into()),
+                ("x-forwarded-host", "evil.example".into()),
+                ("x-forwarded-port", "443".into()),
+                ("x-forwarded-prefix", "/admin".into()),
+                ("x-real-ip", "6.6.6.6".into()),
+                (
+                    "forwarded",
+                    "for=6.6.6.6;proto=https, for=10.0.0.9;proto=http;host=h".into()
+                ),
+                ("x-original-url", "/admin".into()),
+                ("x-rewrite-url", "/admin".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn ports_are_written_in_decimal() {
+        for port in [0, 7, 80, 443, 8080, 65535] {
+            let mut buf = [0; 5];
+            assert_eq!(decimal(port, &mut buf), port.to_string().as_bytes());
+        }
+    }
+
+    #[test]
     fn over_tls_the_upstream_is_told_https_whatever_the_client_says() {
-        let client = Client::new("10.0.0.9".parse().unwrap(), Scheme::Https);
+        let client = Client::new("10.0.0.9".parse().unwrap(), Some(443), Scheme::Https);
         let text = head(
             "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-Proto: http\r\n\r\n",
             &forwarding(&client, b"h"),

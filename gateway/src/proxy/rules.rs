@@ -3,9 +3,16 @@
 //! applies them.
 //!
 //! A rule can never name a header the node writes itself: the framing,
-//! the hop-by-hop headers, `Host`, the `X-Forwarded-*` and `X-Request-Id`
-//! ([`HeaderRules::is_reserved`]); the configuration refuses such a rule with its line.
-//! So a rule cannot reopen a smuggling path, nor lie about the client.
+//! the hop-by-hop headers, `Host`, `X-Forwarded-For`, `-Proto`, `-Host`
+//! and `X-Request-Id` ([`HeaderRules::is_reserved`]); the configuration
+//! refuses such a rule with its line. So a rule cannot reopen a smuggling
+//! path, nor lie about the client's address. The rest of the forwarding
+//! family ([`FORWARDING`]) a rule may set or remove (`X-Forwarded-Prefix`
+//! for a route that strips one): the rule then decides that header alone,
+//! for every client.
+//!
+//! No trailer of a request carries the forwarding family, not even a
+//! trusted proxy's: the replica has read who the client is from the head.
 //!
 //! ## Request IDs
 //! A client's `X-Request-Id` is kept when it is 1 to [`MAX_ID`] visible
@@ -29,20 +36,24 @@ pub fn overridden(rules: &HeaderRules, name: &[u8]) -> bool {
             .any(|(n, _)| n.as_str().as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// Headers the node owns on a request: written from what it saw, never
-/// taken from a client, so never crossing in a trailer either.
-const OWNED_REQUEST: [&str; 10] = [
+/// The forwarding family: the headers that say who the client is and how
+/// it reached the node. The node writes them from what it saw; a client's
+/// cross only when it is a trusted proxy (see [`super::headers`]).
+pub const FORWARDING: [&str; 9] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "x-forwarded-host",
     "x-forwarded-port",
     "x-forwarded-prefix",
-    "x-request-id",
-    "forwarded",
     "x-real-ip",
+    "forwarded",
     "x-original-url",
-    "via",
+    "x-rewrite-url",
 ];
+
+/// Headers the node owns on a request besides the forwarding family:
+/// written from what it saw, never taken from a client.
+const OWNED_REQUEST: [&str; 2] = ["x-request-id", "via"];
 
 /// Headers the node owns on an answer: the request ID it gives, and the
 /// locations it moves back under the route's prefix.
@@ -67,9 +78,14 @@ fn trailers_as_heads(
 }
 
 /// A client's trailers, as they may reach a replica under `rules` (the
-/// route's `request_headers`).
+/// route's `request_headers`), never with a header of the forwarding
+/// family.
 pub fn request_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
-    trailers_as_heads(trailers, rules, &OWNED_REQUEST)
+    let mut trailers = trailers_as_heads(trailers, rules, &OWNED_REQUEST);
+    for name in FORWARDING {
+        trailers.remove(name);
+    }
+    trailers
 }
 
 /// A replica's trailers, as they may reach the client under `rules` (the
@@ -205,6 +221,10 @@ mod tests {
             ("x-forwarded-for", "6.6.6.6"),
             ("forwarded", "for=6.6.6.6"),
             ("x-real-ip", "6.6.6.6"),
+            ("x-forwarded-port", "443"),
+            ("x-forwarded-prefix", "/admin"),
+            ("x-original-url", "/admin"),
+            ("x-rewrite-url", "/admin"),
             ("x-request-id", "forged"),
             ("cookie", "session=stolen"),
             ("x-tenant", "b"),
@@ -226,7 +246,16 @@ mod tests {
         );
         assert_eq!(
             names(&response_trailers(trailers, &rules)),
-            ["forwarded", "x-forwarded-for", "x-real-ip", "x-sum"]
+            [
+                "forwarded",
+                "x-forwarded-for",
+                "x-forwarded-port",
+                "x-forwarded-prefix",
+                "x-original-url",
+                "x-real-ip",
+                "x-rewrite-url",
+                "x-sum"
+            ]
         );
     }
 

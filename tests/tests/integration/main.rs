@@ -32,6 +32,7 @@ mod faults;
 mod fd_exhaustion;
 mod feed;
 mod forward_proxy;
+mod forwarding;
 mod grpc;
 mod h2_upstream;
 mod health;

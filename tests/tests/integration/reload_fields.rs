@@ -175,6 +175,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "true",
     ),
     (
+        "global.trusted_proxies",
+        "[global]\ntrusted_proxies = $",
+        "[]",
+        "[\"10.0.0.0/8\", \"2001:db8::/32\"]",
+    ),
+    (
         "global.breaker.enabled",
         "[global.breaker]\nenabled = $",
         "false",

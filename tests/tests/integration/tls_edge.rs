@@ -144,6 +144,15 @@ async fn http1_and_http2_over_tls_tell_the_upstream_https() {
             "{version:?}"
         );
         assert_eq!(answer.headers["x-seen-x-forwarded-host"], "app.test");
+        // The port of the HTTPS listener, and all of it in `Forwarded`.
+        assert_eq!(
+            answer.headers["x-seen-x-forwarded-port"],
+            tls.port().to_string().as_str()
+        );
+        assert_eq!(
+            answer.headers["x-seen-forwarded"],
+            "for=127.0.0.1;proto=https;host=app.test"
+        );
     }
     // Plain, the upstream hears `http`, whatever the client claims.
     let mut spoofed = client::request(http::Method::GET, "app.test", "/", bytes::Bytes::new());

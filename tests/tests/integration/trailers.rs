@@ -246,38 +246,44 @@ async fn a_request_without_trailers_still_gets_the_answers() {
 
 /// Trailers are held to the head's rules, both ways: a field the node
 /// owns, or one a rule of the route removes or sets, never crosses in a
-/// trailer.
+/// trailer; the forwarding family not even from a trusted proxy.
 #[tokio::test]
 async fn trailers_carry_nothing_a_head_may_not() {
     let (replica, seen) = h1_replica().await;
-    let node = TestNode::start(&route(
-        "t",
-        "/",
-        &[replica],
-        "request_headers = { remove = [\"cookie\"], set = { x-tenant = \"a\" } }\n\
-         response_headers = { remove = [\"x-sum\"] }\n",
-    ));
-    let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
-    tcp.write_all(
-        b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTE: trailers\r\n\r\n\
-          4\r\nping\r\n0\r\nx-req: 1\r\nX-Forwarded-For: 6.6.6.6\r\nX-Request-Id: forged\r\n\
-          Forwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nCookie: session=stolen\r\n\
-          X-Tenant: b\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let answer = chunked_answer(&mut tcp).await;
-    // The replica's x-sum is removed by the route's response rule.
-    assert!(
-        answer.ends_with(b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    let request = seen.lock().unwrap().pop().unwrap();
-    assert!(
-        request.ends_with(b"4\r\nping\r\n0\r\nx-req: 1\r\n\r\n"),
-        "{}",
-        String::from_utf8_lossy(&request)
-    );
-    node.stop().await;
+    for global in ["", "[global]\ntrusted_proxies = [\"127.0.0.1\"]\n"] {
+        let node = TestNode::start(&format!(
+            "{global}{}",
+            route(
+                "t",
+                "/",
+                &[replica],
+                "request_headers = { remove = [\"cookie\"], set = { x-tenant = \"a\" } }\n\
+                 response_headers = { remove = [\"x-sum\"] }\n",
+            )
+        ));
+        let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
+        tcp.write_all(
+            b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTE: trailers\r\n\r\n\
+              4\r\nping\r\n0\r\nx-req: 1\r\nX-Forwarded-For: 6.6.6.6\r\nX-Request-Id: forged\r\n\
+              Forwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nX-Forwarded-Port: 1\r\n\
+              X-Forwarded-Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n\
+              Cookie: session=stolen\r\nX-Tenant: b\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let answer = chunked_answer(&mut tcp).await;
+        // The replica's x-sum is removed by the route's response rule.
+        assert!(
+            answer.ends_with(b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        let request = seen.lock().unwrap().pop().unwrap();
+        assert!(
+            request.ends_with(b"4\r\nping\r\n0\r\nx-req: 1\r\n\r\n"),
+            "{global}: {}",
+            String::from_utf8_lossy(&request)
+        );
+        node.stop().await;
+    }
 }
