@@ -124,8 +124,24 @@ async fn an_external_host_that_accepts_and_fails_is_red_with_the_traffics_reason
         "[[route]]\nname = \"ext\"\npath_prefix = \"/\"\nupstream = \"http://{}\"\n",
         host.addr
     ));
+    // Before: the host is its one replica, serving: 1/1.
+    node.verdict_until("ext", "green, 1/1", VERDICT, |v| {
+        v.heart == Heart::Green && (v.ready, v.total) == (1, 1)
+    })
+    .await;
     fail(&node, 5, StatusCode::SERVICE_UNAVAILABLE).await;
     red_with(&node, "ext", "host fails requests: 5 consecutive 503").await;
+    // The count says the same as the heart: the host fails, 0 of 1 serve;
+    // `/v1/routes` shows the host as that one replica, with its state.
+    let verdict = node.verdict("ext").expect("a verdict");
+    assert_eq!((verdict.ready, verdict.total), (0, 1), "{verdict:?}");
+    let (_, routes) = node.admin_json("/v1/routes").await;
+    let replicas = routes["routes"][0]["replicas"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(replicas.len(), 1, "{routes}");
+    assert_eq!(replicas[0]["address"], host.addr.to_string(), "{routes}");
     node.stop().await;
 }
 
