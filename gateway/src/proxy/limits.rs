@@ -5,7 +5,6 @@
 //! buckets, and a cluster of N nodes takes up to N times the rate. The
 //! decider ([`Bucket::take`]) is pure, with the time passed in.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -54,18 +53,15 @@ impl Bucket {
     }
 }
 
-/// Client buckets kept before the full ones are forgotten.
-const CLIENTS_KEPT: usize = 16 * 1024;
-/// Past this many clients with buckets not yet full, all are forgotten: a
-/// flood of addresses must not grow the node without bound.
-const CLIENTS_MAX: usize = 1024 * 1024;
+pub mod clients;
 
 /// A route's rate limit on this node.
 #[derive(Debug)]
 pub struct RateLimit {
     pub settings: RateSettings,
     route: Mutex<Option<Bucket>>,
-    clients: Mutex<HashMap<IpAddr, Bucket>>,
+    /// Per client: bounded, constant work per request ([`clients`]).
+    clients: clients::Clients,
 }
 
 impl RateLimit {
@@ -73,7 +69,7 @@ impl RateLimit {
         RateLimit {
             settings,
             route: Mutex::new(None),
-            clients: Mutex::new(HashMap::new()),
+            clients: clients::Clients::default(),
         }
     }
 
@@ -88,25 +84,13 @@ impl RateLimit {
                     .get_or_insert_with(|| Bucket::full(settings, now))
                     .take(settings, now)
             }
-            RateKey::Client => {
-                let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-                if clients.len() >= CLIENTS_KEPT && !clients.contains_key(&client) {
-                    clients.retain(|_, bucket| !bucket.refilled(settings, now));
-                    if clients.len() >= CLIENTS_MAX {
-                        clients.clear();
-                    }
-                }
-                clients
-                    .entry(client)
-                    .or_insert_with(|| Bucket::full(settings, now))
-                    .take(settings, now)
-            }
+            RateKey::Client => self.clients.take(client, settings, now),
         }
     }
 
     /// Clients with a bucket now.
     pub fn clients(&self) -> usize {
-        self.clients.lock().map_or(0, |c| c.len())
+        self.clients.count()
     }
 }
 
@@ -218,22 +202,6 @@ mod tests {
         assert!(by_route.admit(a, t0).is_ok());
         assert!(by_route.admit(b, t0).is_err(), "one bucket for the route");
         assert!(by_route.admit(b, t0 + Duration::from_secs(1)).is_ok());
-    }
-
-    #[test]
-    fn full_client_buckets_are_forgotten() {
-        let t0 = Instant::now();
-        let limit = RateLimit::new(settings(1000.0, 1, RateKey::Client));
-        for i in 0..CLIENTS_KEPT as u32 {
-            let ip = IpAddr::from(std::net::Ipv4Addr::from(i));
-            assert!(limit.admit(ip, t0).is_ok());
-        }
-        assert_eq!(limit.clients(), CLIENTS_KEPT);
-        // A second later every bucket is full again: the next new client
-        // finds them forgotten.
-        let later = t0 + Duration::from_secs(1);
-        assert!(limit.admit("192.0.2.1".parse().unwrap(), later).is_ok());
-        assert_eq!(limit.clients(), 1);
     }
 
     #[test]
