@@ -148,7 +148,7 @@ pub fn check(
         Err(pem::Error::NoItemsFound) => return Err(CertError::NoKey),
         Err(e) => return Err(CertError::Pem(e.to_string())),
     };
-    let provider = rustls::crypto::ring::default_provider();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
     let signer = provider
         .key_provider
         .load_private_key(key)
@@ -188,7 +188,7 @@ pub fn check(
 
 /// The digest of a certificate file and its key file.
 pub fn version(cert_pem: &[u8], key_pem: &[u8]) -> Version {
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut context = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     context.update(&(cert_pem.len() as u64).to_be_bytes());
     context.update(cert_pem);
     context.update(key_pem);

@@ -34,7 +34,7 @@ pub const ALPN_HTTP10: &[u8] = b"http/1.0";
 pub fn server_config(
     certificates: Arc<Certificates>,
 ) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
@@ -42,6 +42,6 @@ pub fn server_config(
     config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec(), ALPN_HTTP10.to_vec()];
     // Stateless resumption: a returning client skips the key exchange,
     // and no session cache grows with the clients.
-    config.ticketer = rustls::crypto::ring::Ticketer::new()?;
+    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
     Ok(Arc::new(config))
 }

@@ -617,7 +617,7 @@ fn run_socket_proxy(
 }
 
 fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // One worker: a single-threaded scheduler, nothing to steal or
     // synchronise. More: tokio's work-stealing scheduler.
     let mut builder = if workers <= 1 {

@@ -29,7 +29,7 @@ pub const ALPN: &[u8] = b"picket-feed/1";
 /// The SHA-256 fingerprint of a DER certificate, lowercase hex: what a node
 /// publishes of its feed certificate and what a client pins.
 pub fn fingerprint(der: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, der);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 

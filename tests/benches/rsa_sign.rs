@@ -1,17 +1,17 @@
-//! RSA-2048 signatures per second on one core with ring, the provider
+//! RSA-2048 signatures per second on one core with aws-lc-rs, the provider
 //! Picket's TLS uses: the cost of a full handshake with an RSA
 //! certificate. Beside `openssl speed -seconds 2 rsa2048` it says how much
 //! of the handshake CPU gap to nginx is the signature (docs/benchmarks.md).
 //!
 //!   cargo bench -p picket-tests --bench rsa_sign
 //!
-//! Needs openssl (to make the key: ring cannot).
+//! Needs openssl (to make the key).
 
 use std::process::Command;
 use std::time::Duration;
 
-use ring::rand::SystemRandom;
-use ring::signature::{RSA_PSS_SHA256, RsaKeyPair};
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{RSA_PSS_SHA256, RsaKeyPair};
 use tokio::time::Instant;
 
 fn main() {
@@ -50,7 +50,7 @@ fn main() {
     let der = std::fs::read(&pkcs8).expect("the key");
     let pair = RsaKeyPair::from_pkcs8(&der).expect("a PKCS#8 RSA key");
     let rng = SystemRandom::new();
-    let mut signature = vec![0; pair.public().modulus_len()];
+    let mut signature = vec![0; pair.public_modulus_len()];
     let message = [7u8; 64];
     let started = Instant::now();
     let mut signed = 0u32;

@@ -57,7 +57,7 @@ fn main() {
 }
 
 async fn soak(minutes: u64, rate: u32) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let dir = tempfile::tempdir().expect("a directory");
     let control = Control::new(200);
     let controlled = Upstream::start("r0", Behaviour::Controlled(control.clone())).await;

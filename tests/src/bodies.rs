@@ -78,7 +78,7 @@ impl fmt::Display for Summary {
 
 /// A SHA-256 and a length, fed as the body arrives.
 pub struct Digest {
-    context: ring::digest::Context,
+    context: aws_lc_rs::digest::Context,
     len: u64,
     preview: Vec<u8>,
 }
@@ -92,7 +92,7 @@ impl Default for Digest {
 impl Digest {
     pub fn new() -> Digest {
         Digest {
-            context: ring::digest::Context::new(&ring::digest::SHA256),
+            context: aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256),
             len: 0,
             preview: Vec::new(),
         }

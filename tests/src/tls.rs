@@ -105,7 +105,7 @@ impl TestCa {
         let (cert, key) = self.leaf(names);
         let chain = vec![CertificateDer::from(cert.der().to_vec())];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.der.clone()).expect("the CA as a root");
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -145,7 +145,7 @@ impl TestCa {
         let (cert, key) = self.leaf_expiring(names, not_after);
         let chain = vec![CertificateDer::from(cert.der().to_vec())];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("TLS versions")
@@ -205,7 +205,7 @@ impl Leaf {
 pub fn client_config(ca: &TestCa, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.der.clone()).expect("the CA as a root");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
@@ -219,7 +219,7 @@ pub fn client_config(ca: &TestCa, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
 /// A client that takes whatever certificate it is shown, for tests that
 /// then check which one it was; `sni`: whether it names the server.
 pub fn inspecting_client(sni: bool) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .expect("TLS versions")

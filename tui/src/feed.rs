@@ -187,7 +187,7 @@ fn client_config_shown(
     identity: Option<&ClientIdentity>,
 ) -> Result<(quinn::ClientConfig, Shown), FeedError> {
     let shown = Shown::default();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| FeedError::Tls(e.to_string()))?;

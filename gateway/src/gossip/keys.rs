@@ -38,9 +38,11 @@ pub fn parse(text: &str) -> Result<Keys, String> {
 
 /// A fresh random key, base64, for `picket gen-key`.
 pub fn generate() -> Option<String> {
-    use ring::rand::SecureRandom;
+    use aws_lc_rs::rand::SecureRandom;
     let mut secret = [0u8; 32];
-    ring::rand::SystemRandom::new().fill(&mut secret).ok()?;
+    aws_lc_rs::rand::SystemRandom::new()
+        .fill(&mut secret)
+        .ok()?;
     Some(base64::engine::general_purpose::STANDARD.encode(secret))
 }
 

@@ -57,8 +57,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use ring::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 
 use crate::metrics::Dropped;
 
@@ -106,7 +106,7 @@ fn hex(bytes: &[u8]) -> String {
 
 impl Key {
     pub fn new(secret: &[u8; 32]) -> Key {
-        let digest = ring::digest::digest(&ring::digest::SHA256, secret);
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, secret);
         let mut id = [0; 4];
         id.copy_from_slice(&digest.as_ref()[..4]);
         // A 32-byte key is always valid for ChaCha20-Poly1305.

@@ -195,7 +195,7 @@ pub fn bind(
         .first()
         .map(|leaf| fingerprint(leaf))
         .unwrap_or_default();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| FeedError::Tls(e.to_string()))?;

@@ -463,7 +463,7 @@ struct World {
 }
 
 async fn world() -> World {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let ca = TestCa::new("every byte CA");
     let dir = tempfile::tempdir().expect("a directory");
     let leaf = ca.write_leaf(dir.path(), "node", &["node.test"]);

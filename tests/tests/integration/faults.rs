@@ -991,7 +991,7 @@ async fn replica_dropping_packets() {
 fn take_turn(fault: impl std::future::Future<Output = ()>) {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -22,7 +22,7 @@ fn config(kube: &FakeKube, routes: &str) -> String {
 const API: &str = "[[route]]\nname = \"api\"\nservice = \"api\"\nport = \"http\"\n";
 
 fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 /// Which pods answered `n` requests.

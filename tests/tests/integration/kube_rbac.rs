@@ -12,7 +12,7 @@ use picket_tests::node::{TestNode, eventually};
 
 #[test]
 fn forbidden_watches_fall_back_to_connect_checks_said_once() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let captured = Captured::default();
     let (runtime, _logging) = picket_tests::logs::runtime(&captured, "info");
     runtime.block_on(async {

@@ -79,7 +79,7 @@ fn report(what: &str, samples: &mut [Duration]) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_to_rotation_under_50ms_p99_even_during_a_reload_storm() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let kube = FakeKube::start("test").await;
     let one = Upstream::start("api-1", Behaviour::Echo).await;
     let two = Upstream::start("api-2", Behaviour::Echo).await;

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 const COMMAND: Duration = Duration::from_secs(90);
 
 fn sha256(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes)
         .as_ref()
         .iter()
         .map(|b| format!("{b:02x}"))

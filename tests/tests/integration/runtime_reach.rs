@@ -17,7 +17,7 @@ use picket_tests::upstream::{Behaviour, Upstream};
 const SOON: Duration = Duration::from_secs(5);
 
 fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 fn stale(node: &TestNode) -> bool {

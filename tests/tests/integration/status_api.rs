@@ -273,7 +273,7 @@ async fn every_endpoint_answers_as_documented() {
 async fn a_runtime_routes_images_answer_as_documented() {
     use picket_tests::fake_kube::{FakeKube, Kind, pod, pulled, service, with_sidecar};
 
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let spec = openapi();
     let kube = FakeKube::start("test").await;
     kube.apply(Kind::Services, &service("api", Some("api"), None, 80));

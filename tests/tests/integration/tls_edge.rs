@@ -910,3 +910,66 @@ async fn alpn_decides_an_http2_preface_after_http1_is_refused() {
     assert_eq!(upstream.hits(), 0);
     node.stop().await;
 }
+
+/// A client of `ca`'s certificates whose only key exchange is `group`.
+fn client_with_only(
+    ca: &TestCa,
+    group: &'static dyn rustls::crypto::SupportedKxGroup,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der.clone()).expect("the CA as a root");
+    let provider = rustls::crypto::CryptoProvider {
+        kx_groups: vec![group],
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    };
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    std::sync::Arc::new(config)
+}
+
+/// The edge offers X25519MLKEM768 (post-quantum, hybrid) and prefers it,
+/// and keeps the classical groups for older clients: a client offering
+/// only the hybrid group, and one offering only X25519, are both served,
+/// each with its group; a client offering both gets the hybrid one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_prefers_post_quantum_key_exchange_and_keeps_x25519() {
+    use rustls::crypto::aws_lc_rs::kx_group::{X25519, X25519MLKEM768};
+    let ca = TestCa::new("kx CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "edge", &["kx.test"]);
+    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+    let (node, tls) = start(
+        &[leaf.table()],
+        "",
+        &route("app", "/", &[upstream.addr], ""),
+    );
+    let cases = [
+        (client_with_only(&ca, X25519MLKEM768), "X25519MLKEM768"),
+        (client_with_only(&ca, X25519), "X25519"),
+        (client_config(&ca, &[b"http/1.1"]), "X25519MLKEM768"),
+    ];
+    for (config, expected) in cases {
+        let mut stream = connect(tls, "kx.test", config).await.expect("a handshake");
+        let group = stream
+            .get_ref()
+            .1
+            .negotiated_key_exchange_group()
+            .map(|g| format!("{:?}", g.name()));
+        assert_eq!(group.as_deref(), Some(expected));
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: kx.test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    node.stop().await;
+}

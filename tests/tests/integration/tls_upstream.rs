@@ -16,7 +16,7 @@ use picket_tests::tls::{TestCa, TlsUpstream};
 const SOON: Duration = Duration::from_secs(5);
 
 fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
 /// Route `name` on `path` to `replica`, with `tls`.
