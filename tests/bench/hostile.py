@@ -29,11 +29,28 @@ def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def healthz_p99(admin, stop, out):
+def served(proxy):
+    """A new client's request through the proxy: answered 200?"""
+    try:
+        with socket.create_connection(("127.0.0.1", proxy), timeout=5) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+            return answer.startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def healthz_p99(admin, proxy, stop, out):
     """Runs in a process of its own, so that the attack's own work (and
-    Python's lock) never delays a sample."""
+    Python's lock) never delays a sample. Between samples, a new client
+    asks through the proxy; how many were not served is put out too."""
     samples = []
+    refused = 0
     while not stop.is_set():
+        if not served(proxy):
+            refused += 1
         started = time.perf_counter()
         try:
             with socket.create_connection(("127.0.0.1", admin), timeout=5) as s:
@@ -45,7 +62,7 @@ def healthz_p99(admin, stop, out):
             samples.append(5.0)
         time.sleep(0.005)
     samples.sort()
-    out.put(samples[int(0.99 * (len(samples) - 1))] if samples else float("nan"))
+    out.put((samples[int(0.99 * (len(samples) - 1))] if samples else float("nan"), len(samples), refused))
 
 
 def still_open(conns):
@@ -146,11 +163,11 @@ def main():
     pid = int(sys.argv[1])
     proxy, tls, admin, gossip = (int(a) for a in sys.argv[2:6])
     bound = float(sys.argv[6]) if len(sys.argv) > 6 else 3
-    print("| attack | n | fds at its height | still open past the bound | /healthz p99 meanwhile | RSS at its height (MiB) |")
-    print("|---|---|---|---|---|---|")
+    print("| attack | n | fds at its height | still open past the bound | /healthz p99 meanwhile | new clients served meanwhile | RSS at its height (MiB) |")
+    print("|---|---|---|---|---|---|---|")
     for name, attack, n in attacks(proxy, tls, admin, gossip):
         stop, p99 = multiprocessing.Event(), multiprocessing.Queue()
-        watcher = multiprocessing.Process(target=healthz_p99, args=(admin, stop, p99))
+        watcher = multiprocessing.Process(target=healthz_p99, args=(admin, proxy, stop, p99))
         watcher.start()
         conns = attack(n)
         time.sleep(0.5)
@@ -158,11 +175,14 @@ def main():
         time.sleep(bound * 2 + 3)
         alive = still_open(conns)
         stop.set()
-        p99 = p99.get()
+        p99, asked, refused = p99.get()
         watcher.join()
         for s in conns:
             s.close()
-        print(f"| {name} | {n} | {fds} | {alive} | {p99 * 1000:.2f} ms | {rss:.1f} |", flush=True)
+        print(
+            f"| {name} | {n} | {fds} | {alive} | {p99 * 1000:.2f} ms | {asked - refused} of {asked} | {rss:.1f} |",
+            flush=True,
+        )
         time.sleep(1)
 
 
