@@ -16,14 +16,14 @@ target=${CARGO_TARGET_DIR:-$root/target}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-need nginx python3 openssl curl
+need nginx python3 openssl curl taskset
 ulimit -n "$(ulimit -Hn)"
 build_picket
 
 upstream_conf "$work/upstream.conf" 18490 "$work"
 head -c 1048576 /dev/zero | tr '\0' 'x' > "$work/big"
 sed -i "s|location / {|location = /big { alias $work/big; }\n    location / {|" "$work/upstream.conf"
-nginx -c "$work/upstream.conf" -p "$work" &
+taskset -c 1 nginx -c "$work/upstream.conf" -p "$work" &
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
   -subj /CN=hostile.test -addext subjectAltName=DNS:hostile.test \
   -keyout "$work/edge.key" -out "$work/edge.crt" 2>/dev/null
@@ -52,12 +52,12 @@ name = "hostile"
 path_prefix = "/"
 replicas = ["127.0.0.1:18490"]
 TOML
-"$picket" run --config "$work/picket.toml" 2> "$work/picket.log" &
+taskset -c 0 "$picket" run --config "$work/picket.toml" 2> "$work/picket.log" &
 pid=$!
 for _ in $(seq 100); do
   curl -fsS -o /dev/null http://127.0.0.1:18491/ 2>/dev/null && break
   sleep 0.1
 done
-python3 "$here/hostile.py" "$pid" 18491 18492 18493 18494 3
+taskset -c 1 python3 "$here/hostile.py" "$pid" 18491 18492 18493 18494 3
 echo
 curl -fsS http://127.0.0.1:18493/metrics | grep -E '^picket_(gossip_dropped_packets_total|admin_connections|responses_incomplete_total)' || true
