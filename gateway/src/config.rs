@@ -158,6 +158,10 @@ pub struct NodeSettings {
     pub listen: Setting<SocketAddr>,
     /// The proxy's HTTPS listener; none when `None`.
     pub listen_tls: Option<Setting<SocketAddr>>,
+    /// The key-exchange groups the HTTPS listener offers, in its order of
+    /// preference; `None`: all it knows, the post-quantum hybrid first
+    /// ([`crate::edge::TLS_GROUPS`]).
+    pub tls_groups: Setting<Option<Vec<String>>>,
     /// Status API, `/healthz`, `/readyz`, `/metrics`.
     pub admin: Setting<SocketAddr>,
     /// Threads that serve proxied traffic.

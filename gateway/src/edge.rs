@@ -29,12 +29,42 @@ pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 pub const ALPN_HTTP10: &[u8] = b"http/1.0";
 
+/// The key-exchange groups the HTTPS listener knows, in its default order
+/// of preference: the post-quantum hybrid first, the classical ones kept
+/// for older clients. `[node] tls_groups` narrows and orders them.
+pub const TLS_GROUPS: [&str; 4] = ["X25519MLKEM768", "X25519", "secp256r1", "secp384r1"];
+
+/// The provider's groups named by `groups` (names of [`TLS_GROUPS`]), in
+/// that order; all of them when `None`.
+fn key_exchange(
+    mut provider: rustls::crypto::CryptoProvider,
+    groups: Option<&[String]>,
+) -> rustls::crypto::CryptoProvider {
+    if let Some(groups) = groups {
+        let all = std::mem::take(&mut provider.kx_groups);
+        provider.kx_groups = groups
+            .iter()
+            .filter_map(|name| {
+                all.iter()
+                    .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(name))
+                    .copied()
+            })
+            .collect();
+    }
+    provider
+}
+
 /// The server configuration of the HTTPS listener: its certificates are
-/// whatever `certificates` holds at each handshake.
+/// whatever `certificates` holds at each handshake; its key exchange
+/// `groups` (`None`: every one of [`TLS_GROUPS`]).
 pub fn server_config(
     certificates: Arc<Certificates>,
+    groups: Option<&[String]>,
 ) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(key_exchange(
+        rustls::crypto::aws_lc_rs::default_provider(),
+        groups,
+    ));
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
@@ -44,4 +74,34 @@ pub fn server_config(
     // and no session cache grows with the clients.
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(provider: &rustls::crypto::CryptoProvider) -> Vec<String> {
+        provider
+            .kx_groups
+            .iter()
+            .map(|g| format!("{:?}", g.name()))
+            .collect()
+    }
+
+    #[test]
+    fn the_known_groups_are_the_providers_in_its_order() {
+        let all = key_exchange(rustls::crypto::aws_lc_rs::default_provider(), None);
+        assert_eq!(names(&all), TLS_GROUPS);
+    }
+
+    #[test]
+    fn tls_groups_narrow_and_order_the_key_exchange() {
+        let groups = ["secp256r1".to_string(), "X25519".to_string()];
+        let narrowed = key_exchange(rustls::crypto::aws_lc_rs::default_provider(), Some(&groups));
+        assert_eq!(names(&narrowed), ["secp256r1", "X25519"]);
+        // Names are matched whatever their case, as the configuration is.
+        let lower = ["x25519mlkem768".to_string()];
+        let one = key_exchange(rustls::crypto::aws_lc_rs::default_provider(), Some(&lower));
+        assert_eq!(names(&one), ["X25519MLKEM768"]);
+    }
 }

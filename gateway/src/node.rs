@@ -611,8 +611,11 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
                 Some(listener) => listener,
                 None => bind(listen_tls.value)?,
             };
-            let config = edge::server_config(Arc::clone(&node.certificates))
-                .map_err(|e| io::Error::other(format!("TLS setup: {e}")))?;
+            let config = edge::server_config(
+                Arc::clone(&node.certificates),
+                node.started.node.tls_groups.value.as_deref(),
+            )
+            .map_err(|e| io::Error::other(format!("TLS setup: {e}")))?;
             let listener = TcpListener::from_std(listener)?;
             let _ = node.admin.listen_tls.set(listener.local_addr()?);
             Some((listener, tokio_rustls::TlsAcceptor::from(config)))

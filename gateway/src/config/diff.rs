@@ -28,6 +28,7 @@ pub const NEEDS_RESTART: &[&str] = &[
     "node.header_timeout",
     "node.idle_timeout",
     "node.send_timeout",
+    "node.tls_groups",
     "node.admin_max_connections",
     "node.feed",
     "node.feed_cert",
@@ -215,6 +216,7 @@ fn node(a: &NodeSettings, b: &NodeSettings) -> Vec<&'static str> {
             "node.send_timeout",
             a.send_timeout.value != b.send_timeout.value,
         ),
+        ("node.tls_groups", a.tls_groups.value != b.tls_groups.value),
         (
             "node.admin_max_connections",
             a.admin_max_connections.value != b.admin_max_connections.value,

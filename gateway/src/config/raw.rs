@@ -27,6 +27,7 @@ pub struct RawNode {
     pub name: Option<Spanned<String>>,
     pub listen: Option<Spanned<String>>,
     pub listen_tls: Option<Spanned<String>>,
+    pub tls_groups: Option<Spanned<Vec<Spanned<String>>>>,
     pub admin: Option<Spanned<String>>,
     pub workers: Option<Spanned<i64>>,
     pub max_connections: Option<Spanned<i64>>,

@@ -45,6 +45,15 @@ pub fn render(config: &Config) -> String {
     duration(&mut out, "header_timeout", &node.header_timeout);
     duration(&mut out, "idle_timeout", &node.idle_timeout);
     duration(&mut out, "send_timeout", &node.send_timeout);
+    if let Some(groups) = &node.tls_groups.value {
+        let list: Vec<String> = groups.iter().map(|g| format!("\"{g}\"")).collect();
+        line(
+            &mut out,
+            "tls_groups",
+            &format!("[{}]", list.join(", ")),
+            node.tls_groups.from,
+        );
+    }
     line(
         &mut out,
         "admin_max_connections",

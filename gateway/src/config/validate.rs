@@ -218,6 +218,35 @@ impl Validator<'_> {
             .listen_tls
             .as_ref()
             .map(|l| self.address(Some(l), "listen_tls", "0.0.0.0:8443"));
+        let tls_groups = match &raw.tls_groups {
+            None => Setting::new(None, Origin::Default),
+            Some(list) => {
+                let mut groups = Vec::new();
+                for name in list.get_ref() {
+                    match crate::edge::TLS_GROUPS
+                        .iter()
+                        .find(|g| g.eq_ignore_ascii_case(name.get_ref()))
+                    {
+                        Some(known) if groups.contains(&known.to_string()) => {
+                            self.problem(name.span(), format!("tls_groups names {known} twice"))
+                        }
+                        Some(known) => groups.push(known.to_string()),
+                        None => self.problem(
+                            name.span(),
+                            format!(
+                                "tls_groups: unknown group {:?}; known: {}",
+                                name.get_ref(),
+                                crate::edge::TLS_GROUPS.join(", ")
+                            ),
+                        ),
+                    }
+                }
+                if list.get_ref().is_empty() {
+                    self.problem(list.span(), "tls_groups is empty: name at least one group");
+                }
+                Setting::new(Some(groups), Origin::File)
+            }
+        };
         let admin = self.address(raw.admin.as_ref(), "admin", DEFAULT_ADMIN);
         let workers = match &raw.workers {
             Some(w) => {
@@ -331,6 +360,7 @@ impl Validator<'_> {
             name,
             listen,
             listen_tls,
+            tls_groups,
             admin,
             workers,
             max_connections,

@@ -103,6 +103,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "32",
     ),
     (
+        "node.tls_groups",
+        "[node]\ntls_groups = $",
+        "[\"X25519\"]",
+        "[\"X25519MLKEM768\", \"X25519\"]",
+    ),
+    (
         "node.feed",
         "[node]\nfeed = $",
         "\"127.0.0.1:0\"",

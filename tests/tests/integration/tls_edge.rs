@@ -973,3 +973,31 @@ async fn the_edge_prefers_post_quantum_key_exchange_and_keeps_x25519() {
     }
     node.stop().await;
 }
+
+/// `[node] tls_groups` narrows the key exchange: a node that offers only
+/// X25519 serves a client of X25519 and refuses one of the hybrid alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_groups_narrow_what_the_edge_offers() {
+    use rustls::crypto::aws_lc_rs::kx_group::{X25519, X25519MLKEM768};
+    let ca = TestCa::new("groups CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "edge", &["groups.test"]);
+    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+    let (node, tls) = start(
+        &[leaf.table()],
+        "tls_groups = [\"X25519\"]",
+        &route("app", "/", &[upstream.addr], ""),
+    );
+    let stream = connect(tls, "groups.test", client_with_only(&ca, X25519))
+        .await
+        .expect("X25519 is offered");
+    let group = stream
+        .get_ref()
+        .1
+        .negotiated_key_exchange_group()
+        .map(|g| format!("{:?}", g.name()));
+    assert_eq!(group.as_deref(), Some("X25519"));
+    let refused = connect(tls, "groups.test", client_with_only(&ca, X25519MLKEM768)).await;
+    assert!(refused.is_err(), "the hybrid group alone was served");
+    node.stop().await;
+}
