@@ -147,6 +147,11 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time a write to a client may make no progress before the answer is
 /// given up (default of `[node] send_timeout`, as nginx's `send_timeout`).
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// The key-exchange groups the HTTPS listener knows, in its default order
+/// of preference: the post-quantum hybrid first, the classical ones kept
+/// for older clients. `[node] tls_groups` narrows and orders them.
+pub const TLS_GROUPS: [&str; 4] = ["X25519MLKEM768", "X25519", "secp256r1", "secp384r1"];
+
 /// Connections the admin listener serves at once (default of `[node]
 /// admin_max_connections`): health checks, scrapes and scripts need few.
 pub const ADMIN_MAX_CONNECTIONS: usize = 256;
@@ -160,7 +165,7 @@ pub struct NodeSettings {
     pub listen_tls: Option<Setting<SocketAddr>>,
     /// The key-exchange groups the HTTPS listener offers, in its order of
     /// preference; `None`: all it knows, the post-quantum hybrid first
-    /// ([`crate::edge::TLS_GROUPS`]).
+    /// ([`TLS_GROUPS`]).
     pub tls_groups: Setting<Option<Vec<String>>>,
     /// Status API, `/healthz`, `/readyz`, `/metrics`.
     pub admin: Setting<SocketAddr>,

@@ -29,10 +29,7 @@ pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 pub const ALPN_HTTP10: &[u8] = b"http/1.0";
 
-/// The key-exchange groups the HTTPS listener knows, in its default order
-/// of preference: the post-quantum hybrid first, the classical ones kept
-/// for older clients. `[node] tls_groups` narrows and orders them.
-pub const TLS_GROUPS: [&str; 4] = ["X25519MLKEM768", "X25519", "secp256r1", "secp384r1"];
+pub use crate::config::TLS_GROUPS;
 
 /// The provider's groups named by `groups` (names of [`TLS_GROUPS`]), in
 /// that order; all of them when `None`.

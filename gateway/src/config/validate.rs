@@ -223,7 +223,7 @@ impl Validator<'_> {
             Some(list) => {
                 let mut groups = Vec::new();
                 for name in list.get_ref() {
-                    match crate::edge::TLS_GROUPS
+                    match super::TLS_GROUPS
                         .iter()
                         .find(|g| g.eq_ignore_ascii_case(name.get_ref()))
                     {
@@ -236,7 +236,7 @@ impl Validator<'_> {
                             format!(
                                 "tls_groups: unknown group {:?}; known: {}",
                                 name.get_ref(),
-                                crate::edge::TLS_GROUPS.join(", ")
+                                super::TLS_GROUPS.join(", ")
                             ),
                         ),
                     }
