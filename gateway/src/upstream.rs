@@ -303,16 +303,16 @@ impl Drop for Trial {
 /// request it took until the first-answer bound, and the count passes it
 /// over meanwhile ([`Upstream::next_untried`]).
 #[derive(Debug)]
-pub struct Awaiting(Arc<Replica>);
+pub struct Awaiting<'r>(&'r Replica);
 
-impl Awaiting {
-    pub fn new(replica: &Arc<Replica>) -> Awaiting {
+impl Awaiting<'_> {
+    pub fn new(replica: &Replica) -> Awaiting<'_> {
         replica.awaiting.fetch_add(1, Ordering::Relaxed);
-        Awaiting(Arc::clone(replica))
+        Awaiting(replica)
     }
 }
 
-impl Drop for Awaiting {
+impl Drop for Awaiting<'_> {
     fn drop(&mut self) {
         self.0.awaiting.fetch_sub(1, Ordering::Relaxed);
     }

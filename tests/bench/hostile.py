@@ -16,13 +16,7 @@ import ssl
 import sys
 import time
 
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+from flood_memory import rss_mib
 
 
 def open_fds(pid):

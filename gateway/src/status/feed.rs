@@ -112,10 +112,7 @@ fn identity(
             )),
         });
     };
-    let resolve = |path: &Path| match dir {
-        Some(dir) if path.is_relative() => dir.join(path),
-        _ => path.to_path_buf(),
-    };
+    let resolve = |path: &Path| resolve(dir, path);
     let read = |what: &'static str, path: &Path| {
         let path = resolve(path);
         std::fs::read(&path).map_err(|e| FeedError::Read {
