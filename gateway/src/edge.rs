@@ -2,7 +2,9 @@
 //! serves to clients, and their rotation.
 //!
 //! ## What a client gets
-//! TLS 1.3 or 1.2 (rustls with ring, its default cipher suites, no 0-RTT),
+//! TLS 1.3 or 1.2 (rustls with aws-lc-rs, its default cipher suites, no
+//! 0-RTT), key exchange X25519MLKEM768 first ([`TLS_GROUPS`]), session
+//! tickets that resume on every node of the cluster ([`tickets`]),
 //! ALPN `h2`, `http/1.1` or `http/1.0` (nginx offers the same: a client
 //! offering only `http/1.0` is served, not refused at the handshake), and
 //! the certificate its server name picks ([`served`]). HTTP/2 over TLS is
@@ -18,6 +20,7 @@
 
 pub mod rotation;
 pub mod served;
+pub mod tickets;
 
 use std::sync::Arc;
 
@@ -53,10 +56,12 @@ fn key_exchange(
 
 /// The server configuration of the HTTPS listener: its certificates are
 /// whatever `certificates` holds at each handshake; its key exchange
-/// `groups` (`None`: every one of [`TLS_GROUPS`]).
+/// `groups` (`None`: every one of [`TLS_GROUPS`]); its session tickets
+/// sealed and opened by `tickets`.
 pub fn server_config(
     certificates: Arc<Certificates>,
     groups: Option<&[String]>,
+    tickets: Arc<tickets::Tickets>,
 ) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
     let provider = Arc::new(key_exchange(
         rustls::crypto::aws_lc_rs::default_provider(),
@@ -67,9 +72,10 @@ pub fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(certificates);
     config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec(), ALPN_HTTP10.to_vec()];
-    // Stateless resumption: a returning client skips the key exchange,
-    // and no session cache grows with the clients.
-    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+    // Stateless resumption: a returning client skips the key exchange on
+    // whichever node it reaches, and no session cache grows with the
+    // clients. TLS 1.2 clients get tickets from the same ticketer.
+    config.ticketer = tickets;
     Ok(Arc::new(config))
 }
 

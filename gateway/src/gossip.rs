@@ -150,9 +150,9 @@ impl Membership {
 pub struct Joining<'a> {
     /// `None`: the node is alone, its view holds itself only.
     pub settings: Option<&'a ClusterSettings>,
-    /// The cluster key(s); `None` gossips unsealed, which only
-    /// `insecure = true` allows.
-    pub keys: Option<Keys>,
+    /// The cluster key(s), which reloads replace; `None` gossips
+    /// unsealed, which only `insecure = true` allows.
+    pub keys: Option<Arc<ArcSwap<Keys>>>,
     pub wire: Wire,
     pub me: Me,
     /// This node's own verdicts, as they change.
@@ -225,7 +225,7 @@ async fn join(
     } = joining;
     let first = first_view(&me, &settings.id, &verdicts.borrow());
     let keys = match (keys, settings.insecure) {
-        (Some(keys), _) => Some(Arc::new(ArcSwap::from_pointee(keys))),
+        (Some(keys), _) => Some(keys),
         (None, true) => None,
         (None, false) => return Err(ClusterError::NoKey),
     };

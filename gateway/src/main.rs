@@ -455,6 +455,7 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
         drain: node::DEFAULT_DRAIN,
         proxy_env,
         gossip_transport: None,
+        ticket_clock: None,
     };
     runtime(config.node.workers.value)?.block_on(serve(config, options))
 }
@@ -532,6 +533,7 @@ fn run_demo(first: demo::Ports) -> anyhow::Result<()> {
                 drain: std::time::Duration::from_secs(1),
                 proxy_env: None,
                 gossip_transport: None,
+        ticket_clock: None,
             };
             let node = Node::new(config, options);
             nodes.push(tokio::spawn(node::run(listeners, node, shutdown.clone())));

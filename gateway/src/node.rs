@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -27,7 +28,7 @@ use crate::config::{
     ReloadPlan, RouteConfig, RuntimeKind, RuntimeSettings,
 };
 use crate::edge::{self, Certificates};
-use crate::gossip::{self, Membership};
+use crate::gossip::{self, Keys, Membership};
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Tasks, Trigger};
@@ -125,6 +126,9 @@ pub struct Options {
     /// A gossip transport to use instead of UDP (tests: chitchat's
     /// in-memory one).
     pub gossip_transport: Option<gossip::Wire>,
+    /// The wall clock the session tickets' periods are read from (`None`:
+    /// the system's; tests move their own).
+    pub ticket_clock: Option<edge::tickets::WallClock>,
 }
 
 /// What a reload did.
@@ -604,6 +608,7 @@ pub fn start(mut listeners: Listeners, config: Config, options: Options) -> io::
 /// Runs a node until `shutdown`, then drains.
 pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> io::Result<()> {
     let proxy_listener = TcpListener::from_std(listeners.proxy)?;
+    let keys = cluster_keys(&node).map_err(|e| io::Error::other(e.to_string()))?;
     let tls = match (listeners.proxy_tls, &node.started.node.listen_tls) {
         (_, None) => None,
         (listener, Some(listen_tls)) => {
@@ -614,6 +619,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
             let config = edge::server_config(
                 Arc::clone(&node.certificates),
                 node.started.node.tls_groups.value.as_deref(),
+                ticketer(&node, keys.as_ref())?,
             )
             .map_err(|e| io::Error::other(format!("TLS setup: {e}")))?;
             let listener = TcpListener::from_std(listener)?;
@@ -635,6 +641,7 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
     let mut tasks = Tasks::default();
     let membership = join_cluster(
         &node,
+        keys,
         listeners.gossip,
         admin_addr,
         feed.as_ref(),
@@ -752,9 +759,43 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
     Ok(())
 }
 
+/// The cluster keys, read once at start: gossip seals with them, the
+/// edge derives its session tickets from them, and a reload replaces them
+/// for both. `None` without a cluster or a key.
+fn cluster_keys(node: &Node) -> Result<Option<Arc<ArcSwap<Keys>>>, gossip::ClusterError> {
+    let Some(settings) = &node.started.cluster else {
+        return Ok(None);
+    };
+    let dir = node.options.config_path.as_deref().and_then(Path::parent);
+    Ok(gossip::keys::load(settings, dir)?.map(|keys| Arc::new(ArcSwap::from_pointee(keys))))
+}
+
+/// The edge's ticketer: from the cluster keys, so that a ticket resumes
+/// on every node; from a key of this node's own without them.
+fn ticketer(
+    node: &Node,
+    keys: Option<&Arc<ArcSwap<Keys>>>,
+) -> io::Result<Arc<edge::tickets::Tickets>> {
+    use edge::tickets::{Source, Tickets, WallClock};
+    let no_randomness = || io::Error::other("TLS setup: the system gave no randomness");
+    let source = match keys {
+        Some(keys) => Source::Cluster(Arc::clone(keys)),
+        None => Source::own().ok_or_else(no_randomness)?,
+    };
+    let clock = node
+        .options
+        .ticket_clock
+        .clone()
+        .unwrap_or_else(WallClock::system);
+    Tickets::new(source, clock)
+        .map(Arc::new)
+        .ok_or_else(no_randomness)
+}
+
 /// Joins the configured cluster (or runs alone without one).
 async fn join_cluster(
     node: &Arc<Node>,
+    keys: Option<Arc<ArcSwap<Keys>>>,
     gossip: Option<std::net::UdpSocket>,
     admin: SocketAddr,
     feed: Option<&feed::Feed>,
@@ -772,13 +813,6 @@ async fn join_cluster(
             runtime: config.runtime.kind.to_string(),
             started_unix_ms: crate::clock::now_unix_ms(),
         },
-    };
-    let keys = match &config.cluster {
-        Some(settings) => {
-            let dir = node.options.config_path.as_deref().and_then(Path::parent);
-            gossip::keys::load(settings, dir)?
-        }
-        None => None,
     };
     let wire = match (&node.options.gossip_transport, &config.cluster) {
         (Some(wire), _) => wire.clone(),

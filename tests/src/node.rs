@@ -28,6 +28,7 @@ fn loopback() -> SocketAddr {
 fn options(config_path: Option<&Path>, gossip_transport: Option<Wire>) -> Options {
     Options {
         gossip_transport,
+        ticket_clock: None,
         config_path: config_path.map(Path::to_path_buf),
         overrides: Overrides::default(),
         tls: picket::tls::client_config(None).expect("TLS roots"),

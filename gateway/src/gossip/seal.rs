@@ -58,6 +58,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use aws_lc_rs::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::hkdf;
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 
 use crate::metrics::Dropped;
@@ -92,6 +93,9 @@ const MAX_HEARD: usize = 4096;
 pub struct Key {
     pub id: [u8; 4],
     sealing: LessSafeKey,
+    /// What the edge's session ticket keys are derived from
+    /// ([`crate::edge::tickets`]): never the gossip key itself.
+    tickets: hkdf::Prk,
 }
 
 impl fmt::Debug for Key {
@@ -115,7 +119,13 @@ impl Key {
         Key {
             id,
             sealing: LessSafeKey::new(unbound),
+            tickets: hkdf::Salt::new(hkdf::HKDF_SHA256, b"picket session tickets").extract(secret),
         }
+    }
+
+    /// The root of the session ticket keys sealed under this key.
+    pub fn tickets(&self) -> &hkdf::Prk {
+        &self.tickets
     }
 
     /// The key id as operators see it in logs.
@@ -140,7 +150,7 @@ impl Keys {
         &self.keys[0]
     }
 
-    fn find(&self, id: &[u8]) -> Option<&Key> {
+    pub fn find(&self, id: &[u8]) -> Option<&Key> {
         self.keys.iter().find(|k| k.id == id)
     }
 

@@ -84,6 +84,7 @@ async fn behind_http_proxy_the_proxy_is_dialled() {
         drain: Duration::from_secs(1),
         proxy_env: Some(env),
         gossip_transport: None,
+        ticket_clock: None,
     };
     let running = node::start(listeners, parsed, options).unwrap();
     let board = std::sync::Arc::clone(running.node.board());

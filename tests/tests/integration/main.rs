@@ -57,6 +57,7 @@ mod swarm;
 mod terminal;
 mod tls_checks;
 mod tls_edge;
+mod tls_tickets;
 mod tls_upstream;
 mod traffic_wins;
 mod trailers;

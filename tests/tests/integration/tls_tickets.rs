@@ -1,0 +1,207 @@
+//! Session tickets resume on every node of a cluster: each node derives
+//! its ticket keys from the cluster key, so a client whose next
+//! connection lands on another node skips the full handshake there, in
+//! TLS 1.3 and 1.2 alike. A node of another cluster, or one without a
+//! cluster key, cannot read them; a ticket older than two periods (12 h
+//! each) is a full handshake everywhere.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use picket::edge::tickets::{PERIOD_SECS, WallClock};
+use picket_tests::cluster::{key_file, section};
+use picket_tests::node::{TestNode, route};
+use picket_tests::tls::{TestCa, connect};
+use picket_tests::upstream::{Behaviour, Upstream};
+use rustls::HandshakeKind;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const NAME: &str = "tickets.test";
+
+/// The TLS versions a client may speak, one at a time.
+const VERSIONS: [(&str, &rustls::SupportedProtocolVersion); 2] = [
+    ("TLS 1.3", &rustls::version::TLS13),
+    ("TLS 1.2", &rustls::version::TLS12),
+];
+
+/// A client of `ca` that speaks `version` only and keeps the sessions it
+/// is given, as browsers and HTTP libraries do: one cache per client.
+fn resuming_client(
+    ca: &TestCa,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der.clone()).expect("the CA as a root");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[version])
+        .expect("the version")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::in_memory_sessions(64)
+        .tls12_resumption(rustls::client::Tls12Resumption::SessionIdOrTickets);
+    Arc::new(config)
+}
+
+/// One request on a new connection to `addr`, read to its end (so that
+/// the tickets sent after a TLS 1.3 handshake reach the client); the kind
+/// of handshake it took.
+async fn visit(addr: SocketAddr, client: &Arc<rustls::ClientConfig>) -> HandshakeKind {
+    let mut stream = connect(addr, NAME, Arc::clone(client))
+        .await
+        .expect("a handshake");
+    let kind = stream
+        .get_ref()
+        .1
+        .handshake_kind()
+        .expect("a handshake kind");
+    let request = format!("GET / HTTP/1.1\r\nhost: {NAME}\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.expect("read");
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    kind
+}
+
+/// A node serving HTTPS for [`NAME`] with `leaf`, in a cluster of the key
+/// in `key` (none: no cluster), its ticket periods read from `clock`.
+fn node(
+    leaf: &str,
+    upstream: SocketAddr,
+    key: Option<&Path>,
+    clock: Option<WallClock>,
+) -> (TestNode, SocketAddr) {
+    let cluster = key.map_or(String::new(), |key| {
+        section(key, &[], Duration::from_millis(200))
+    });
+    let text = format!(
+        "[node]\nlisten_tls = \"127.0.0.1:0\"\n{leaf}\n{}\n{cluster}",
+        route("app", "/", &[upstream], "")
+    );
+    let node = TestNode::start_with(&text, |options| options.ticket_clock = clock);
+    let tls = node.tls.expect("an HTTPS listener");
+    (node, tls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_from_one_node_resumes_on_another_and_only_in_its_cluster() {
+    let ca = TestCa::new("tickets CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "edge", &[NAME]).table();
+    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+    let ours = key_file(dir.path(), "ours.key");
+    let theirs = key_file(dir.path(), "theirs.key");
+    let (one, at_one) = node(&leaf, upstream.addr, Some(&ours), None);
+    let (two, at_two) = node(&leaf, upstream.addr, Some(&ours), None);
+    let (other, at_other) = node(&leaf, upstream.addr, Some(&theirs), None);
+    let (alone, at_alone) = node(&leaf, upstream.addr, None, None);
+    for (version, protocol) in VERSIONS {
+        // Node 1's ticket resumes on node 2, and node 2's on node 1.
+        let client = resuming_client(&ca, protocol);
+        assert_eq!(
+            visit(at_one, &client).await,
+            HandshakeKind::Full,
+            "{version}"
+        );
+        assert_eq!(
+            visit(at_two, &client).await,
+            HandshakeKind::Resumed,
+            "{version}: node 1 to 2"
+        );
+        assert_eq!(
+            visit(at_one, &client).await,
+            HandshakeKind::Resumed,
+            "{version}: node 2 to 1"
+        );
+        // Another cluster's node cannot read node 1's ticket.
+        let client = resuming_client(&ca, protocol);
+        assert_eq!(
+            visit(at_one, &client).await,
+            HandshakeKind::Full,
+            "{version}"
+        );
+        assert_eq!(
+            visit(at_other, &client).await,
+            HandshakeKind::Full,
+            "{version}: another cluster"
+        );
+        // Nor a node without a cluster key, whose own tickets resume on
+        // itself.
+        let client = resuming_client(&ca, protocol);
+        assert_eq!(
+            visit(at_one, &client).await,
+            HandshakeKind::Full,
+            "{version}"
+        );
+        assert_eq!(
+            visit(at_alone, &client).await,
+            HandshakeKind::Full,
+            "{version}: no cluster key"
+        );
+        assert_eq!(
+            visit(at_alone, &client).await,
+            HandshakeKind::Resumed,
+            "{version}: its own"
+        );
+    }
+    for node in [one, two, other, alone] {
+        node.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_older_than_two_periods_gets_a_full_handshake() {
+    let ca = TestCa::new("ticket periods CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "edge", &[NAME]).table();
+    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+    let key = key_file(dir.path(), "cluster.key");
+    let now = Arc::new(AtomicU64::new(
+        u64::try_from(picket::clock::now_unix()).expect("after 1970"),
+    ));
+    let clock = {
+        let now = Arc::clone(&now);
+        WallClock::new(move || now.load(Ordering::Relaxed))
+    };
+    let (one, at_one) = node(&leaf, upstream.addr, Some(&key), Some(clock.clone()));
+    let (two, at_two) = node(&leaf, upstream.addr, Some(&key), Some(clock));
+    for (version, protocol) in VERSIONS {
+        let start = now.load(Ordering::Relaxed);
+        let issued = start - start % PERIOD_SECS;
+        let (kept, late) = (
+            resuming_client(&ca, protocol),
+            resuming_client(&ca, protocol),
+        );
+        assert_eq!(visit(at_one, &kept).await, HandshakeKind::Full, "{version}");
+        assert_eq!(visit(at_one, &late).await, HandshakeKind::Full, "{version}");
+        // The last second of the next period: the ticket still opens.
+        now.store(issued + 2 * PERIOD_SECS - 1, Ordering::Relaxed);
+        assert_eq!(
+            visit(at_two, &kept).await,
+            HandshakeKind::Resumed,
+            "{version}: next period"
+        );
+        // Two periods after its own began: a full handshake.
+        now.store(issued + 2 * PERIOD_SECS, Ordering::Relaxed);
+        assert_eq!(
+            visit(at_two, &late).await,
+            HandshakeKind::Full,
+            "{version}: two periods on"
+        );
+        assert_eq!(
+            visit(at_one, &late).await,
+            HandshakeKind::Resumed,
+            "{version}: its new ticket"
+        );
+        now.store(start, Ordering::Relaxed);
+    }
+    one.stop().await;
+    two.stop().await;
+}
