@@ -14,7 +14,13 @@
 #   clients in parallel, one request per connection (handshakes/s, proxy
 #   CPU per handshake);
 # - resumed: the same with `-reuse`: every connection after a client's
-#   first resumes its session (a ticket on both proxies).
+#   first resumes its session (a ticket on both proxies);
+# - elsewhere: resumption on a second node. Each proxy runs a second
+#   instance sharing its ticket keys (nginx: one `ssl_session_ticket_key`
+#   file given to both, as nginx needs; Picket: two nodes of one cluster,
+#   whose keys come from the cluster key), and PROCS clients
+#   (tls_elsewhere.py) alternate between the two, each connection offering
+#   the session the other instance gave (CPU: both instances').
 #
 # Pinning: the proxy under test on CPU 0 (one worker each); the upstream
 # (nginx, one worker, a 100-byte body) and the load generators on CPU 1.
@@ -37,6 +43,8 @@ need nginx wrk openssl taskset
 build_picket
 
 upstream_port=18111; nginx_port=18112; picket_port=18113; picket_admin=18114; picket_plain=18115
+nginx2_port=18116; picket2_port=18117; picket2_admin=18118; picket2_plain=18119
+gossip_port=18120; gossip2_port=18121
 
 case $key_kind in
   ec) newkey=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
@@ -47,6 +55,8 @@ openssl req -x509 "${newkey[@]}" -nodes -days 30 -subj /CN=bench.test \
   -addext subjectAltName=DNS:bench.test -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
 
 upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
+openssl rand 80 > "$work/ticket.key"
+openssl rand -base64 32 > "$work/cluster.key"
 
 # nginx as operators run it at the edge: TLS 1.2 and 1.3, its default
 # ciphers, session tickets (its default), no session cache.
@@ -68,6 +78,7 @@ http {
     ssl_certificate $work/tls.crt;
     ssl_certificate_key $work/tls.key;
     ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_ticket_key $work/ticket.key;
     location / {
       proxy_pass http://backend;
       proxy_http_version 1.1;
@@ -80,12 +91,14 @@ http {
 }
 NGINX
 
-cat > "$work/picket.toml" <<TOML
+# picket_conf NAME PLAIN TLS ADMIN GOSSIP SEED: a node of the cluster.
+picket_conf() {
+  cat <<TOML
 [node]
-name = "bench"
-listen = "127.0.0.1:$picket_plain"
-listen_tls = "127.0.0.1:$picket_port"
-admin = "127.0.0.1:$picket_admin"
+name = "$1"
+listen = "127.0.0.1:$2"
+listen_tls = "127.0.0.1:$3"
+admin = "127.0.0.1:$4"
 workers = 1
 
 [[certificate]]
@@ -95,11 +108,28 @@ key = "tls.key"
 [[route]]
 name = "bench"
 replicas = ["127.0.0.1:$upstream_port"]
+
+[cluster]
+id = "bench"
+gossip = "127.0.0.1:$5"
+seeds = ["127.0.0.1:$6"]
+key_file = "cluster.key"
 TOML
+}
+picket_conf bench1 $picket_plain $picket_port $picket_admin $gossip_port $gossip2_port > "$work/picket.toml"
+picket_conf bench2 $picket2_plain $picket2_port $picket2_admin $gossip2_port $gossip_port > "$work/picket2.toml"
+# The second nginx: the same but for its port, pid file and log.
+sed -e "s/:$nginx_port /:$nginx2_port /" -e "s|$work/proxy.pid|$work/proxy2.pid|" \
+  -e "s|$work/proxy.err|$work/proxy2.err|" "$work/proxy.conf" > "$work/proxy2.conf"
 
 start_pinned
+taskset -c "$proxy_cpus" nginx -c "$work/proxy2.conf" -p "$work" &
+PICKET_LOG=warn PICKET_ACCESS_LOG=off taskset -c "$proxy_cpus" "$picket" run --config "$work/picket2.toml" &
+sleep 1
+nginx2_worker=$(pgrep -P "$(cat "$work/proxy2.pid")" | tr '\n' ' ')
+picket2_pid=$(pgrep -f "$picket run --config $work/picket2.toml" | head -1)
 
-for port in $nginx_port $picket_port; do
+for port in $nginx_port $picket_port $nginx2_port $picket2_port; do
   curl -sf -o /dev/null --cacert "$work/tls.crt" --resolve "bench.test:$port:127.0.0.1" \
     "https://bench.test:$port/" || { echo "bench: nothing answers HTTPS on $port" >&2; exit 1; }
   echo "$port: $(echo | openssl s_client -connect "127.0.0.1:$port" -servername bench.test 2>/dev/null \
@@ -136,6 +166,22 @@ handshakes() {
   rm -f "$work"/s_time.*
 }
 
+# Connections alternating between two instances, each resuming the other's
+# session: prints "rate - count resumed".
+elsewhere() {
+  local i clients=()
+  for i in $(seq 1 "$procs"); do
+    taskset -c 1 python3 "$here/tls_elsewhere.py" "$1" "$2" "$seconds" "$work/tls.crt" bench.test \
+      > "$work/elsewhere.$i" &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  cat "$work"/elsewhere.* | awk -v s="$seconds" '
+    { n += $1; r += $2 }
+    END { printf "%.1f - %d %d\n", n / s, n, r }'
+  rm -f "$work"/elsewhere.*
+}
+
 echo "key: $key_kind; $connections keep-alive connections; $procs handshaking clients; ${seconds} s a load"
 echo
 echo "| round | load | proxy | rate /s | p99 µs | proxy CPU µs each |"
@@ -146,17 +192,24 @@ for round in $(seq 1 "$rounds"); do
   # other on this shared, noisy machine.
   order="nginx picket"
   [ $((round % 2)) = 0 ] && order="picket nginx"
-  for load in keepalive full resumed; do
+  for load in keepalive full resumed elsewhere; do
     for proxy in $order; do
       case $proxy in
-        nginx) port=$nginx_port; pid=$nginx_worker ;;
-        picket) port=$picket_port; pid=$picket_pid ;;
+        nginx) port=$nginx_port; port2=$nginx2_port; pid=$nginx_worker ;;
+        picket) port=$picket_port; port2=$picket2_port; pid=$picket_pid ;;
       esac
+      if [ "$load" = elsewhere ]; then
+        case $proxy in
+          nginx) pid="$nginx_worker $nginx2_worker" ;;
+          picket) pid="$picket_pid $picket2_pid" ;;
+        esac
+      fi
       before=$(cpu_ticks "$pid")
       case $load in
         keepalive) read -r rate p99 n < <(keepalive "$port") ;;
         full) read -r rate p99 n resumed < <(handshakes "$port" -new) ;;
         resumed) read -r rate p99 n resumed < <(handshakes "$port" -reuse) ;;
+        elsewhere) read -r rate p99 n resumed < <(elsewhere "$port" "$port2") ;;
       esac
       after=$(cpu_ticks "$pid")
       cpu=$(awk -v d=$((after - before)) -v t="$ticks" -v n="$n" 'BEGIN { printf "%.1f", d / t * 1e6 / n }')
@@ -171,7 +224,7 @@ done
 echo
 echo "| load | nginx rate /s | picket rate /s | picket/nginx rate | nginx CPU µs | picket CPU µs | picket/nginx CPU |"
 echo "|---|---|---|---|---|---|---|"
-for load in keepalive full resumed; do
+for load in keepalive full resumed elsewhere; do
   nr=$(echo "${all[$load.nginx]}" | column 1); pr=$(echo "${all[$load.picket]}" | column 1)
   nc=$(echo "${all[$load.nginx]}" | column 3); pc=$(echo "${all[$load.picket]}" | column 3)
   awk -v l="$load" -v nr="$nr" -v pr="$pr" -v nc="$nc" -v pc="$pc" 'BEGIN {
