@@ -29,7 +29,9 @@ pub use cidr::{Cidr, CidrError, TrustedProxies};
 pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
 pub use error::{ConfigError, Problem};
 pub use render::render;
-pub use validate::{RUNTIME_BREAKER_COOLDOWN_RANGE, RUNTIME_BREAKER_THRESHOLD_RANGE};
+pub use validate::{
+    RUNTIME_BREAKER_COOLDOWN_RANGE, RUNTIME_BREAKER_THRESHOLD_RANGE, WORKERS_RANGE,
+};
 
 /// Product default for the connect bound.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

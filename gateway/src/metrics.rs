@@ -68,6 +68,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
     endpoint: String,
 }
@@ -267,12 +272,19 @@ pub struct ConnectionMetrics {
     /// TLS handshakes that failed or did not finish within the header
     /// timeout.
     pub tls_handshake_failed: Counter,
+    /// TLS handshakes finished, by [`TLS_HANDSHAKE_KINDS`]: a full one, or
+    /// a session resumed from a ticket (this node's or another's).
+    pub tls_handshakes: [Counter; 2],
     /// Admin connections open now.
     pub admin_open: Gauge,
     /// Admin connections closed to make room for a new one at
     /// `admin_max_connections`.
     pub admin_evicted: Counter,
 }
+
+/// The kinds of a finished TLS handshake, as metric labels, in the order
+/// of [`ConnectionMetrics::tls_handshakes`].
+pub const TLS_HANDSHAKE_KINDS: [&str; 2] = ["full", "resumed"];
 
 /// The states of a circuit, as metric labels, in the order of
 /// [`BreakerMetrics`]' arrays.
@@ -457,7 +469,7 @@ impl Metrics {
             "Cluster members as this node sees them, by liveness",
             members.clone(),
         );
-        let connections = ConnectionMetrics::default();
+        let mut connections = ConnectionMetrics::default();
         registry.register(
             "client_connections",
             "Client connections the proxy serves now",
@@ -478,6 +490,17 @@ impl Metrics {
             "TLS handshakes on the HTTPS listener that failed or did not finish within the header timeout",
             connections.tls_handshake_failed.clone(),
         );
+        let handshakes = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "tls_handshakes",
+            "TLS handshakes finished on the HTTPS listener, by kind: full, or resumed from a session ticket any node of the cluster issued",
+            handshakes.clone(),
+        );
+        connections.tls_handshakes = TLS_HANDSHAKE_KINDS.map(|kind| {
+            handshakes
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .clone()
+        });
         registry.register(
             "admin_connections",
             "Connections the admin listener serves now",

@@ -306,6 +306,8 @@ async fn open(
                 () = shutdown.wait() => return None,
             };
             let tls = handshaken(handshake, peer, limits.header, connections)?;
+            let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+            connections.tls_handshakes[usize::from(resumed)].inc();
             let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
             (Either::Right(Box::new(tls)), Scheme::Https, Some(h2), port)
         }

@@ -207,13 +207,26 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         let mut rng = fastrand::Rng::with_seed(0x9e37_79b9);
+        let mut errors = 0;
         for len in 0..512 {
             let mut bytes = vec![0; len];
             rng.fill(&mut bytes);
             let mut message = vec![VERSION];
             message.extend_from_slice(&bytes);
-            let _ = decode::<NodeView>(&message);
+            match decode::<NodeView>(&message) {
+                Err(CodecError::Malformed(_) | CodecError::Trailing(_)) => errors += 1,
+                Err(other) => panic!("{len} random bytes: {other:?}"),
+                // Random bytes that happen to be a view are a view: the
+                // same view again once encoded and decoded.
+                Ok(view) => {
+                    let again = encode(&view).expect("a decoded view encodes");
+                    assert_eq!(decode::<NodeView>(&again).ok(), Some(view));
+                }
+            }
         }
+        // Nearly all random messages are refused, as malformed or with
+        // bytes left over (the empty one and a few short ones may decode).
+        assert!(errors >= 500, "only {errors} of 512 refused");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Wire types and the codec that the Picket gateway and `picket-tui` share.
 //!
-//! This crate knows serde and the codec only (and the back-off both sides
-//! wait by): nothing here opens a socket.
+//! Besides the types and the codec, it holds what both sides must do
+//! alike: the back-off they wait by ([`backoff`]), the wall clock they
+//! stamp by ([`clock`]), and the feed's framing ([`feed`]). Nothing here
+//! opens a socket.
 //! Every value that crosses a process boundary (a gossip value, a feed frame)
 //! is one of these types, encoded by [`codec`], which carries a version byte
 //! and refuses anything larger than its limit before allocating for it.
@@ -9,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod clock;
 mod cluster;
 pub mod codec;
 pub mod feed;

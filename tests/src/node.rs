@@ -102,6 +102,16 @@ impl TestNode {
     }
 
     /// The node's cluster membership, once it has joined.
+    /// Reads the configuration file again, as a SIGHUP does, on a blocking
+    /// thread: the read waits for the file to settle (up to seconds), and
+    /// the test's runtime serves the node meanwhile.
+    pub async fn reload(&self) -> picket::node::Reload {
+        let node = Arc::clone(self.node());
+        tokio::task::spawn_blocking(move || node.reload_from_file())
+            .await
+            .expect("the reload ran")
+    }
+
     pub async fn membership(&self) -> Arc<Membership> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {

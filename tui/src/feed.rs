@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use picket_proto::codec::{self, CodecError, FRAME_HEADER};
 use picket_proto::feed::{ALPN, FollowError, Follower, Frame, Request};
@@ -375,12 +375,7 @@ impl Session {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub use picket_proto::clock::now_unix_ms;
 
 /// Follows the feed at `addr` for as long as `out` is open: views and link
 /// changes go to `out`; a target on `switch` moves to another node.

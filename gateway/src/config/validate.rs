@@ -42,7 +42,7 @@ pub const RUNTIME_BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Durati
 pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(30));
-pub(super) const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
+pub const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;
 pub(super) const MAX_CONNECTIONS_RANGE: RangeInclusive<i64> = 1..=1_000_000;
 pub(super) const HEADER_TIMEOUT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
 pub(super) const IDLE_TIMEOUT_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(3600));
@@ -52,6 +52,19 @@ pub(super) const GOSSIP_INTERVAL_RANGE: (Duration, Duration) =
 
 /// Allowed request body limits: a byte to a TiB.
 pub(super) const MAX_BODY_RANGE: RangeInclusive<u64> = 1..=(1 << 40);
+pub(super) const ADMIN_MAX_CONNECTIONS_RANGE: RangeInclusive<i64> = 1..=65_536;
+pub(super) const RATE_BURST_RANGE: RangeInclusive<i64> = 1..=1_000_000;
+pub(super) const PORT_RANGE: RangeInclusive<i64> = 1..=65_535;
+
+/// "`field` = `value` is out of range: a to b", from the range itself:
+/// the one copy of every bound.
+fn out_of_range(field: &str, value: impl std::fmt::Display, range: &RangeInclusive<i64>) -> String {
+    format!(
+        "{field} = {value} is out of range: {} to {}",
+        range.start(),
+        range.end()
+    )
+}
 
 /// A size in bytes: a number with an optional unit, without case: `k`,
 /// `m`, `g` and `KiB`, `MiB`, `GiB` count in 1024s (as nginx does), `KB`,
@@ -252,7 +265,7 @@ impl Validator<'_> {
             Some(w) => {
                 let n = *w.get_ref();
                 if !WORKERS_RANGE.contains(&n) {
-                    self.problem(w.span(), format!("workers = {n} is out of range: 1 to 256"));
+                    self.problem(w.span(), out_of_range("workers", n, &WORKERS_RANGE));
                 }
                 Setting::new(usize::try_from(n).unwrap_or(1).max(1), Origin::File)
             }
@@ -264,7 +277,7 @@ impl Validator<'_> {
                 if !MAX_CONNECTIONS_RANGE.contains(&n) {
                     self.problem(
                         m.span(),
-                        format!("max_connections = {n} is out of range: 1 to 1000000"),
+                        out_of_range("max_connections", n, &MAX_CONNECTIONS_RANGE),
                     );
                 }
                 Setting::new(usize::try_from(n).ok(), Origin::File)
@@ -274,10 +287,10 @@ impl Validator<'_> {
         let admin_max_connections = match &raw.admin_max_connections {
             Some(m) => {
                 let n = *m.get_ref();
-                if !(1..=65_536).contains(&n) {
+                if !ADMIN_MAX_CONNECTIONS_RANGE.contains(&n) {
                     self.problem(
                         m.span(),
-                        format!("admin_max_connections = {n} is out of range: 1 to 65536"),
+                        out_of_range("admin_max_connections", n, &ADMIN_MAX_CONNECTIONS_RANGE),
                     );
                 }
                 Setting::new(
@@ -539,13 +552,13 @@ impl Validator<'_> {
             }
         };
         let burst = match &rate.burst {
-            Some(b) if (1..=1_000_000).contains(b.get_ref()) => {
+            Some(b) if RATE_BURST_RANGE.contains(b.get_ref()) => {
                 u32::try_from(*b.get_ref()).unwrap_or(1)
             }
             Some(b) => {
                 self.problem(
                     b.span(),
-                    format!("rate.burst = {} is out of range: 1 to 1000000", b.get_ref()),
+                    out_of_range("rate.burst", b.get_ref(), &RATE_BURST_RANGE),
                 );
                 1
             }
@@ -721,10 +734,7 @@ impl Validator<'_> {
             Some(f) => {
                 self.problem(
                     f.span(),
-                    format!(
-                        "breaker failures = {} is out of range: 2 to 100",
-                        f.get_ref()
-                    ),
+                    out_of_range("breaker failures", f.get_ref(), &BREAKER_FAILURES_RANGE),
                 );
                 inherited.failures.clone()
             }
@@ -787,9 +797,10 @@ impl Validator<'_> {
             Some(n) => {
                 self.problem(
                     n.span(),
-                    format!(
-                        "consecutive_gateway_errors = {} is out of range: 2 to 100",
-                        n.get_ref()
+                    out_of_range(
+                        "consecutive_gateway_errors",
+                        n.get_ref(),
+                        &GATEWAY_ERRORS_RANGE,
                     ),
                 );
                 inherited.clone()
@@ -1050,9 +1061,10 @@ impl Validator<'_> {
             Some(t) => {
                 self.problem(
                     t.span(),
-                    format!(
-                        "breaker threshold = {} is out of range: 1 to 100",
-                        t.get_ref()
+                    out_of_range(
+                        "breaker threshold",
+                        t.get_ref(),
+                        &RUNTIME_BREAKER_THRESHOLD_RANGE,
                     ),
                 );
                 defaults.threshold
@@ -1120,10 +1132,7 @@ impl Validator<'_> {
                 Setting::new(u32::try_from(*t.get_ref()).unwrap_or(1), Origin::Route)
             }
             Some(t) => {
-                self.problem(
-                    t.span(),
-                    format!("tries = {} is out of range: 1 to 10", t.get_ref()),
-                );
+                self.problem(t.span(), out_of_range("tries", t.get_ref(), &TRIES_RANGE));
                 Setting::new(1, Origin::Route)
             }
             None => Setting::new(default_tries(upstream.as_ref()), Origin::Default),
@@ -1615,12 +1624,9 @@ impl Validator<'_> {
         };
         let port = match port.get_ref() {
             RawPort::Number(n) => match u16::try_from(*n) {
-                Ok(n) if n > 0 => ServicePort::Number(n),
+                Ok(n) if PORT_RANGE.contains(&i64::from(n)) => ServicePort::Number(n),
                 _ => {
-                    self.problem(
-                        port.span(),
-                        format!("port = {n} is out of range: 1 to 65535"),
-                    );
+                    self.problem(port.span(), out_of_range("port", n, &PORT_RANGE));
                     return None;
                 }
             },

@@ -766,4 +766,53 @@ mod tests {
         }
         assert!(opener.seen.len() <= 61, "{} remembered", opener.seen.len());
     }
+
+    /// Every format this release opens: the current one and, for one
+    /// release after a change, the one before (docs/cluster.md, "Rolling
+    /// upgrades").
+    const READ: &[u8] = &[FORMAT];
+
+    fn recording(format: u8) -> std::path::PathBuf {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/recorded")
+            .join(format!("gossip-{format}.txt"))
+    }
+
+    fn line<'t>(text: &'t str, name: &str) -> &'t str {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{name} recorded"))
+    }
+
+    fn unhex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Recorded packets of every format read open, from a sender of an
+    /// earlier release: node a to node b, sealed with the key of secret
+    /// `[7; 32]`. `PICKET_RECORD=1` records the current format's.
+    #[test]
+    fn recorded_packets_of_every_format_read_open() {
+        let message = b"a chitchat message, as the sender serialized it";
+        if std::env::var_os("PICKET_RECORD").is_some() {
+            let packets = Sealer::new(a()).seal(&keys(&[7]), message, b(), NOW);
+            let hex: String = packets[0].iter().map(|b| format!("{b:02x}")).collect();
+            let text = format!("sent_ms {NOW}\npacket {hex}\n");
+            std::fs::write(recording(FORMAT), text).unwrap();
+        }
+        for &format in READ {
+            let text = std::fs::read_to_string(recording(format)).unwrap();
+            let sent: u64 = line(&text, "sent_ms").parse().unwrap();
+            let packet = unhex(line(&text, "packet"));
+            assert_eq!(packet[0], format);
+            assert_eq!(
+                at(b()).open(&keys(&[7]), &packet, sent + 1),
+                opened(message, a()),
+                "format {format}"
+            );
+        }
+    }
 }

@@ -73,13 +73,6 @@ pub enum AnswerBody {
     },
 }
 
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
-}
-
 /// What became of one request on one connection.
 enum Exchange {
     Answered(ResponseHead),
@@ -261,7 +254,7 @@ async fn attempts<B: RequestBody>(
     };
     let underscores = route.config.underscores_in_headers;
     let bodiless = matches!(req.body, BodyKind::None | BodyKind::Length(0));
-    let replayable = bodiless && req.upgrade.is_none() && is_idempotent(req.method);
+    let kind = plan::Kind::of(req.method, bodiless, req.upgrade.is_some(), grpc);
     let mut body_started = false;
 
     let upstream = &route.upstream;
@@ -269,13 +262,15 @@ async fn attempts<B: RequestBody>(
     // What the client gets if no other replica can be had: the last
     // replica's 502/503/504, or its failure.
     let mut last: Option<Result<Answer, ProxyError>> = None;
-    let state = |tried: &Tried, body_started: bool, reused: bool, kept: bool| plan::Request {
-        replayable,
-        refusal_resendable: grpc && (bodiless || kept),
-        body_started,
-        reused,
-        tried: tried.len(),
-        tries: upstream.tries(),
+    let state = |tried: &Tried, body_started: bool, reused: bool, kept: bool| {
+        plan::Request::of(
+            kind,
+            tried.len(),
+            upstream.tries(),
+            body_started,
+            reused,
+            kept,
+        )
     };
     let retried = |retry: plan::Retry| match retry {
         plan::Retry::Connect => route.metrics.retry_connect.inc(),
@@ -294,12 +289,19 @@ async fn attempts<B: RequestBody>(
             Ok(attempt) => attempt,
             Err(failure) => {
                 trace.tries = tried.len() as u32;
+                // The connect raced every replica left: nothing more to try.
+                let step = plan::next(
+                    plan::Attempted::NoReplica,
+                    state(&tried, body_started, false, body.kept()),
+                );
+                debug_assert_eq!(step, plan::Step::Answer);
                 return last.unwrap_or(Err(ProxyError::Unreachable(failure)));
             }
         };
         trace.tries = tried.len() as u32;
         trace.replica = Some(Arc::clone(&attempt.replica));
-        if let Some(raced) = (tried.len() - before).checked_sub(1).filter(|n| *n > 0) {
+        let raced = plan::raced(before, tried.len());
+        if raced > 0 {
             route.metrics.retry_connect.inc_by(raced as u64);
         }
         let mut reused = attempt.reused;
@@ -338,26 +340,20 @@ async fn attempts<B: RequestBody>(
                 }
             };
             drop(awaiting);
-            match &exchange {
-                Exchange::TimedOut | Exchange::Stalled => upstream.silent(&attempt.replica),
-                Exchange::Answered(head) => {
+            let attempted = exchange.attempted(grpc);
+            match plan::told(attempted, reused) {
+                plan::Told::Silent => upstream.silent(&attempt.replica),
+                plan::Told::Answered(status) => {
                     route
                         .metrics
                         .first_answer
                         .observe(sent_at.elapsed().as_secs_f64());
-                    upstream.answered(&attempt.replica, grpc::effective_status(head, grpc));
+                    upstream.answered(&attempt.replica, status);
                 }
-                // A pooled connection the replica closed while idle is
-                // sent again on a fresh one: no failure of the replica's.
-                Exchange::Failed(_) if !(reused && exchange.closed_unanswered()) => {
-                    upstream.unanswered(&attempt.replica);
-                }
-                Exchange::Failed(_) | Exchange::ClientBody(_) => {}
+                plan::Told::Unanswered => upstream.unanswered(&attempt.replica),
+                plan::Told::Nothing => {}
             }
-            match plan::next(
-                exchange.attempted(grpc),
-                state(&tried, body_started, reused, body.kept()),
-            ) {
+            match plan::next(attempted, state(&tried, body_started, reused, body.kept())) {
                 plan::Step::Again => {
                     // A pooled connection the upstream closed meanwhile:
                     // once more on a new one, without spending a try.
@@ -884,5 +880,68 @@ async fn pump(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &[u8]) -> ResponseHead {
+        let mut buf = bytes::BytesMut::from(raw);
+        crate::h1::response::parse_response(&mut buf, &Method::GET)
+            .expect("a valid head")
+            .expect("a whole head")
+    }
+
+    fn io(kind: std::io::ErrorKind) -> Exchange {
+        Exchange::Failed(ConnError::Io(std::io::Error::from(kind)))
+    }
+
+    /// Each exchange becomes the attempt the plan decides on: a replica
+    /// that closed, reset or broke the pipe before any answer closed
+    /// unanswered (the plan tries a pooled connection's request again);
+    /// any other failure failed.
+    #[test]
+    fn every_exchange_is_one_attempt() {
+        use plan::Attempted;
+        use std::io::ErrorKind;
+        let cases = [
+            (
+                Exchange::Failed(ConnError::Closed),
+                Attempted::ClosedUnanswered,
+            ),
+            (io(ErrorKind::ConnectionReset), Attempted::ClosedUnanswered),
+            (io(ErrorKind::BrokenPipe), Attempted::ClosedUnanswered),
+            (io(ErrorKind::TimedOut), Attempted::Failed),
+            (io(ErrorKind::ConnectionAborted), Attempted::Failed),
+            (Exchange::TimedOut, Attempted::TimedOut),
+            (Exchange::Stalled, Attempted::Stalled),
+        ];
+        for (exchange, attempted) in cases {
+            assert_eq!(exchange.attempted(false), attempted);
+            assert_eq!(exchange.attempted(true), attempted, "a gRPC call alike");
+        }
+    }
+
+    /// A gRPC call answered 200 with `grpc-status: 14` was not processed:
+    /// the plan sees the 503 it means. Any other request's 200 is a 200.
+    #[test]
+    fn a_grpc_unavailable_is_a_refusal() {
+        let raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 14\r\ncontent-length: 0\r\n\r\n";
+        let unavailable = Exchange::Answered(head(raw));
+        assert_eq!(
+            unavailable.attempted(true),
+            plan::Attempted::Answered(StatusCode::SERVICE_UNAVAILABLE)
+        );
+        assert_eq!(
+            unavailable.attempted(false),
+            plan::Attempted::Answered(StatusCode::OK)
+        );
+        let fine = Exchange::Answered(head(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert_eq!(
+            fine.attempted(true),
+            plan::Attempted::Answered(StatusCode::OK)
+        );
     }
 }

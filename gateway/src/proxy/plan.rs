@@ -22,8 +22,20 @@
 //! - A replica that stopped reading the body, or a client body that broke:
 //!   the answer, at once (part of the body has gone).
 //! - Anything else: the answer.
+//!
+//! What a request is, for these rules ([`Request::of`]): replayable when
+//! its method is idempotent (RFC 9110 §9.2.2), it has no body and it is
+//! no upgrade; a gRPC call's refusal resendable when its body is none or
+//! was kept whole. A connect that raced past replicas that did not answer
+//! counts each of them as a connect retry ([`raced`]).
+//!
+//! What an attempt tells of its replica's health ([`told`]): silence
+//! (no head in time, or the body not read) ejects it sooner, an answer
+//! counts as one, a broken exchange as a failure, except a pooled
+//! connection closed before the request was answered: a keep-alive race,
+//! no fault of the replica's.
 
-use http::StatusCode;
+use http::{Method, StatusCode};
 
 /// What became of one attempt of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +100,91 @@ pub struct Request {
     pub tried: usize,
     /// Attempts the request may make.
     pub tries: usize,
+}
+
+/// What a request is, before its attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// Idempotent, without a body, not an upgrade.
+    pub replayable: bool,
+    pub grpc: bool,
+    /// No body, or an empty one.
+    pub bodiless: bool,
+}
+
+impl Kind {
+    pub fn of(method: &Method, bodiless: bool, upgrade: bool, grpc: bool) -> Kind {
+        Kind {
+            replayable: bodiless && !upgrade && idempotent(method),
+            grpc,
+            bodiless,
+        }
+    }
+}
+
+/// Idempotent methods (RFC 9110 §9.2.2): sending one twice does what
+/// sending it once does.
+pub fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+impl Request {
+    /// Where a request of `kind` stands: `tried` replicas so far, `tries`
+    /// allowed, part of its body read or not, this attempt on a pooled
+    /// connection or not, its body `kept` whole for a replay or not.
+    pub fn of(
+        kind: Kind,
+        tried: usize,
+        tries: usize,
+        body_started: bool,
+        reused: bool,
+        kept: bool,
+    ) -> Request {
+        Request {
+            replayable: kind.replayable,
+            refusal_resendable: kind.grpc && (kind.bodiless || kept),
+            body_started,
+            reused,
+            tried,
+            tries,
+        }
+    }
+}
+
+/// Replicas a connect raced past before one took it: it tried
+/// `after - before` replicas, and the last is the one it got.
+pub fn raced(before: usize, after: usize) -> usize {
+    after.saturating_sub(before).saturating_sub(1)
+}
+
+/// What an attempt tells of its replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Told {
+    /// No head in time, or the request's body not read: silence.
+    Silent,
+    /// An answer, of this status.
+    Answered(StatusCode),
+    /// The exchange broke.
+    Unanswered,
+    /// Nothing of the replica's health.
+    Nothing,
+}
+
+/// What `attempted`, on a pooled connection or not (`reused`), tells of
+/// the replica.
+pub fn told(attempted: Attempted, reused: bool) -> Told {
+    match attempted {
+        Attempted::TimedOut | Attempted::Stalled => Told::Silent,
+        Attempted::Answered(status) => Told::Answered(status),
+        // A pooled connection the replica closed while idle: sent again
+        // on a fresh one, no failure of the replica's.
+        Attempted::ClosedUnanswered if reused => Told::Nothing,
+        Attempted::ClosedUnanswered | Attempted::Failed => Told::Unanswered,
+        Attempted::ClientBody | Attempted::NotConnected | Attempted::NoReplica => Told::Nothing,
+    }
 }
 
 /// 502, 503 or 504: the upstream's way of saying it could not answer.
@@ -204,6 +301,80 @@ mod tests {
         ];
         for (attempted, request, step) in cases {
             assert_eq!(next(attempted, request), step, "{attempted:?} {request:?}");
+        }
+    }
+
+    #[test]
+    fn what_a_request_is() {
+        let get = Kind::of(&Method::GET, true, false, false);
+        assert!(get.replayable);
+        assert!(
+            !Kind::of(&Method::GET, false, false, false).replayable,
+            "a body"
+        );
+        assert!(
+            !Kind::of(&Method::GET, true, true, false).replayable,
+            "an upgrade"
+        );
+        assert!(!Kind::of(&Method::POST, true, false, false).replayable);
+        assert!(!Kind::of(&Method::PATCH, true, false, false).replayable);
+        for method in [
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::TRACE,
+            Method::PUT,
+            Method::DELETE,
+        ] {
+            assert!(Kind::of(&method, true, false, false).replayable, "{method}");
+        }
+        // A gRPC call's refusal is resent when its body is none or kept.
+        let call = Kind::of(&Method::POST, false, false, true);
+        assert!(Request::of(call, 1, 3, true, false, true).refusal_resendable);
+        assert!(!Request::of(call, 1, 3, true, false, false).refusal_resendable);
+        let empty_call = Kind::of(&Method::POST, true, false, true);
+        assert!(Request::of(empty_call, 1, 3, false, false, false).refusal_resendable);
+        let plain_post = Kind::of(&Method::POST, false, false, false);
+        assert!(!Request::of(plain_post, 1, 3, true, false, true).refusal_resendable);
+    }
+
+    #[test]
+    fn a_connect_that_raced_counts_the_replicas_it_passed() {
+        assert_eq!(raced(0, 1), 0, "the first replica took it");
+        assert_eq!(raced(0, 3), 2);
+        assert_eq!(raced(2, 3), 0);
+        assert_eq!(raced(3, 3), 0, "nothing tried: nothing raced");
+    }
+
+    #[test]
+    fn what_an_attempt_tells_of_its_replica() {
+        use Attempted::*;
+        let cases = [
+            (TimedOut, false, Told::Silent),
+            (Stalled, true, Told::Silent),
+            (
+                Answered(StatusCode::OK),
+                false,
+                Told::Answered(StatusCode::OK),
+            ),
+            (
+                Answered(StatusCode::BAD_GATEWAY),
+                true,
+                Told::Answered(StatusCode::BAD_GATEWAY),
+            ),
+            (ClosedUnanswered, true, Told::Nothing),
+            (ClosedUnanswered, false, Told::Unanswered),
+            (Failed, true, Told::Unanswered),
+            (Failed, false, Told::Unanswered),
+            (ClientBody, false, Told::Nothing),
+            (NotConnected, false, Told::Nothing),
+            (NoReplica, false, Told::Nothing),
+        ];
+        for (attempted, reused, expected) in cases {
+            assert_eq!(
+                told(attempted, reused),
+                expected,
+                "{attempted:?}, reused {reused}"
+            );
         }
     }
 }

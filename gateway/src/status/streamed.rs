@@ -355,8 +355,17 @@ mod tests {
             Wait::PerPiece(Duration::from_millis(100)),
         );
         // The client takes nothing while the encoder fills what it may
-        // encode ahead, and waits, and gives up.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // encode ahead, and waits, and gives up: wait for the pieces
+        // ahead, then ten times the patience.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while body.pieces.len() < AHEAD {
+            assert!(
+                Instant::now() < deadline,
+                "the encoder never filled its room"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let mut pieces = 0;
         let end = loop {
             match body.frame().await {

@@ -622,14 +622,18 @@ fn demo_is_a_three_node_cluster_showing_healthy_slow_and_refused_routes() {
     replicas.sort();
     assert!(replicas[0].starts_with("hello from web-1"), "{replicas:?}");
     assert!(replicas[2].starts_with("hello from web-3"), "{replicas:?}");
+    // A refused replica answers at once; the slow one at the demo's 2 s
+    // first-answer bound, not before (end to end, the upper bounds are
+    // generous: the bound's precision is shown on a paused clock, in
+    // `bounds::on_a_paused_clock_the_first_answer_bound_is_exact`).
     let started = Instant::now();
     assert_eq!(get(listen, "/refused").unwrap().0, 502);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(started.elapsed() < picket_tests::AT_ONCE);
     let started = Instant::now();
     assert_eq!(get(listen, "/slow").unwrap().0, 504);
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(1900) && took < Duration::from_secs(3),
+        took >= Duration::from_secs(2) && took < Duration::from_secs(2) + picket_tests::AT_ONCE,
         "{took:?}"
     );
     assert_eq!(get(admin, "/healthz").unwrap().0, 200);

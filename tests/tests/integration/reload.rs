@@ -70,7 +70,7 @@ async fn reloads_keep_serving_and_never_cut_requests_in_flight() {
     assert!(answer.text().starts_with("old:"), "{}", answer.text());
     // Asked again (a SIGHUP), the same broken file gets the same answer,
     // counted once.
-    match node.node().reload_from_file() {
+    match node.reload().await {
         Reload::Refused(error) => assert!(error.contains("not an address"), "{error}"),
         other => panic!("the broken file, asked again: {other:?}"),
     }

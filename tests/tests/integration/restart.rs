@@ -124,17 +124,13 @@ async fn a_lone_replica_back_from_a_one_second_restart_serves_at_once() {
         failed_after.len()
     );
     assert!(
-        first_ok <= Duration::from_millis(200),
+        first_ok < picket_tests::AT_ONCE,
         "first 200 {first_ok:?} after it listened"
     );
     assert!(
         failed_after.len() <= 1,
         "{} requests failed after the replica listened again",
         failed_after.len()
-    );
-    assert!(
-        back_in_rotation <= Duration::from_millis(1500),
-        "back in rotation {back_in_rotation:?} after it listened"
     );
     node.stop().await;
 }

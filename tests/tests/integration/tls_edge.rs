@@ -742,7 +742,7 @@ async fn bad_certificate_files_are_configuration_errors_with_their_place() {
     let node = TestNode::start_file(&path);
     let tls = node.tls.expect("an HTTPS listener");
     std::fs::write(&path, file(&good.cert, &other.key)).unwrap();
-    match node.node().reload_from_file() {
+    match node.reload().await {
         Reload::Refused(error) => assert!(
             error.contains(":5:7: ") && error.contains("does not match"),
             "{error}"

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use picket::edge::tickets::{PERIOD_SECS, WallClock};
+use picket_tests::client;
 use picket_tests::cluster::{key_file, section};
 use picket_tests::node::{TestNode, route};
 use picket_tests::tls::{TestCa, connect};
@@ -151,6 +152,34 @@ async fn a_ticket_from_one_node_resumes_on_another_and_only_in_its_cluster() {
             "{version}: its own"
         );
     }
+    // Each node counts its handshakes by kind: node 2 resumed every one.
+    let metrics = |node: &TestNode| {
+        let admin = node.admin;
+        async move {
+            client::get(admin, "admin", "/metrics")
+                .await
+                .expect("metrics")
+                .text()
+        }
+    };
+    let at_two = metrics(&two).await;
+    assert!(
+        at_two.contains("picket_tls_handshakes_total{kind=\"resumed\"} 2\n"),
+        "{at_two}"
+    );
+    assert!(
+        at_two.contains("picket_tls_handshakes_total{kind=\"full\"} 0\n"),
+        "{at_two}"
+    );
+    let at_one = metrics(&one).await;
+    assert!(
+        at_one.contains("picket_tls_handshakes_total{kind=\"full\"} 6\n"),
+        "{at_one}"
+    );
+    assert!(
+        at_one.contains("picket_tls_handshakes_total{kind=\"resumed\"} 2\n"),
+        "{at_one}"
+    );
     for node in [one, two, other, alone] {
         node.stop().await;
     }

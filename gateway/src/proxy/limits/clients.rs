@@ -278,7 +278,7 @@ mod timing {
     }
 
     #[test]
-    #[ignore = "a measurement, run by hand: cargo test -p picket --lib proxy::limits::clients::timing -- --ignored --nocapture"]
+    #[ignore = "a measurement, run by hand: cargo test -p picket-gateway --lib proxy::limits::clients::timing -- --ignored --nocapture"]
     fn cpu_for_4000_new_clients() {
         let s = RateSettings {
             per_second: 0.001,

@@ -208,7 +208,7 @@ struct NodeFlags {
     advertise: Option<SocketAddr>,
     /// Threads serving proxied traffic (default: the file's `[node] workers`,
     /// else one per CPU).
-    #[arg(long, env = "PICKET_WORKERS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    #[arg(long, env = "PICKET_WORKERS", value_parser = clap::value_parser!(u16).range(picket::config::WORKERS_RANGE))]
     workers: Option<u16>,
     /// A PEM file of extra CA certificates trusted for `https://` upstreams,
     /// besides the Mozilla roots built in (default: SSL_CERT_FILE, when
@@ -218,7 +218,7 @@ struct NodeFlags {
     extra_ca: Option<PathBuf>,
     /// Consecutive unanswered calls that open a runtime API endpoint's
     /// breaker (default: the file's `[runtime] breaker.threshold`, else 2).
-    #[arg(long, env = "PICKET_RUNTIME_BREAKER_THRESHOLD", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, env = "PICKET_RUNTIME_BREAKER_THRESHOLD", value_parser = clap::value_parser!(u32).range(picket::config::RUNTIME_BREAKER_THRESHOLD_RANGE))]
     runtime_breaker_threshold: Option<u32>,
     /// How long an open runtime breaker refuses every call, as "30s"
     /// (default: the file's `[runtime] breaker.cooldown`, else 30s).
@@ -462,7 +462,7 @@ fn run(path: PathBuf, flags: &NodeFlags) -> anyhow::Result<()> {
 
 /// `picket health`: one GET of `/healthz`, bounded.
 fn health(admin: SocketAddr) -> anyhow::Result<()> {
-    use std::io::{Read as _, Write as _};
+    use std::io::Write as _;
     let addr = if admin.ip().is_unspecified() {
         SocketAddr::new(
             if admin.is_ipv4() {
@@ -484,9 +484,8 @@ fn health(admin: SocketAddr) -> anyhow::Result<()> {
         stream,
         "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )?;
-    let mut head = [0u8; 64];
-    let n = stream.read(&mut head)?;
-    let line = String::from_utf8_lossy(&head[..n]);
+    let line = status_line(&mut stream)?;
+    let line = String::from_utf8_lossy(&line);
     match line.split_whitespace().nth(1) {
         Some("200") => Ok(()),
         other => Err(anyhow::anyhow!(
@@ -495,6 +494,27 @@ fn health(admin: SocketAddr) -> anyhow::Result<()> {
         )),
     }
 }
+
+/// The status line of an answer, however the stream cuts it: read until
+/// its end of line, the end of the stream, or [`STATUS_LINE_MAX`] bytes.
+fn status_line(stream: &mut impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut buf = [0u8; 256];
+    while line.len() < STATUS_LINE_MAX && !line.contains(&b'\n') {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        line.extend_from_slice(&buf[..n]);
+    }
+    if let Some(end) = line.iter().position(|&b| b == b'\n') {
+        line.truncate(end);
+    }
+    Ok(line)
+}
+
+/// The longest status line `picket health` reads.
+const STATUS_LINE_MAX: usize = 1024;
 
 fn run_demo(first: demo::Ports) -> anyhow::Result<()> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -667,7 +687,49 @@ async fn wait_for_stop_signal() {
 
 #[cfg(test)]
 mod tests {
-    use super::{OsString, log_filter, tui_args};
+    use super::{OsString, STATUS_LINE_MAX, log_filter, status_line, tui_args};
+
+    /// A stream that gives `chunk` bytes at a time.
+    struct Trickle<'a> {
+        rest: &'a [u8],
+        chunk: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.chunk.min(buf.len()).min(self.rest.len());
+            buf[..n].copy_from_slice(&self.rest[..n]);
+            self.rest = &self.rest[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn health_reads_the_status_line_however_it_is_cut() {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        for chunk in 1..answer.len() {
+            let mut stream = Trickle {
+                rest: answer,
+                chunk,
+            };
+            let line = status_line(&mut stream).unwrap();
+            assert_eq!(line, b"HTTP/1.1 200 OK\r", "{chunk} bytes a read");
+        }
+        // An endless line stops at the bound.
+        let long = vec![b'x'; 10 * STATUS_LINE_MAX];
+        let mut stream = Trickle {
+            rest: &long,
+            chunk: 100,
+        };
+        let line = status_line(&mut stream).unwrap();
+        assert!(line.len() >= STATUS_LINE_MAX && line.len() < STATUS_LINE_MAX + 256);
+        // Nothing at all is an empty line, not a wait.
+        let mut stream = Trickle {
+            rest: b"",
+            chunk: 1,
+        };
+        assert!(status_line(&mut stream).unwrap().is_empty());
+    }
 
     fn args(all: &[&str]) -> Vec<OsString> {
         all.iter().map(OsString::from).collect()
