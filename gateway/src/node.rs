@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 
 use crate::checks::{self, Checker};
 use crate::config::{
-    self, CertificateConfig, ClusterSettings, Config, ConfigError, NodeSettings, Overrides,
-    ReloadPlan, RouteConfig, RuntimeKind, RuntimeSettings,
+    self, CertificateConfig, ClusterSettings, Config, NodeSettings, Overrides, ReloadPlan,
+    RouteConfig, RuntimeKind, RuntimeSettings,
 };
 use crate::edge::{self, Certificates};
 use crate::gossip::{self, Keys, Membership};
@@ -345,79 +345,58 @@ impl Node {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Re-reads the configuration file and applies it if it is valid.
-    /// Logs one line for what happened; nothing when the file is unchanged.
+    /// Re-reads the configuration file and applies it if it is valid
+    /// ([`reload::judge`] decides). Logs one line for what happened;
+    /// nothing when the file is unchanged.
     pub fn reload_from_file(&self) -> Reload {
         let Some(path) = &self.options.config_path else {
             return Reload::Unchanged;
         };
         let file = path.display().to_string();
-        let text = match read_settled(path) {
-            Ok(text) => text,
-            // Out of file descriptors: the node's problem, not the file's.
-            // The next change or SIGHUP reads it again.
-            Err(source) if crate::resources::is_local(&source) => {
-                crate::resources::LOCAL.hit("reading the configuration", &source);
-                return Reload::Unchanged;
-            }
-            Err(source) => {
-                let error = ConfigError::Read { file, source }.to_string();
-                return self.refuse(None, error);
-            }
-        };
-        {
+        let read = reload::read_settled(path);
+        let judged = {
             let current = self.lock();
-            if current.text.as_deref() == Some(text.as_str()) {
-                // Read and judged already (by the watch or an earlier
-                // SIGHUP): the same answer, logged and counted once.
-                return match &current.refused {
-                    Some(error) => Reload::Refused(error.clone()),
-                    None => Reload::Unchanged,
-                };
+            let last = reload::Last {
+                text: current.text.as_deref(),
+                refused: current.refused.as_deref(),
+            };
+            reload::judge(&file, read, last, &self.options.overrides)
+        };
+        match judged {
+            reload::Judged::Unchanged => Reload::Unchanged,
+            reload::Judged::Short(source) => {
+                crate::resources::LOCAL.hit("reading the configuration", &source);
+                Reload::Unchanged
             }
-        }
-        if text.trim().is_empty() {
-            // Most likely a file being written in place (truncated, then
-            // filled): its next change is read again. A node is never
-            // emptied of its routes and certificates by an empty file.
-            let error = format!(
-                "{file}: the file is empty; if it is being written, its next change is read"
-            );
-            return self.refuse(None, error);
-        }
-        match Config::parse(&file, &text) {
-            Ok(mut config) => {
-                config.apply(&self.options.overrides);
-                if let Some(problem) = config.edge_problem() {
-                    return self.refuse(Some(text), problem);
-                }
+            reload::Judged::RefusedAgain(error) => Reload::Refused(error),
+            reload::Judged::Refuse { error, text } => self.refuse(text, error),
+            reload::Judged::Apply { config, text } => {
                 {
                     let mut current = self.lock();
                     current.text = Some(text);
                     current.refused = None;
                 }
-                Reload::Applied(self.apply(config))
+                Reload::Applied(self.apply(*config))
             }
-            Err(error) => self.refuse(Some(text), error.to_string()),
         }
     }
 
     /// Re-reads the cluster keys, so that a key rotates without a restart.
-    fn reload_keys(&self, config: &Config) -> KeyReload {
+    fn reload_keys(&self, config: &Config) -> reload::KeyReload {
         let (Some(settings), Some(membership)) = (&config.cluster, self.membership()) else {
-            return KeyReload::Untouched;
+            return reload::KeyReload::Untouched;
         };
         if !membership.sealed() {
-            return KeyReload::Untouched;
+            return reload::KeyReload::Untouched;
         }
         let dir = self.options.config_path.as_deref().and_then(Path::parent);
         match gossip::keys::load(settings, dir) {
             Ok(Some(keys)) => {
                 let labels = keys.labels();
-                KeyReload::Read(membership.set_keys(keys).then_some(labels))
+                reload::KeyReload::Read(membership.set_keys(keys).then_some(labels))
             }
-            Ok(None) => KeyReload::Untouched,
-            Err(error) => KeyReload::Failed(error.to_string()),
+            Ok(None) => reload::KeyReload::Untouched,
+            Err(error) => reload::KeyReload::Failed(error.to_string()),
         }
     }
 
@@ -469,13 +448,13 @@ impl Node {
         self.certificates.replace(config.certificates.clone());
         self.checker.set(check_settings(&config));
         let keys = self.reload_keys(&config);
-        if let KeyReload::Read(_) = keys {
+        if let reload::KeyReload::Read(_) = keys {
             current.key_file = config.cluster.as_ref().and_then(|c| c.key_file.clone());
         }
         current.config = config;
         drop(current);
         self.ctx.changes.signal();
-        log_reload(&plan, &keys);
+        reload::log(&plan, &keys);
         plan
     }
 }
@@ -484,50 +463,6 @@ fn check_settings(config: &Config) -> checks::Settings {
     checks::Settings {
         every: config.global.check_every.value,
         timeout: config.global.check_timeout.value,
-    }
-}
-
-/// What a reload did with the cluster keys.
-enum KeyReload {
-    /// Gossip is not sealed, or there is no key to read.
-    Untouched,
-    /// Read again; the new keys' labels when they differ.
-    Read(Option<Vec<String>>),
-    /// Not readable: the keys in use stay.
-    Failed(String),
-}
-
-/// The one line a reload leaves: a warning when some of what changed
-/// waits for a restart, naming each such setting, or when the cluster
-/// keys could not be read.
-fn log_reload(plan: &ReloadPlan, keys: &KeyReload) {
-    let joined = |names: &[&str]| (!names.is_empty()).then(|| names.join(", "));
-    let settings = joined(&plan.applied);
-    let needs_restart = joined(&plan.needs_restart);
-    let warn = needs_restart.is_some() || matches!(keys, KeyReload::Failed(_));
-    let keys = match keys {
-        KeyReload::Untouched | KeyReload::Read(None) => None,
-        KeyReload::Read(Some(labels)) => Some(format!("replaced: {}", labels.join(", "))),
-        KeyReload::Failed(error) => Some(format!("not read, the keys in use stay: {error}")),
-    };
-    macro_rules! line {
-        ($level:ident) => {
-            tracing::$level!(
-                added = plan.added.len(),
-                removed = plan.removed.len(),
-                changed = plan.changed.len(),
-                unchanged = plan.unchanged,
-                settings,
-                needs_restart,
-                cluster_keys = keys,
-                "configuration reloaded"
-            )
-        };
-    }
-    if warn {
-        line!(warn);
-    } else {
-        line!(info);
     }
 }
 
@@ -548,36 +483,6 @@ impl Running {
     pub async fn stop(self) -> io::Result<()> {
         self.trigger.fire();
         self.task.await.map_err(io::Error::other)?
-    }
-}
-
-/// How long ago a configuration file must have last changed before it is
-/// read as whole, and how long the reader waits at most for that.
-const SETTLE: Duration = Duration::from_millis(50);
-const SETTLE_FOR: Duration = Duration::from_secs(2);
-
-/// How long the reader waits before reading a file last modified `age`
-/// ago (`None`: a modification time in the future, which says nothing).
-fn settle_wait(age: Option<Duration>, waited: Duration) -> Option<Duration> {
-    let age = age?;
-    (age < SETTLE && waited < SETTLE_FOR).then(|| (SETTLE - age).min(SETTLE_FOR - waited))
-}
-
-/// Reads the configuration file once it has not changed for [`SETTLE`]
-/// (waiting [`SETTLE_FOR`] at most), so that a file being written in place
-/// is not read half-written. Blocking.
-fn read_settled(path: &Path) -> io::Result<String> {
-    let mut waited = Duration::ZERO;
-    loop {
-        let modified = std::fs::metadata(path)?.modified()?;
-        let age = std::time::SystemTime::now().duration_since(modified).ok();
-        match settle_wait(age, waited) {
-            Some(wait) => {
-                std::thread::sleep(wait);
-                waited += wait;
-            }
-            None => return std::fs::read_to_string(path),
-        }
     }
 }
 
@@ -968,22 +873,4 @@ fn spawn_access_log_reopen(proxy: &Arc<Proxy>, mut shutdown: Shutdown, tasks: &m
             }
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_file_is_read_once_it_has_not_changed_for_the_settle_time() {
-        let ms = Duration::from_millis;
-        assert_eq!(settle_wait(Some(ms(10)), ms(0)), Some(ms(40)));
-        assert_eq!(settle_wait(Some(ms(50)), ms(0)), None);
-        assert_eq!(settle_wait(Some(ms(5_000)), ms(0)), None);
-        // Written again meanwhile: wait again, never past the bound.
-        assert_eq!(settle_wait(Some(ms(0)), ms(1_990)), Some(ms(10)));
-        assert_eq!(settle_wait(Some(ms(0)), SETTLE_FOR), None);
-        // A modification time in the future says nothing: no wait.
-        assert_eq!(settle_wait(None, ms(0)), None);
-    }
 }
