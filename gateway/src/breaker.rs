@@ -14,7 +14,7 @@
 //! has passed since the circuit opened.
 //!
 //! ## Recovery
-//! The first request after the cool-down is the trial ([`Gate::Trial`]);
+//! The first request after the cool-down is the trial ([`Admission::Trial`]);
 //! while it is under way every other request is refused. Its success closes
 //! the circuit; its failure opens it again for a full cool-down. A trial
 //! abandoned without an outcome (its client went away) opens the circuit
@@ -79,7 +79,7 @@ impl State {
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub enum Admission {
     /// Go upstream.
     Pass,
     /// Go upstream as the one trial of a half-open circuit.
@@ -165,22 +165,22 @@ impl Machine {
 
     /// Whether a request may go upstream at `now`. Moving an open circuit
     /// whose cool-down is over to half-open is a change of state.
-    pub fn gate(&mut self, now: Instant) -> (Gate, Option<Transition>) {
+    pub fn admit(&mut self, now: Instant) -> (Admission, Option<Transition>) {
         match self.state {
-            State::Closed { .. } => (Gate::Pass, None),
+            State::Closed { .. } => (Admission::Pass, None),
             State::Open { until } if now < until => (
-                Gate::Refuse {
+                Admission::Refuse {
                     retry_after: until - now,
                 },
                 None,
             ),
             State::Open { .. } => {
                 let transition = self.go(State::HalfOpen, Reason::CooldownOver, now);
-                (Gate::Trial, Some(transition))
+                (Admission::Trial, Some(transition))
             }
             // The trial is under way; it decides within its bounds.
             State::HalfOpen => (
-                Gate::Refuse {
+                Admission::Refuse {
                     retry_after: Duration::ZERO,
                 },
                 None,
@@ -188,15 +188,20 @@ impl Machine {
         }
     }
 
-    /// Records the outcome of a request the gate let through as `gate`.
-    pub fn record(&mut self, gate: Gate, outcome: Outcome, now: Instant) -> Option<Transition> {
+    /// Records the outcome of a request let through as `admission`.
+    pub fn record(
+        &mut self,
+        admission: Admission,
+        outcome: Outcome,
+        now: Instant,
+    ) -> Option<Transition> {
         let cooldown = self.settings.cooldown;
-        match (self.state, gate, outcome) {
-            (State::Closed { .. }, Gate::Pass, Outcome::Success) => {
+        match (self.state, admission, outcome) {
+            (State::Closed { .. }, Admission::Pass, Outcome::Success) => {
                 self.state = State::Closed { failures: 0 };
                 None
             }
-            (State::Closed { failures }, Gate::Pass, Outcome::Failure) => {
+            (State::Closed { failures }, Admission::Pass, Outcome::Failure) => {
                 let failures = failures.saturating_add(1);
                 if failures >= self.settings.failures {
                     Some(self.go(
@@ -211,17 +216,17 @@ impl Machine {
                     None
                 }
             }
-            (State::HalfOpen, Gate::Trial, Outcome::Success) => {
+            (State::HalfOpen, Admission::Trial, Outcome::Success) => {
                 Some(self.go(State::Closed { failures: 0 }, Reason::TrialSucceeded, now))
             }
-            (State::HalfOpen, Gate::Trial, Outcome::Failure) => Some(self.go(
+            (State::HalfOpen, Admission::Trial, Outcome::Failure) => Some(self.go(
                 State::Open {
                     until: now + cooldown,
                 },
                 Reason::TrialFailed,
                 now,
             )),
-            (State::HalfOpen, Gate::Trial, Outcome::Abandoned) => {
+            (State::HalfOpen, Admission::Trial, Outcome::Abandoned) => {
                 Some(self.go(State::Open { until: now }, Reason::TrialAbandoned, now))
             }
             // Abandoned requests of a closed circuit, and requests admitted
@@ -246,7 +251,7 @@ mod tests {
 
     fn fail(b: &mut Machine, n: u32, now: Instant) -> Vec<Transition> {
         (0..n)
-            .filter_map(|_| b.record(Gate::Pass, Outcome::Failure, now))
+            .filter_map(|_| b.record(Admission::Pass, Outcome::Failure, now))
             .collect()
     }
 
@@ -256,7 +261,7 @@ mod tests {
         let mut b = breaker();
         assert!(fail(&mut b, 4, now).is_empty());
         assert_eq!(b.state(), State::Closed { failures: 4 });
-        assert_eq!(b.record(Gate::Pass, Outcome::Success, now), None);
+        assert_eq!(b.record(Admission::Pass, Outcome::Success, now), None);
         assert_eq!(b.state(), State::Closed { failures: 0 });
         assert!(fail(&mut b, 4, now).is_empty(), "the count started again");
     }
@@ -290,17 +295,17 @@ mod tests {
         fail(&mut b, 5, t0);
         let later = t0 + Duration::from_secs(5);
         assert_eq!(
-            b.gate(later),
+            b.admit(later),
             (
-                Gate::Refuse {
+                Admission::Refuse {
                     retry_after: Duration::from_secs(10)
                 },
                 None
             )
         );
         // Late outcomes of requests admitted before the trip change nothing.
-        assert_eq!(b.record(Gate::Pass, Outcome::Success, later), None);
-        assert_eq!(b.record(Gate::Pass, Outcome::Failure, later), None);
+        assert_eq!(b.record(Admission::Pass, Outcome::Success, later), None);
+        assert_eq!(b.record(Admission::Pass, Outcome::Failure, later), None);
         assert_eq!(
             b.state(),
             State::Open {
@@ -315,15 +320,15 @@ mod tests {
         let mut b = breaker();
         fail(&mut b, 5, t0);
         let t1 = t0 + COOLDOWN;
-        let (gate, transition) = b.gate(t1);
-        assert_eq!(gate, Gate::Trial);
+        let (admission, transition) = b.admit(t1);
+        assert_eq!(admission, Admission::Trial);
         assert_eq!(
             transition.map(|t| (t.from, t.to, t.reason)),
             Some((Phase::Open, Phase::HalfOpen, Reason::CooldownOver))
         );
         for _ in 0..49 {
             assert!(
-                matches!(b.gate(t1).0, Gate::Refuse { .. }),
+                matches!(b.admit(t1).0, Admission::Refuse { .. }),
                 "one trial at a time"
             );
         }
@@ -335,13 +340,13 @@ mod tests {
         let mut b = breaker();
         fail(&mut b, 5, t0);
         let t1 = t0 + COOLDOWN;
-        b.gate(t1);
-        let closed = b.record(Gate::Trial, Outcome::Success, t1).unwrap();
+        b.admit(t1);
+        let closed = b.record(Admission::Trial, Outcome::Success, t1).unwrap();
         assert_eq!(
             (closed.from, closed.to, closed.reason),
             (Phase::HalfOpen, Phase::Closed, Reason::TrialSucceeded)
         );
-        assert_eq!(b.gate(t1), (Gate::Pass, None));
+        assert_eq!(b.admit(t1), (Admission::Pass, None));
     }
 
     #[test]
@@ -350,19 +355,19 @@ mod tests {
         let mut b = breaker();
         fail(&mut b, 5, t0);
         let t1 = t0 + COOLDOWN + Duration::from_secs(3);
-        b.gate(t1);
-        let reopened = b.record(Gate::Trial, Outcome::Failure, t1).unwrap();
+        b.admit(t1);
+        let reopened = b.record(Admission::Trial, Outcome::Failure, t1).unwrap();
         assert_eq!(
             (reopened.from, reopened.to, reopened.reason),
             (Phase::HalfOpen, Phase::Open, Reason::TrialFailed)
         );
         assert_eq!(
-            b.gate(t1 + COOLDOWN - Duration::from_millis(1)).0,
-            Gate::Refuse {
+            b.admit(t1 + COOLDOWN - Duration::from_millis(1)).0,
+            Admission::Refuse {
                 retry_after: Duration::from_millis(1)
             }
         );
-        assert_eq!(b.gate(t1 + COOLDOWN).0, Gate::Trial);
+        assert_eq!(b.admit(t1 + COOLDOWN).0, Admission::Trial);
     }
 
     #[test]
@@ -371,10 +376,10 @@ mod tests {
         let mut b = breaker();
         fail(&mut b, 5, t0);
         let t1 = t0 + COOLDOWN;
-        b.gate(t1);
-        let t = b.record(Gate::Trial, Outcome::Abandoned, t1).unwrap();
+        b.admit(t1);
+        let t = b.record(Admission::Trial, Outcome::Abandoned, t1).unwrap();
         assert_eq!((t.to, t.reason), (Phase::Open, Reason::TrialAbandoned));
-        assert_eq!(b.gate(t1).0, Gate::Trial);
+        assert_eq!(b.admit(t1).0, Admission::Trial);
     }
 
     #[test]
@@ -382,14 +387,14 @@ mod tests {
         let now = Instant::now();
         let mut b = breaker();
         fail(&mut b, 3, now);
-        assert_eq!(b.record(Gate::Pass, Outcome::Abandoned, now), None);
+        assert_eq!(b.record(Admission::Pass, Outcome::Abandoned, now), None);
         assert_eq!(
             b.state(),
             State::Closed { failures: 3 },
             "an abandoned request neither fails nor succeeds"
         );
         // A stray trial outcome while closed is ignored.
-        assert_eq!(b.record(Gate::Trial, Outcome::Failure, now), None);
+        assert_eq!(b.record(Admission::Trial, Outcome::Failure, now), None);
         assert_eq!(b.state(), State::Closed { failures: 3 });
     }
 
@@ -398,7 +403,7 @@ mod tests {
         let now = Instant::now();
         let mut b = breaker();
         for _ in 0..1000 {
-            assert_eq!(b.record(Gate::Pass, Outcome::Success, now), None);
+            assert_eq!(b.record(Admission::Pass, Outcome::Success, now), None);
         }
         assert_eq!(b.state(), State::Closed { failures: 0 });
     }

@@ -29,9 +29,7 @@ pub use cidr::{Cidr, CidrError, TrustedProxies};
 pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
 pub use error::{ConfigError, Problem};
 pub use render::render;
-pub use validate::{
-    RUNTIME_BREAKER_COOLDOWN_RANGE, RUNTIME_BREAKER_THRESHOLD_RANGE, WORKERS_RANGE,
-};
+pub use validate::{RUNTIME_BREAKER_COOLDOWN_RANGE, RUNTIME_BREAKER_FAILURES_RANGE, WORKERS_RANGE};
 
 /// Product default for the connect bound.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -611,18 +609,18 @@ pub struct RuntimeSettings {
     pub breaker: RuntimeBreakerSettings,
 }
 
-/// `[runtime] breaker`: after `threshold` consecutive calls to one runtime
+/// `[runtime] breaker`: after `failures` consecutive calls to one runtime
 /// API endpoint that got no HTTP answer (connect, DNS or timeout), no call
 /// goes to it for `cooldown`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeBreakerSettings {
     pub enabled: Setting<bool>,
-    pub threshold: Setting<u32>,
+    pub failures: Setting<u32>,
     pub cooldown: Setting<Duration>,
 }
 
 /// Consecutive unanswered calls that open a runtime endpoint's breaker.
-pub const DEFAULT_RUNTIME_BREAKER_THRESHOLD: u32 = 2;
+pub const DEFAULT_RUNTIME_BREAKER_FAILURES: u32 = 2;
 /// How long an open runtime breaker refuses every call. A gateway routes on
 /// this data: 30 s bounds how long a runtime that came back goes unseen,
 /// where a dashboard polling once a minute would accept twice that.
@@ -632,7 +630,7 @@ impl Default for RuntimeBreakerSettings {
     fn default() -> Self {
         RuntimeBreakerSettings {
             enabled: Setting::new(true, Origin::Default),
-            threshold: Setting::new(DEFAULT_RUNTIME_BREAKER_THRESHOLD, Origin::Default),
+            failures: Setting::new(DEFAULT_RUNTIME_BREAKER_FAILURES, Origin::Default),
             cooldown: Setting::new(DEFAULT_RUNTIME_BREAKER_COOLDOWN, Origin::Default),
         }
     }
@@ -642,7 +640,7 @@ impl RuntimeBreakerSettings {
     /// The breaker's settings when it is enabled.
     pub fn active(&self) -> Option<crate::breaker::Settings> {
         self.enabled.value.then_some(crate::breaker::Settings {
-            failures: self.threshold.value,
+            failures: self.failures.value,
             cooldown: self.cooldown.value,
         })
     }
@@ -691,7 +689,7 @@ pub struct Overrides {
     /// `[cluster] advertise`.
     pub advertise: Option<SocketAddr>,
     /// `[runtime] breaker`'s fields.
-    pub runtime_breaker_threshold: Option<u32>,
+    pub runtime_breaker_failures: Option<u32>,
     pub runtime_breaker_cooldown: Option<Duration>,
     /// `true`: no breaker in front of runtime API endpoints.
     pub runtime_breaker_disabled: Option<bool>,
@@ -765,8 +763,8 @@ impl Config {
             cluster.advertise = Some(advertise);
         }
         let breaker = &mut self.runtime.breaker;
-        if let Some(threshold) = overrides.runtime_breaker_threshold {
-            breaker.threshold = Setting::new(threshold.max(1), Origin::Override);
+        if let Some(failures) = overrides.runtime_breaker_failures {
+            breaker.failures = Setting::new(failures.max(1), Origin::Override);
         }
         if let Some(cooldown) = overrides.runtime_breaker_cooldown {
             breaker.cooldown = Setting::new(cooldown, Origin::Override);

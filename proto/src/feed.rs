@@ -1,7 +1,7 @@
 //! The QUIC feed: what a node streams to an operator's client.
 //!
 //! ## Protocol
-//! The client opens one bidirectional stream and writes a [`Request`]
+//! The client opens one bidirectional stream and writes an [`Ask`]
 //! frame; the node answers with [`Frame`]s for as long as the stream lives.
 //! Every frame is a [`codec`](crate::codec) frame: a 4-byte length, a
 //! version byte, the bincode body.
@@ -35,7 +35,7 @@ pub fn fingerprint(der: &[u8]) -> String {
 
 /// What a client asks for, as its first frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Request {
+pub enum Ask {
     /// The cluster view as a snapshot, then its changes.
     Subscribe,
 }

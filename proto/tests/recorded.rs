@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use picket_proto::codec::{self, VERSION};
-use picket_proto::feed::{Frame, Head, Request};
+use picket_proto::feed::{Ask, Frame, Head};
 use picket_proto::gossip::{decode_value, encode_value};
 use picket_proto::{BreakerState, Heart, ImageCount, Liveness, NodeInfo, Verdict};
 
@@ -91,7 +91,7 @@ fn record() -> String {
         format!("route/api {}", encode_value(&verdict()).expect("encodes")),
         format!(
             "request {}",
-            hex(&codec::encode_frame(&Request::Subscribe).expect("encodes"))
+            hex(&codec::encode_frame(&Ask::Subscribe).expect("encodes"))
         ),
     ];
     for (i, frame) in frames().iter().enumerate() {
@@ -152,8 +152,8 @@ fn every_version_read_decodes_to_the_same_values() {
         let route: Verdict = decode_value(&recorded(version, "route/api")).expect("route");
         assert_eq!(route, verdict(), "codec {version}");
         let request = unhex(&recorded(version, "request"));
-        let (request, _) = codec::decode_frame::<Request>(&request).expect("request");
-        assert_eq!(request, Request::Subscribe, "codec {version}");
+        let (request, _) = codec::decode_frame::<Ask>(&request).expect("request");
+        assert_eq!(request, Ask::Subscribe, "codec {version}");
         for (i, expected) in frames().into_iter().enumerate() {
             let bytes = unhex(&recorded(version, &format!("frame{i}")));
             let (frame, used) = codec::decode_frame::<Frame>(&bytes).expect("frame");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_proto::codec::{self, CodecError, FRAME_HEADER};
-use picket_proto::feed::{ALPN, FollowError, Follower, Frame, Request};
+use picket_proto::feed::{ALPN, Ask, FollowError, Follower, Frame};
 use picket_proto::{Backoff, ClusterView};
 use quinn::crypto::rustls::QuicClientConfig;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -326,7 +326,7 @@ impl Session {
             .open_bi()
             .await
             .map_err(|e| FeedError::Connection(e.to_string()))?;
-        let request = codec::encode_frame(&Request::Subscribe)?;
+        let request = codec::encode_frame(&Ask::Subscribe)?;
         send.write_all(&request)
             .await
             .map_err(|e| FeedError::Connection(e.to_string()))?;

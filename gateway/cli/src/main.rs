@@ -217,9 +217,15 @@ struct NodeFlags {
     #[arg(long)]
     extra_ca: Option<PathBuf>,
     /// Consecutive unanswered calls that open a runtime API endpoint's
-    /// breaker (default: the file's `[runtime] breaker.threshold`, else 2).
-    #[arg(long, env = "PICKET_RUNTIME_BREAKER_THRESHOLD", value_parser = clap::value_parser!(u32).range(picket::config::RUNTIME_BREAKER_THRESHOLD_RANGE))]
-    runtime_breaker_threshold: Option<u32>,
+    /// breaker (default: the file's `[runtime] breaker.failures`, else 2).
+    /// Once named `--runtime-breaker-threshold`, which still works.
+    #[arg(long, alias = "runtime-breaker-threshold", env = "PICKET_RUNTIME_BREAKER_FAILURES", value_parser = clap::value_parser!(u32).range(picket::config::RUNTIME_BREAKER_FAILURES_RANGE))]
+    runtime_breaker_failures: Option<u32>,
+    /// `PICKET_RUNTIME_BREAKER_THRESHOLD`, the variable's name before the
+    /// runtime breaker's `threshold` became `failures` as the route
+    /// breaker's is: still read, the new name winning.
+    #[arg(long = "legacy-runtime-breaker-threshold", hide = true, env = "PICKET_RUNTIME_BREAKER_THRESHOLD", value_parser = clap::value_parser!(u32).range(picket::config::RUNTIME_BREAKER_FAILURES_RANGE))]
+    legacy_runtime_breaker_threshold: Option<u32>,
     /// How long an open runtime breaker refuses every call, as "30s"
     /// (default: the file's `[runtime] breaker.cooldown`, else 30s).
     #[arg(long, env = "PICKET_RUNTIME_BREAKER_COOLDOWN", value_parser = runtime_breaker_cooldown)]
@@ -290,7 +296,9 @@ impl NodeFlags {
             admin: self.admin,
             workers: self.workers.map(usize::from),
             advertise: self.advertise,
-            runtime_breaker_threshold: self.runtime_breaker_threshold,
+            runtime_breaker_failures: self
+                .runtime_breaker_failures
+                .or(self.legacy_runtime_breaker_threshold),
             runtime_breaker_cooldown: self.runtime_breaker_cooldown,
             runtime_breaker_disabled: self.runtime_breaker_disabled,
             access_log: self.access_log.clone(),

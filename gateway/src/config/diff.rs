@@ -44,7 +44,7 @@ pub const NEEDS_RESTART: &[&str] = &[
     "runtime.network",
     "runtime.namespaces",
     "runtime.breaker.enabled",
-    "runtime.breaker.threshold",
+    "runtime.breaker.failures",
     "runtime.breaker.cooldown",
     "cluster",
     "cluster.id",
@@ -257,8 +257,8 @@ fn runtime(a: &RuntimeSettings, b: &RuntimeSettings) -> Vec<&'static str> {
             a.breaker.enabled.value != b.breaker.enabled.value,
         ),
         (
-            "runtime.breaker.threshold",
-            a.breaker.threshold.value != b.breaker.threshold.value,
+            "runtime.breaker.failures",
+            a.breaker.failures.value != b.breaker.failures.value,
         ),
         (
             "runtime.breaker.cooldown",

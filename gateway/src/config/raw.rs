@@ -88,6 +88,9 @@ pub struct RawRuntime {
 #[serde(deny_unknown_fields)]
 pub struct RawRuntimeBreaker {
     pub enabled: Option<Spanned<bool>>,
+    pub failures: Option<Spanned<i64>>,
+    /// What `failures` was called before the route breaker's name became
+    /// the name of both: still read.
     pub threshold: Option<Spanned<i64>>,
     pub cooldown: Option<Spanned<String>>,
 }

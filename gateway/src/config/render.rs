@@ -139,9 +139,9 @@ pub fn render(config: &Config) -> String {
         );
         line(
             &mut out,
-            "threshold",
-            &b.threshold.value.to_string(),
-            b.threshold.from,
+            "failures",
+            &b.failures.value.to_string(),
+            b.failures.from,
         );
         duration(&mut out, "cooldown", &b.cooldown);
     }

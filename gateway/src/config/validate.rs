@@ -37,7 +37,7 @@ pub(super) const TRIES_RANGE: RangeInclusive<i64> = 1..=10;
 pub(super) const BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 2..=100;
 pub(super) const GATEWAY_ERRORS_RANGE: RangeInclusive<i64> = 2..=100;
 pub(super) const BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(300));
-pub const RUNTIME_BREAKER_THRESHOLD_RANGE: RangeInclusive<i64> = 1..=100;
+pub const RUNTIME_BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 1..=100;
 pub const RUNTIME_BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
@@ -1053,23 +1053,29 @@ impl Validator<'_> {
         let enabled = raw.enabled.as_ref().map_or(defaults.enabled, |e| {
             Setting::new(*e.get_ref(), Origin::File)
         });
-        let threshold = match &raw.threshold {
-            Some(t) if RUNTIME_BREAKER_THRESHOLD_RANGE.contains(t.get_ref()) => Setting::new(
-                u32::try_from(*t.get_ref()).unwrap_or(defaults.threshold.value),
+        if let (Some(_), Some(old)) = (&raw.failures, &raw.threshold) {
+            self.problem(
+                old.span(),
+                "`threshold` is what `failures` was called before: give one of them".to_string(),
+            );
+        }
+        let failures = match raw.failures.as_ref().or(raw.threshold.as_ref()) {
+            Some(t) if RUNTIME_BREAKER_FAILURES_RANGE.contains(t.get_ref()) => Setting::new(
+                u32::try_from(*t.get_ref()).unwrap_or(defaults.failures.value),
                 Origin::File,
             ),
             Some(t) => {
                 self.problem(
                     t.span(),
                     out_of_range(
-                        "breaker threshold",
+                        "breaker failures",
                         t.get_ref(),
-                        &RUNTIME_BREAKER_THRESHOLD_RANGE,
+                        &RUNTIME_BREAKER_FAILURES_RANGE,
                     ),
                 );
-                defaults.threshold
+                defaults.failures
             }
-            None => defaults.threshold,
+            None => defaults.failures,
         };
         let cooldown = match &raw.cooldown {
             Some(c) => match self.duration(c, "breaker cooldown", RUNTIME_BREAKER_COOLDOWN_RANGE) {
@@ -1080,7 +1086,7 @@ impl Validator<'_> {
         };
         RuntimeBreakerSettings {
             enabled,
-            threshold,
+            failures,
             cooldown,
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::{Gate, Machine, Outcome, Phase, Settings, State, Transition};
+use crate::breaker::{Admission, Machine, Outcome, Phase, Settings, State, Transition};
 use crate::changes::Changes;
 use crate::metrics::BreakerMetrics;
 
@@ -61,7 +61,7 @@ pub struct Breaker {
 #[derive(Debug)]
 pub(in crate::proxy) struct Ticket<'a> {
     breaker: &'a Breaker,
-    gate: Gate,
+    admission: Admission,
     recorded: bool,
 }
 
@@ -120,32 +120,32 @@ impl Breaker {
         if self.phase.load(Ordering::Acquire) == CLOSED {
             return Ok(Ticket {
                 breaker: self,
-                gate: Gate::Pass,
+                admission: Admission::Pass,
                 recorded: false,
             });
         }
         let now = Instant::now();
         let mut inner = self.lock();
-        let (gate, transition) = inner.machine.gate(now);
+        let (admission, transition) = inner.machine.admit(now);
         self.apply(&mut inner, transition);
         drop(inner);
-        match gate {
-            Gate::Refuse { retry_after } => {
+        match admission {
+            Admission::Refuse { retry_after } => {
                 self.metrics.refused.inc();
                 Err(retry_after)
             }
-            gate => Ok(Ticket {
+            admission => Ok(Ticket {
                 breaker: self,
-                gate,
+                admission,
                 recorded: false,
             }),
         }
     }
 
-    fn record(&self, gate: Gate, outcome: Outcome) {
+    fn record(&self, admission: Admission, outcome: Outcome) {
         // A success through a closed circuit with no failures counted
         // changes nothing: the common case takes no lock.
-        if gate == Gate::Pass
+        if admission == Admission::Pass
             && outcome == Outcome::Success
             && self.phase.load(Ordering::Acquire) == CLOSED
             && self.failures.load(Ordering::Acquire) == 0
@@ -153,7 +153,7 @@ impl Breaker {
             return;
         }
         let mut inner = self.lock();
-        let transition = inner.machine.record(gate, outcome, Instant::now());
+        let transition = inner.machine.record(admission, outcome, Instant::now());
         self.apply(&mut inner, transition);
     }
 
@@ -238,14 +238,14 @@ impl Breaker {
 impl Ticket<'_> {
     pub(in crate::proxy) fn record(mut self, outcome: Outcome) {
         self.recorded = true;
-        self.breaker.record(self.gate, outcome);
+        self.breaker.record(self.admission, outcome);
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if !self.recorded {
-            self.breaker.record(self.gate, Outcome::Abandoned);
+            self.breaker.record(self.admission, Outcome::Abandoned);
         }
     }
 }

@@ -263,7 +263,7 @@ async fn attempts<B: RequestBody>(
     // replica's 502/503/504, or its failure.
     let mut last: Option<Result<Answer, ProxyError>> = None;
     let state = |tried: &Tried, body_started: bool, reused: bool, kept: bool| {
-        plan::Request::of(
+        plan::Standing::of(
             kind,
             tried.len(),
             upstream.tries(),

@@ -23,7 +23,7 @@
 //!   the answer, at once (part of the body has gone).
 //! - Anything else: the answer.
 //!
-//! What a request is, for these rules ([`Request::of`]): replayable when
+//! What a request is, for these rules ([`Standing::of`]): replayable when
 //! its method is idempotent (RFC 9110 §9.2.2), it has no body and it is
 //! no upgrade; a gRPC call's refusal resendable when its body is none or
 //! was kept whole. A connect that raced past replicas that did not answer
@@ -86,7 +86,7 @@ pub enum Step {
 
 /// Where the request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
+pub struct Standing {
     /// Idempotent, without a body, not an upgrade: safe to send again.
     pub replayable: bool,
     /// A gRPC call whose body is kept for a replay: sent again when a
@@ -131,7 +131,7 @@ pub fn idempotent(method: &Method) -> bool {
     )
 }
 
-impl Request {
+impl Standing {
     /// Where a request of `kind` stands: `tried` replicas so far, `tries`
     /// allowed, part of its body read or not, this attempt on a pooled
     /// connection or not, its body `kept` whole for a replay or not.
@@ -142,8 +142,8 @@ impl Request {
         body_started: bool,
         reused: bool,
         kept: bool,
-    ) -> Request {
-        Request {
+    ) -> Standing {
+        Standing {
             replayable: kind.replayable,
             refusal_resendable: kind.grpc && (kind.bodiless || kept),
             body_started,
@@ -196,7 +196,7 @@ pub fn retryable_status(status: StatusCode) -> bool {
 }
 
 /// The next step of `request` after `attempted`.
-pub fn next(attempted: Attempted, request: Request) -> Step {
+pub fn next(attempted: Attempted, request: Standing) -> Step {
     let tries_left = request.tried < request.tries;
     let resend = request.replayable && tries_left;
     match attempted {
@@ -228,7 +228,7 @@ mod tests {
     fn every_outcome() {
         use Attempted::*;
         use Step::*;
-        let get = Request {
+        let get = Standing {
             replayable: true,
             refusal_resendable: false,
             body_started: false,
@@ -236,18 +236,18 @@ mod tests {
             tried: 1,
             tries: 3,
         };
-        let last_try = Request { tried: 3, ..get };
-        let post = Request {
+        let last_try = Standing { tried: 3, ..get };
+        let post = Standing {
             replayable: false,
             body_started: true,
             ..get
         };
-        let pooled = |r: Request| Request { reused: true, ..r };
-        let unread_post = Request {
+        let pooled = |r: Standing| Standing { reused: true, ..r };
+        let unread_post = Standing {
             body_started: false,
             ..post
         };
-        let grpc = Request {
+        let grpc = Standing {
             refusal_resendable: true,
             ..post
         };
@@ -287,7 +287,7 @@ mod tests {
             // A gRPC call refused unprocessed, its body kept: moves on;
             // anything else of it is answered like any POST.
             (unavailable, grpc, Next(Retry::Answer)),
-            (unavailable, Request { tried: 3, ..grpc }, Answer),
+            (unavailable, Standing { tried: 3, ..grpc }, Answer),
             (Answered(StatusCode::BAD_GATEWAY), grpc, Answer),
             (TimedOut, grpc, Answer),
             (Failed, grpc, Answer),
@@ -329,12 +329,12 @@ mod tests {
         }
         // A gRPC call's refusal is resent when its body is none or kept.
         let call = Kind::of(&Method::POST, false, false, true);
-        assert!(Request::of(call, 1, 3, true, false, true).refusal_resendable);
-        assert!(!Request::of(call, 1, 3, true, false, false).refusal_resendable);
+        assert!(Standing::of(call, 1, 3, true, false, true).refusal_resendable);
+        assert!(!Standing::of(call, 1, 3, true, false, false).refusal_resendable);
         let empty_call = Kind::of(&Method::POST, true, false, true);
-        assert!(Request::of(empty_call, 1, 3, false, false, false).refusal_resendable);
+        assert!(Standing::of(empty_call, 1, 3, false, false, false).refusal_resendable);
         let plain_post = Kind::of(&Method::POST, false, false, false);
-        assert!(!Request::of(plain_post, 1, 3, true, false, true).refusal_resendable);
+        assert!(!Standing::of(plain_post, 1, 3, true, false, true).refusal_resendable);
     }
 
     #[test]

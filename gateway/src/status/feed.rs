@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use picket_proto::ClusterView;
 use picket_proto::codec::{self, CodecError, FRAME_HEADER};
-use picket_proto::feed::{self, ALPN, Frame, Request};
+use picket_proto::feed::{self, ALPN, Ask, Frame};
 use quinn::crypto::rustls::QuicServerConfig;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -384,7 +384,7 @@ async fn serve(
         .await
         .map_err(|_| Ended::Refused("no request in time".into()))??;
     match request {
-        Request::Subscribe => {}
+        Ask::Subscribe => {}
     }
     let mut sent: Option<Arc<ClusterView>> = None;
     loop {
@@ -422,7 +422,7 @@ async fn serve(
     }
 }
 
-async fn read_request(recv: &mut quinn::RecvStream) -> Result<Request, Ended> {
+async fn read_request(recv: &mut quinn::RecvStream) -> Result<Ask, Ended> {
     let mut header = [0u8; FRAME_HEADER];
     recv.read_exact(&mut header)
         .await

@@ -4,7 +4,7 @@
 //! ([`crate::breaker::Machine`], the same state machine as a route's).
 //!
 //! - A call that gets no HTTP answer (connect refused, DNS, no answer in
-//!   time, the connection dropped) is a failure; `threshold` of them in a
+//!   time, the connection dropped) is a failure; `failures` of them in a
 //!   row open the breaker for `cooldown`. Any HTTP answer, a 4xx or 5xx
 //!   included, proves the endpoint reachable: a success.
 //! - While open, every call is refused before any I/O: no DNS, no connect,
@@ -131,15 +131,15 @@ impl Gate {
             let given_up = match (state.breaker.as_mut(), state.trial_since) {
                 (Some(breaker), Some(since)) if now >= since + TRIAL_BOUND => {
                     state.trial_since = None;
-                    breaker.record(breaker::Gate::Trial, Outcome::Failure, now)
+                    breaker.record(breaker::Admission::Trial, Outcome::Failure, now)
                 }
                 _ => None,
             };
             let (gate, transition) = match state.breaker.as_mut() {
-                Some(breaker) => breaker.gate(now),
-                None => (breaker::Gate::Pass, None),
+                Some(breaker) => breaker.admit(now),
+                None => (breaker::Admission::Pass, None),
             };
-            if gate == breaker::Gate::Trial {
+            if gate == breaker::Admission::Trial {
                 state.trial_since = Some(now);
             }
             (gate, given_up, transition)
@@ -154,7 +154,7 @@ impl Gate {
             self.note(transition, None);
         }
         match gate {
-            breaker::Gate::Refuse { retry_after } => {
+            breaker::Admission::Refuse { retry_after } => {
                 self.metrics.refused.inc();
                 Err(Refused {
                     endpoint: self.endpoint.clone(),
@@ -197,14 +197,14 @@ impl Gate {
         self.lock().alive
     }
 
-    fn record(&self, pass: breaker::Gate, outcome: Outcome, why: Option<&str>) {
+    fn record(&self, pass: breaker::Admission, outcome: Outcome, why: Option<&str>) {
         let now = Instant::now();
         let transition = {
             let mut state = self.lock();
             if outcome == Outcome::Success {
                 state.alive = now;
             }
-            if pass == breaker::Gate::Trial {
+            if pass == breaker::Admission::Trial {
                 state.trial_since = None;
             }
             match state.breaker.as_mut() {
@@ -265,7 +265,7 @@ impl Gate {
 #[derive(Debug)]
 pub struct Permit {
     gate: Arc<Gate>,
-    pass: breaker::Gate,
+    pass: breaker::Admission,
     done: bool,
 }
 

@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use picket_proto::codec::decode_frame;
-use picket_proto::feed::{Follower, Frame, Request};
+use picket_proto::feed::{Ask, Follower, Frame};
 use picket_proto::{NodeInfo, Verdict, codec, gossip};
 
 fuzz_target!(|data: &[u8]| {
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = follower.apply(frame);
         rest = &rest[used..];
     }
-    let _ = codec::decode::<Request>(data);
+    let _ = codec::decode::<Ask>(data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = gossip::decode_value::<Verdict>(text);
         let _ = gossip::decode_value::<NodeInfo>(text);

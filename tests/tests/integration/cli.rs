@@ -121,9 +121,37 @@ fn the_runtime_breaker_takes_its_settings_from_the_environment() {
         breaker,
         [
             "enabled = false # flag or environment",
-            "threshold = 3",
+            "failures = 3",
             "cooldown = \"45s\" # flag or environment",
         ]
+    );
+    // The names `failures` had before are still read: the key in a file,
+    // the variable in the environment.
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = dir.path().join("legacy.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&legacy, text.replace("failures = 3", "threshold = 3")).unwrap();
+    let shown = |env: &[(&str, &str)]| {
+        let out = check(&legacy, env);
+        let output = String::from_utf8(out.stdout).unwrap();
+        output
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .find(|l| l.starts_with("failures = "))
+            .unwrap_or_else(|| panic!("no failures line: {output}"))
+    };
+    assert_eq!(shown(&[]), "failures = 3");
+    assert_eq!(
+        shown(&[("PICKET_RUNTIME_BREAKER_THRESHOLD", "7")]),
+        "failures = 7 # flag or environment"
+    );
+    assert_eq!(
+        shown(&[
+            ("PICKET_RUNTIME_BREAKER_THRESHOLD", "7"),
+            ("PICKET_RUNTIME_BREAKER_FAILURES", "9"),
+        ]),
+        "failures = 9 # flag or environment",
+        "the new name wins"
     );
     // A bare number is seconds.
     let out = check(&file, &[("PICKET_RUNTIME_BREAKER_COOLDOWN", "120")]);

@@ -253,8 +253,8 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "false",
     ),
     (
-        "runtime.breaker.threshold",
-        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nbreaker = { threshold = $ }",
+        "runtime.breaker.failures",
+        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nbreaker = { failures = $ }",
         "2",
         "3",
     ),
@@ -666,13 +666,18 @@ async fn reload(before: &str, after: &str) -> (ReloadPlan, InForce, InForce) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_field_takes_effect_on_reload_or_is_named_as_needing_a_restart() {
+    /// Fields read under the names they had before: `runtime.breaker.failures`.
+    const OLD_NAMES: &[&str] = &["runtime.breaker.threshold"];
     let traced = fields::paths::<RawConfig>();
     assert!(traced.len() > 40, "the tracer found the fields: {traced:?}");
     // Tables (`global.breaker`) are their fields; only those are changed.
+    // An old name of a field is that field, sampled under its new name
+    // (that both read alike: `cli::the_runtime_breaker_takes_its_settings_from_the_environment`).
     let leaves: BTreeSet<&str> = traced
         .iter()
         .filter(|p| !traced.iter().any(|q| q.starts_with(&format!("{p}."))))
         .map(String::as_str)
+        .filter(|p| !OLD_NAMES.contains(p))
         .collect();
     let sampled: BTreeSet<&str> = SAMPLES.iter().map(|(path, ..)| *path).collect();
     assert_eq!(

@@ -145,11 +145,11 @@ async fn opens_after_two_failures_makes_no_connection_while_open_and_closes_on_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_threshold_knob() {
+async fn the_failures_knob() {
     let (_dir, engine, node) = node_against(
         Mode::Drops,
-        "breaker = { threshold = 2, cooldown = \"30s\" }",
-        &[("PICKET_RUNTIME_BREAKER_THRESHOLD", "4")],
+        "breaker = { failures = 2, cooldown = \"30s\" }",
+        &[("PICKET_RUNTIME_BREAKER_FAILURES", "4")],
     )
     .await;
     // Back-off 250 ms, 500 ms, 1 s between the four.
@@ -189,7 +189,7 @@ async fn the_disabled_knob() {
     )
     .await;
     // Back-off alone: 250 ms, 500 ms, 1 s, 2 s.
-    eventually("calls past the threshold", Duration::from_secs(6), || {
+    eventually("calls past the failures", Duration::from_secs(6), || {
         engine.connections() >= 5
     })
     .await;
