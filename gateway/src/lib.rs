@@ -11,34 +11,39 @@
 
 #![forbid(unsafe_code)]
 
+// The public surface: what the `picket` command (`gateway/cli`) runs a
+// node, checks a file and serves the demo and the socket proxy with, and
+// what the integration tests and benchmarks drive and observe. The rest
+// is the node's own.
 pub mod access;
-pub mod body;
 pub mod breaker;
-pub mod certificate;
 pub mod changes;
-pub mod checks;
 pub mod clock;
-
 pub mod config;
 pub mod demo;
 pub mod edge;
-pub mod ending;
 pub mod gossip;
-pub use picket_h1 as h1;
 pub mod metrics;
 pub mod node;
 pub mod proxy;
-pub mod reload;
-pub mod resources;
-pub mod router;
-pub mod server;
 pub mod shutdown;
 pub mod socket_proxy;
 pub mod status;
 pub mod targets;
 pub mod tls;
 pub mod upstream;
-pub mod verdict;
+
+mod body;
+mod certificate;
+mod checks;
+mod ending;
+mod reload;
+mod resources;
+mod router;
+mod server;
+mod verdict;
+
+use picket_h1 as h1;
 
 /// A log sink for tests, shared with the integration tests' harness
 /// (`picket_tests::logs`) so that it is written once.

@@ -1,0 +1,778 @@
+//! `[[route]]`: what a route matches, where it sends, and its bounds and limits.
+
+use super::*;
+
+impl Validator<'_> {
+    pub(super) fn route(
+        &mut self,
+        raw: &Spanned<RawRoute>,
+        global: &GlobalSettings,
+        runtime: &RuntimeSettings,
+        dir: &Path,
+        now: i64,
+    ) -> Option<RouteConfig> {
+        let raw = raw.get_ref();
+        let before = self.problems.len();
+        let name = raw.name.get_ref().clone();
+        if !is_name(&name) {
+            self.problem(
+                raw.name.span(),
+                format!("route name {name:?} must be 1 to 63 letters, digits, '.', '_' or '-'"),
+            );
+        }
+        let host = raw.host.as_ref().and_then(|h| self.host(h));
+        let path_prefix = match &raw.path_prefix {
+            Some(p) => self.path_prefix(p),
+            None => "/".to_string(),
+        };
+        let upstream = self.upstream(raw, runtime);
+        let connect_timeout = self.inherit(
+            &raw.connect_timeout,
+            "connect_timeout",
+            CONNECT_RANGE,
+            &global.connect_timeout,
+        );
+        let first_answer_timeout = self.inherit(
+            &raw.first_answer_timeout,
+            "first_answer_timeout",
+            FIRST_ANSWER_RANGE,
+            &global.first_answer_timeout,
+        );
+        let eject_for = self.inherit(&raw.eject_for, "eject_for", EJECT_RANGE, &global.eject_for);
+        let consecutive_gateway_errors = self.gateway_errors(
+            raw.consecutive_gateway_errors.as_ref(),
+            &global.consecutive_gateway_errors,
+            Origin::Route,
+        );
+        let breaker = self.breaker(raw.breaker.as_ref(), &global.breaker, Origin::Route);
+        let tries = match &raw.tries {
+            Some(t) if TRIES_RANGE.contains(t.get_ref()) => {
+                Setting::new(u32::try_from(*t.get_ref()).unwrap_or(1), Origin::Route)
+            }
+            Some(t) => {
+                self.problem(t.span(), out_of_range("tries", t.get_ref(), &TRIES_RANGE));
+                Setting::new(1, Origin::Route)
+            }
+            None => Setting::new(default_tries(upstream.as_ref()), Origin::Default),
+        };
+        let tls = raw
+            .tls
+            .as_ref()
+            .and_then(|tls| self.upstream_tls(tls, upstream.as_ref(), dir, now));
+        let speaks_tls = raw.tls.is_some()
+            || matches!(&upstream, Some(UpstreamConfig::External(ext)) if ext.tls);
+        let protocol = self.protocol(raw.protocol.as_ref(), speaks_tls);
+        let check = self.check(raw);
+        if let (CheckKind::Grpc { .. }, Protocol::Http1, Some(span)) =
+            (&check, protocol, raw.check.as_ref().map(|c| c.span()))
+        {
+            self.problem(
+                span,
+                "check = \"grpc\" speaks HTTP/2: set `protocol = \"h2c\"` (or \"h2\" over TLS)",
+            );
+        }
+        let strip_prefix = raw.strip_prefix.as_ref().is_some_and(|s| *s.get_ref());
+        if let Some(strip) = raw.strip_prefix.as_ref().filter(|s| *s.get_ref())
+            && path_prefix == "/"
+        {
+            self.problem(
+                strip.span(),
+                "strip_prefix needs the route's path_prefix (other than \"/\") to strip",
+            );
+        }
+        let add_prefix = raw.add_prefix.as_ref().map(|p| self.add_prefix(p));
+        let request_headers = global
+            .request_headers
+            .then(&self.header_rules(raw.request_headers.as_ref(), "request_headers"));
+        let response_headers = global
+            .response_headers
+            .then(&self.header_rules(raw.response_headers.as_ref(), "response_headers"));
+        let max_body = self.max_body(raw.max_body.as_ref(), &global.max_body, Origin::Route);
+        let rate = raw.rate.as_ref().and_then(|r| self.rate(r));
+        if self.problems.len() > before {
+            return None;
+        }
+        Some(RouteConfig {
+            name,
+            host,
+            path_prefix,
+            upstream: upstream?,
+            connect_timeout: connect_timeout?,
+            first_answer_timeout: first_answer_timeout?,
+            tries,
+            eject_for: eject_for?,
+            consecutive_gateway_errors,
+            breaker,
+            body_timeout: global.body_timeout.value,
+            underscores_in_headers: global.underscores_in_headers.value,
+            trusted_proxies: global.trusted_proxies.value.clone(),
+            https_only: raw.https_only.as_ref().is_some_and(|h| *h.get_ref()),
+            tls,
+            protocol,
+            check,
+            strip_prefix,
+            add_prefix,
+            request_headers,
+            response_headers,
+            max_body,
+            rate,
+        })
+    }
+
+    /// A route's `protocol`; `h2` and `auto` need TLS (ALPN), `h2c` is
+    /// HTTP/2 in clear and cannot have it.
+    pub(super) fn protocol(&mut self, raw: Option<&Spanned<String>>, speaks_tls: bool) -> Protocol {
+        let Some(raw) = raw else {
+            return Protocol::Http1;
+        };
+        let protocol = match raw.get_ref().as_str() {
+            "http1" => Protocol::Http1,
+            "h2c" => Protocol::H2c,
+            "h2" => Protocol::H2,
+            "auto" => Protocol::Auto,
+            other => {
+                self.problem(
+                    raw.span(),
+                    format!(
+                        "protocol {other:?} is not one of \"http1\", \"h2c\", \"h2\", \"auto\""
+                    ),
+                );
+                return Protocol::Http1;
+            }
+        };
+        match protocol {
+            Protocol::H2 | Protocol::Auto if !speaks_tls => self.problem(
+                raw.span(),
+                format!(
+                    "protocol = {:?} is HTTP/2 over TLS: give the route `tls = {{ ... }}` or an https:// upstream, or use \"h2c\" for HTTP/2 in clear",
+                    protocol.name()
+                ),
+            ),
+            Protocol::H2c if speaks_tls => self.problem(
+                raw.span(),
+                "protocol = \"h2c\" is HTTP/2 in clear, but this route speaks TLS: use \"h2\" (or \"auto\")",
+            ),
+            _ => {}
+        }
+        protocol
+    }
+
+    /// A route's `check` (and `grpc_service`).
+    pub(super) fn check(&mut self, raw: &RawRoute) -> CheckKind {
+        let service = raw.grpc_service.as_ref();
+        let kind = match raw.check.as_ref() {
+            None => None,
+            Some(check) => match check.get_ref().as_str() {
+                "connect" => None,
+                "grpc" => Some(check),
+                other => {
+                    self.problem(
+                        check.span(),
+                        format!("check {other:?} is not one of \"connect\", \"grpc\""),
+                    );
+                    return CheckKind::Connect;
+                }
+            },
+        };
+        match (kind, service) {
+            (Some(_), service) => CheckKind::Grpc {
+                service: service.map(|s| s.get_ref().clone()).unwrap_or_default(),
+            },
+            (None, Some(service)) => {
+                self.problem(
+                    service.span(),
+                    "grpc_service is the service a gRPC health check asks for: set `check = \"grpc\"` too",
+                );
+                CheckKind::Connect
+            }
+            (None, None) => CheckKind::Connect,
+        }
+    }
+
+    /// A route's `tls`: its files read from `dir` (when relative) and
+    /// checked at `now`.
+    pub(super) fn upstream_tls(
+        &mut self,
+        raw: &Spanned<RawUpstreamTls>,
+        upstream: Option<&UpstreamConfig>,
+        dir: &Path,
+        now: i64,
+    ) -> Option<UpstreamTls> {
+        let span = raw.span();
+        let raw = raw.get_ref();
+        let external = match upstream {
+            Some(UpstreamConfig::External(ext)) if !ext.tls => {
+                self.problem(
+                    span,
+                    format!(
+                        "`tls` with the plain-HTTP upstream {ext}: write it https:// to speak TLS"
+                    ),
+                );
+                return None;
+            }
+            Some(UpstreamConfig::External(_)) => true,
+            _ => false,
+        };
+        let server_name = match &raw.server_name {
+            Some(name) => {
+                if rustls::pki_types::ServerName::try_from(name.get_ref().as_str()).is_err() {
+                    self.problem(
+                        name.span(),
+                        format!(
+                            "server_name {:?} is neither a DNS name nor an IP address",
+                            name.get_ref()
+                        ),
+                    );
+                    return None;
+                }
+                Some(name.get_ref().clone())
+            }
+            None if external => None,
+            None => {
+                self.problem(
+                    span,
+                    "`tls` needs `server_name`: the name the replicas' certificates carry",
+                );
+                return None;
+            }
+        };
+        let mut read = |field: &Spanned<String>, what: &str| -> Option<(PathBuf, Vec<u8>)> {
+            let path = dir.join(field.get_ref());
+            match std::fs::read(&path) {
+                Ok(pem) => Some((path, pem)),
+                Err(e) => {
+                    self.problem(
+                        field.span(),
+                        format!("cannot read {what} {}: {e}", path.display()),
+                    );
+                    None
+                }
+            }
+        };
+        let ca = match &raw.ca {
+            Some(field) => {
+                let (path, pem) = read(field, "CA certificates")?;
+                let found = <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(&pem)
+                    .filter(Result::is_ok)
+                    .count();
+                if found == 0 {
+                    self.problem(
+                        field.span(),
+                        format!("{}: no PEM certificate in it", path.display()),
+                    );
+                    return None;
+                }
+                Some((path, pem))
+            }
+            None => None,
+        };
+        let client = match (&raw.client_cert, &raw.client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let (cert_path, cert_pem) = read(cert, "client certificate")?;
+                let (key_path, key_pem) = read(key, "client key")?;
+                if let Err(error) = crate::certificate::check(&cert_pem, &key_pem, None, now) {
+                    let field = match error.culprit(None) {
+                        Culprit::Key => key,
+                        _ => cert,
+                    };
+                    self.problem(
+                        field.span(),
+                        format!("client certificate {}: {error}", cert_path.display()),
+                    );
+                    return None;
+                }
+                Some(ClientIdentity {
+                    cert: cert_path,
+                    key: key_path,
+                    cert_pem,
+                    key_pem,
+                })
+            }
+            (Some(one), None) | (None, Some(one)) => {
+                self.problem(
+                    one.span(),
+                    "`client_cert` and `client_key` go together: a certificate chain and its key",
+                );
+                return None;
+            }
+        };
+        Some(UpstreamTls {
+            ca,
+            server_name,
+            client,
+        })
+    }
+
+    pub(super) fn host(&mut self, raw: &Spanned<String>) -> Option<HostMatch> {
+        let host = raw.get_ref().to_ascii_lowercase();
+        let (suffix, name) = match host.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, host.as_str()),
+        };
+        if !is_dns_name(name) {
+            self.problem(
+                raw.span(),
+                format!(
+                    "host {:?} must be a DNS name such as \"api.example.com\" or \"*.example.com\", without scheme or port",
+                    raw.get_ref()
+                ),
+            );
+            return None;
+        }
+        Some(if suffix {
+            HostMatch::Suffix(format!(".{name}"))
+        } else {
+            HostMatch::Exact(name.to_string())
+        })
+    }
+
+    pub(super) fn path_prefix(&mut self, raw: &Spanned<String>) -> String {
+        let p = raw.get_ref();
+        if !p.starts_with('/') || p.contains(['?', '#']) || p.contains(char::is_whitespace) {
+            self.problem(
+                raw.span(),
+                format!("path_prefix {p:?} must start with '/' and hold no '?', '#' or spaces"),
+            );
+        }
+        p.clone()
+    }
+
+    pub(super) fn upstream(
+        &mut self,
+        raw: &RawRoute,
+        runtime: &RuntimeSettings,
+    ) -> Option<UpstreamConfig> {
+        let given = [
+            raw.upstream.is_some(),
+            raw.replicas.is_some(),
+            raw.service.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            self.problem(
+                raw.name.span(),
+                format!(
+                    "route {:?} has more than one of `upstream`, `replicas` and `service`; it takes one",
+                    raw.name.get_ref()
+                ),
+            );
+            return None;
+        }
+        if let (Some(port), None) = (&raw.port, &raw.service) {
+            self.problem(port.span(), "`port` goes with `service`");
+            return None;
+        }
+        if let Some(url) = &raw.upstream {
+            return self.external(url).map(UpstreamConfig::External);
+        }
+        if let Some(list) = &raw.replicas {
+            return self.replicas(list).map(UpstreamConfig::Replicas);
+        }
+        let Some(service) = &raw.service else {
+            self.problem(
+                raw.name.span(),
+                format!(
+                    "route {:?} needs an upstream: `service = \"api\"` with a `port`, `upstream = \"http://host:port\"` or `replicas = [\"10.0.0.7:8080\"]`",
+                    raw.name.get_ref()
+                ),
+            );
+            return None;
+        };
+        let name = service.get_ref();
+        let (namespace, bare) = match name.split_once('/') {
+            Some((namespace, bare)) => (Some(namespace), bare),
+            None => (None, name.as_str()),
+        };
+        if !is_name(bare) {
+            self.problem(
+                service.span(),
+                format!("service {name:?} must be 1 to 63 letters, digits, '.', '_' or '-', after an optional \"namespace/\""),
+            );
+            return None;
+        }
+        if let Some(namespace) = namespace {
+            let watched = runtime
+                .namespaces
+                .iter()
+                .any(|n| n == "*" || n == namespace)
+                || runtime.namespace.as_deref() == Some(namespace);
+            if runtime.kind != RuntimeKind::Kubernetes {
+                self.problem(
+                    service.span(),
+                    format!("service {name:?} names a namespace: only runtime kind \"kubernetes\" has namespaces"),
+                );
+                return None;
+            }
+            if !is_dns_label(namespace) || !watched {
+                self.problem(
+                    service.span(),
+                    format!(
+                        "service {name:?} is in namespace {namespace:?}, which this node does not watch: add it to `[runtime] namespaces`"
+                    ),
+                );
+                return None;
+            }
+        }
+        if runtime.kind == RuntimeKind::None {
+            self.problem(
+                service.span(),
+                format!(
+                    "service {name:?} needs a runtime: set `[runtime] kind` to \"kubernetes\", \"docker\" or \"swarm\""
+                ),
+            );
+            return None;
+        }
+        let Some(port) = &raw.port else {
+            self.problem(service.span(), format!("service {name:?} needs a `port`"));
+            return None;
+        };
+        let port = match port.get_ref() {
+            RawPort::Number(n) => match u16::try_from(*n) {
+                Ok(n) if PORT_RANGE.contains(&i64::from(n)) => ServicePort::Number(n),
+                _ => {
+                    self.problem(port.span(), out_of_range("port", n, &PORT_RANGE));
+                    return None;
+                }
+            },
+            RawPort::Name(named) if runtime.kind == RuntimeKind::Kubernetes => {
+                if named.is_empty() || named.len() > 15 {
+                    self.problem(
+                        port.span(),
+                        format!("port name {named:?} must be 1 to 15 characters"),
+                    );
+                    return None;
+                }
+                ServicePort::Name(named.clone())
+            }
+            RawPort::Name(named) => {
+                self.problem(
+                    port.span(),
+                    format!("port {named:?}: ports by name are for Kubernetes; give a number"),
+                );
+                return None;
+            }
+        };
+        Some(UpstreamConfig::Service {
+            name: name.clone(),
+            port,
+        })
+    }
+
+    pub(super) fn replicas(
+        &mut self,
+        list: &Spanned<Vec<Spanned<String>>>,
+    ) -> Option<Vec<SocketAddr>> {
+        if list.get_ref().is_empty() {
+            self.problem(list.span(), "replicas must name at least one address");
+            return None;
+        }
+        let mut out = Vec::with_capacity(list.get_ref().len());
+        for entry in list.get_ref() {
+            match entry.get_ref().parse::<SocketAddr>() {
+                Ok(addr) if out.contains(&addr) => {
+                    self.problem(entry.span(), format!("replica {addr} is listed twice"));
+                }
+                Ok(addr) => out.push(addr),
+                Err(_) => self.problem(
+                    entry.span(),
+                    format!(
+                        "replica {:?} is not an IP:port such as \"10.0.0.7:8080\" (use `upstream = \"http://name:port\"` for a name)",
+                        entry.get_ref()
+                    ),
+                ),
+            }
+        }
+        (out.len() == list.get_ref().len()).then_some(out)
+    }
+
+    pub(super) fn external(&mut self, raw: &Spanned<String>) -> Option<ExternalHost> {
+        let text = raw.get_ref();
+        let bad = |why: &str| {
+            format!(
+                "upstream {text:?} {why}; expected a URL such as \"https://billing.example.net\""
+            )
+        };
+        let Ok(uri) = text.parse::<http::Uri>() else {
+            self.problem(raw.span(), bad("is not a URL"));
+            return None;
+        };
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                self.problem(raw.span(), bad("must start with http:// or https://"));
+                return None;
+            }
+        };
+        let Some(authority) = uri.authority() else {
+            self.problem(raw.span(), bad("has no host"));
+            return None;
+        };
+        if authority.as_str().contains('@') {
+            self.problem(raw.span(), bad("must not carry credentials"));
+            return None;
+        }
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            self.problem(raw.span(), bad("must not have a path or query"));
+            return None;
+        }
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        if tls && rustls::pki_types::ServerName::try_from(host).is_err() {
+            self.problem(raw.span(), bad("has a host TLS cannot verify"));
+            return None;
+        }
+        Some(ExternalHost {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+        })
+    }
+
+    /// Route names are unique, and no two routes have the same match.
+    pub(super) fn unique(&mut self, routes: &[Spanned<RawRoute>]) {
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut matches: HashMap<(String, &str), (&str, usize)> = HashMap::new();
+        for route in routes {
+            let raw = route.get_ref();
+            let line = self.positions.problem(route.span(), "").line;
+            let name = raw.name.get_ref().as_str();
+            // A route given twice is one problem, not one per clash.
+            let named_twice = names.insert(name, line);
+            if let Some(first) = named_twice {
+                self.problem(
+                    raw.name.span(),
+                    format!("route name {name:?} is already used by the route at line {first}"),
+                );
+            }
+            let host = raw
+                .host
+                .as_ref()
+                .map(|h| h.get_ref().to_ascii_lowercase())
+                .unwrap_or_default();
+            let prefix = raw
+                .path_prefix
+                .as_ref()
+                .map_or("/", |p| p.get_ref().as_str());
+            if let Some((other, first)) = matches.insert((host, prefix), (name, line))
+                && named_twice.is_none()
+            {
+                self.problem(
+                    raw.name.span(),
+                    format!(
+                        "route {name:?} has the same host and path_prefix as route {other:?} at line {first}"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A `max_body`: a size, or `"off"` for no limit.
+    pub(super) fn max_body(
+        &mut self,
+        raw: Option<&Spanned<RawSize>>,
+        inherited: &Setting<Option<u64>>,
+        from: Origin,
+    ) -> Setting<Option<u64>> {
+        let Some(raw) = raw else {
+            return inherited.clone();
+        };
+        let value = match raw.get_ref() {
+            RawSize::Text(text) if text == "off" => return Setting::new(None, from),
+            RawSize::Bytes(n) => u64::try_from(*n).ok(),
+            RawSize::Text(text) => parse_size(text),
+        };
+        match value {
+            Some(n) if MAX_BODY_RANGE.contains(&n) => Setting::new(Some(n), from),
+            _ => {
+                self.problem(
+                    raw.span(),
+                    "max_body is a size from 1 byte to 1TiB, such as 1048576, \"512k\" or \"10MiB\" (or \"off\")",
+                );
+                inherited.clone()
+            }
+        }
+    }
+
+    /// `request_headers` or `response_headers`: valid names and values,
+    /// none the node writes itself.
+    pub(super) fn header_rules(
+        &mut self,
+        raw: Option<&Spanned<RawHeaderRules>>,
+        field: &str,
+    ) -> HeaderRules {
+        let mut rules = HeaderRules::default();
+        let Some(raw) = raw else {
+            return rules;
+        };
+        let name = |v: &mut Self, raw: &Spanned<String>| {
+            let Ok(name) = http::header::HeaderName::from_bytes(raw.get_ref().as_bytes()) else {
+                v.problem(
+                    raw.span(),
+                    format!("{field}: {:?} is not a header name", raw.get_ref()),
+                );
+                return None;
+            };
+            if HeaderRules::is_reserved(&name) {
+                v.problem(
+                    raw.span(),
+                    format!(
+                        "{field}: {name} is written by the node itself (framing, hop-by-hop, forwarding or the request ID) and cannot be set or removed"
+                    ),
+                );
+                return None;
+            }
+            Some(name)
+        };
+        if let Some(set) = &raw.get_ref().set {
+            for (key, value) in set.get_ref() {
+                let Some(name) = name(self, key) else {
+                    continue;
+                };
+                match http::header::HeaderValue::from_str(value.get_ref()) {
+                    Ok(value) => rules.set.push((name, value)),
+                    Err(_) => self.problem(
+                        value.span(),
+                        format!("{field}: the value of {name} holds a character a header cannot carry: control characters and non-ASCII"),
+                    ),
+                }
+            }
+        }
+        if let Some(remove) = &raw.get_ref().remove {
+            for key in remove.get_ref() {
+                if let Some(name) = name(self, key) {
+                    if rules.set.iter().any(|(n, _)| *n == name) {
+                        self.problem(
+                            key.span(),
+                            format!("{field}: {name} is both set and removed"),
+                        );
+                    }
+                    rules.remove.push(name);
+                }
+            }
+        }
+        rules
+    }
+
+    pub(super) fn rate(&mut self, raw: &Spanned<RawRate>) -> Option<RateSettings> {
+        let before = self.problems.len();
+        let rate = raw.get_ref();
+        let per_second = match &rate.per_second {
+            Some(p) if p.get_ref().is_finite() && *p.get_ref() > 0.0 && *p.get_ref() <= 1e6 => {
+                *p.get_ref()
+            }
+            Some(p) => {
+                self.problem(
+                    p.span(),
+                    format!(
+                        "rate.per_second = {} is out of range: above 0, at most 1000000",
+                        p.get_ref()
+                    ),
+                );
+                1.0
+            }
+            None => {
+                self.problem(
+                    raw.span(),
+                    "rate needs per_second: the requests a second it refills",
+                );
+                1.0
+            }
+        };
+        let burst = match &rate.burst {
+            Some(b) if RATE_BURST_RANGE.contains(b.get_ref()) => {
+                u32::try_from(*b.get_ref()).unwrap_or(1)
+            }
+            Some(b) => {
+                self.problem(
+                    b.span(),
+                    out_of_range("rate.burst", b.get_ref(), &RATE_BURST_RANGE),
+                );
+                1
+            }
+            // A second's worth.
+            None => (per_second.ceil() as u32).max(1),
+        };
+        let by = match rate.by.as_ref().map(|b| (b, b.get_ref().as_str())) {
+            None | Some((_, "route")) => RateKey::Route,
+            Some((_, "client")) => RateKey::Client,
+            Some((b, other)) => {
+                self.problem(
+                    b.span(),
+                    format!("rate.by = {other:?}: it is \"route\" or \"client\""),
+                );
+                RateKey::Route
+            }
+        };
+        (self.problems.len() == before).then_some(RateSettings {
+            per_second,
+            burst,
+            by,
+        })
+    }
+
+    /// `add_prefix`: a normal path, without a trailing `/`.
+    pub(super) fn add_prefix(&mut self, raw: &Spanned<String>) -> String {
+        let p = raw.get_ref();
+        let normal =
+            crate::h1::target::normalize(p.as_bytes()).is_ok_and(|n| n.as_ref() == p.as_bytes());
+        if !normal || p.len() < 2 || p.ends_with('/') || p.contains(['?', '#', '%']) {
+            self.problem(
+                raw.span(),
+                format!(
+                    "add_prefix {p:?} must be a path such as \"/v2\": starting with '/', not ending with it, without '.' or '..' segments, '?', '#' or '%'"
+                ),
+            );
+        }
+        p.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{ROUTE, problems, valid};
+
+    fn route(lines: &str) -> String {
+        format!("[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9000\"]\n{lines}")
+    }
+
+    #[test]
+    fn a_route_as_written() {
+        let config = valid(&route(
+            "host = \"shop.example.com\"\npath_prefix = \"/api\"\ntries = 2\nmax_body = \"1m\"\n",
+        ));
+        let r = &config.routes[0];
+        assert_eq!(r.path_prefix, "/api");
+        assert_eq!(r.tries.value, 2);
+    }
+
+    #[test]
+    fn every_problem_of_a_route_with_its_place() {
+        let found = problems(&route(
+            "tries = 99\npath_prefix = \"api\"\nmax_body = \"lots\"\n",
+        ));
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert_eq!(found[0], "4:9: tries = 99 is out of range: 1 to 10");
+        assert!(found[1].starts_with("5:15: "), "{found:?}");
+        assert!(found[2].starts_with("6:12: "), "{found:?}");
+    }
+
+    #[test]
+    fn two_routes_of_one_name_are_refused() {
+        let found = problems(&format!("{ROUTE}{ROUTE}"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("api"), "{found:?}");
+    }
+
+    #[test]
+    fn a_route_needs_somewhere_to_send() {
+        let found = problems("[[route]]\nname = \"r\"\n");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("1:1: ") || found[0].starts_with("2:"),
+            "{found:?}"
+        );
+    }
+}
