@@ -32,10 +32,13 @@
 
 mod conn;
 mod connect;
+mod failure;
 pub mod forward_proxy;
 pub mod handshake;
 pub mod health;
+mod http1;
 pub mod http2;
+mod io;
 mod pool;
 mod probe;
 
@@ -49,15 +52,24 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
-pub use conn::{Conn, ConnError, Connection, Io, Release, UpstreamBody};
-pub use connect::{Attempt, ConnectFailure, TlsTarget, tcp_connect};
+pub use conn::{Conn, UpstreamBody};
+pub use connect::{Attempt, TlsTarget, tcp_connect};
+pub use failure::ConnectFailure;
 pub use forward_proxy::{ForwardProxy, ProxyEnv};
+pub use http1::{ConnError, Connection};
+pub use io::Io;
 pub use pool::{Pool, Pools};
 
 use crate::changes::Changes;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::Metrics;
 use health::{Change, EjectReason, Health, Observation};
+
+/// Where a connection goes when the body it carries has ended.
+pub struct Release {
+    pub upstream: Arc<Upstream>,
+    pub replica: Arc<Replica>,
+}
 
 /// How long a connect may be pending before the next replica is raced
 /// against it and the replica counts as stalled. Connects on a LAN take well

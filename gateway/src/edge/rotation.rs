@@ -24,16 +24,15 @@
 //! A certificate that expires within [`WARN_WITHIN`] is warned about in
 //! the log once a day (and at once when it starts to serve).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::served::{Certificates, label};
-use crate::certificate::{self, Version, rfc3339};
+use super::served::{Certificates, Refused, label};
+use crate::certificate::{self, rfc3339};
 use crate::shutdown::{Shutdown, Tasks};
 
 /// How often the files are read again without any event.
@@ -41,41 +40,6 @@ pub const RECHECK: Duration = Duration::from_secs(60);
 const DAY: i64 = 86_400;
 /// A certificate that expires within this (seconds) is warned about.
 pub const WARN_WITHIN: i64 = crate::certificate::WARN_WITHIN;
-
-/// What was last refused of a certificate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refused {
-    /// Files that were read and failed a check.
-    Version(Version),
-    /// Files that could not be read, and why.
-    Unreadable(String),
-}
-
-/// The refusal last logged for each certificate (by its certificate
-/// file): what makes one log line per bad version.
-#[derive(Debug, Default)]
-pub struct Refusals {
-    last: HashMap<PathBuf, Refused>,
-}
-
-impl Refusals {
-    /// Records a refusal of `cert`; true when it differs from the last one
-    /// recorded, so that it is to be logged.
-    pub fn first(&mut self, cert: &Path, refused: Refused) -> bool {
-        match self.last.get(cert) {
-            Some(last) if *last == refused => false,
-            _ => {
-                self.last.insert(cert.to_path_buf(), refused);
-                true
-            }
-        }
-    }
-
-    /// `cert` serves what its files hold: any later refusal is news.
-    pub fn clear(&mut self, cert: &Path) {
-        self.last.remove(cert);
-    }
-}
 
 /// Whether a certificate that expires at `not_after` is to be warned
 /// about at `now`, having last been at `last` (Unix seconds): within
@@ -295,6 +259,9 @@ impl Followed {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use super::super::served::Refusals;
     use super::*;
     use crate::config::CertificateConfig;
     use crate::metrics::Metrics;

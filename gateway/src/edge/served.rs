@@ -15,7 +15,7 @@
 //! themselves, so that a rotation never puts back what a reload replaced.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -107,7 +107,7 @@ pub(super) struct Writer {
     pub(super) published: Vec<String>,
     /// The last version of each certificate file refused, so that each
     /// bad version is logged once.
-    pub(super) refusals: super::rotation::Refusals,
+    pub(super) refusals: Refusals,
     /// When each certificate (by version) was last warned about as
     /// expiring.
     pub(super) warned: HashMap<Version, i64>,
@@ -183,6 +183,41 @@ impl ResolvesServerCert for Certificates {
         let served = self.served.load();
         let i = served.pick(hello.server_name())?;
         Some(Arc::clone(&served.entries[i].current.key))
+    }
+}
+
+/// What was last refused of a certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Files that were read and failed a check.
+    Version(Version),
+    /// Files that could not be read, and why.
+    Unreadable(String),
+}
+
+/// The refusal last logged for each certificate (by its certificate
+/// file): what makes one log line per bad version.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    last: HashMap<PathBuf, Refused>,
+}
+
+impl Refusals {
+    /// Records a refusal of `cert`; true when it differs from the last one
+    /// recorded, so that it is to be logged.
+    pub fn first(&mut self, cert: &Path, refused: Refused) -> bool {
+        match self.last.get(cert) {
+            Some(last) if *last == refused => false,
+            _ => {
+                self.last.insert(cert.to_path_buf(), refused);
+                true
+            }
+        }
+    }
+
+    /// `cert` serves what its files hold: any later refusal is news.
+    pub fn clear(&mut self, cert: &Path) {
+        self.last.remove(cert);
     }
 }
 

@@ -89,7 +89,7 @@ impl BodyError {
 
     /// The body passed the route's `max_body`.
     pub fn is_too_large(&self) -> bool {
-        self.0.downcast_ref::<super::limits::TooLarge>().is_some()
+        self.0.downcast_ref::<TooLarge>().is_some()
     }
 
     pub fn is_timeout(&self) -> bool {
@@ -190,7 +190,7 @@ impl IncomingBody {
         self.read
     }
 
-    /// The body ends in [`super::limits::TooLarge`] past `max`
+    /// The body ends in [`TooLarge`] past `max`
     /// more bytes: a detached body keeps its route's `max_body`.
     pub fn limit(&mut self, max: u64, route_max: u64) {
         self.read = 0;
@@ -216,7 +216,7 @@ impl RequestBody for IncomingBody {
                         self.read += data.len() as u64;
                         if self.max.is_some_and(|max| self.read > max) {
                             let max = self.route_max;
-                            return Some(Err(BodyError(Box::new(super::limits::TooLarge { max }))));
+                            return Some(Err(BodyError(Box::new(TooLarge { max }))));
                         }
                         return Some(Ok(data));
                     }
@@ -336,6 +336,13 @@ impl<B: RequestBody> RequestBody for Replay<'_, B> {
         self.overflowed = true;
         self.body.detach()
     }
+}
+
+/// A request body past the route's `max_body`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body is larger than this route takes ({max} bytes)")]
+pub struct TooLarge {
+    pub max: u64,
 }
 
 #[cfg(test)]

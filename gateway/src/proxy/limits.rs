@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::incoming::{BodyError, RequestBody};
+use super::incoming::{BodyError, RequestBody, TooLarge};
 use crate::config::{RateKey, RateSettings};
 
 /// A token bucket: `burst` tokens, refilled at `per_second`; a request
@@ -97,13 +97,6 @@ impl RateLimit {
 /// Whole seconds for `Retry-After`, rounded up, at least 1.
 pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
-}
-
-/// A request body past the route's `max_body`.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body is larger than this route takes ({max} bytes)")]
-pub struct TooLarge {
-    pub max: u64,
 }
 
 /// A request body that ends in [`TooLarge`] as soon as it passes `max`:

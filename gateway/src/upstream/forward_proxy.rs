@@ -38,7 +38,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use super::Target;
-use super::connect::ConnectFailure;
+use super::failure::ConnectFailure;
 use crate::h1;
 
 /// The longest answer to `CONNECT` the node reads.

@@ -26,8 +26,8 @@ use h2::client::SendRequest;
 use http_body::{Body, Frame};
 use tokio::time::Instant;
 
-use super::conn::Io;
-use super::connect::ConnectFailure;
+use super::failure::ConnectFailure;
+use super::io::Io;
 
 /// Requests one HTTP/2 connection to a replica carries at once, at most.
 pub const MAX_STREAMS: usize = 100;

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::conn::{Conn, Connection};
+use super::conn::Conn;
+use super::http1::Connection;
 use super::http2::H2Conn;
 use super::{Replica, ReplicaKey};
 use crate::config::Bounds;

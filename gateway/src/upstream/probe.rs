@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::connect::ConnectFailure;
+use super::failure::ConnectFailure;
 use super::health::{EjectReason, Health, Observation};
 use super::{Replica, Upstream};
 
