@@ -222,8 +222,10 @@ async fn after_the_cooldown_a_failed_trial_reopens_for_a_full_cooldown() {
 
 #[tokio::test]
 async fn retries_that_give_the_client_its_answer_never_trip() {
-    let refused = refused_addr().await;
+    // The healthy replica first: the port `refused` frees is then never
+    // its own.
     let healthy = Upstream::start("healthy", Behaviour::Echo).await;
+    let refused = refused_addr().await;
     let breaker_on =
         "eject_for = \"1s\"\nbreaker = { enabled = true, failures = 2, cooldown = \"5s\" }";
     let node = TestNode::start(&route("api", "/", &[refused, healthy.addr], breaker_on));

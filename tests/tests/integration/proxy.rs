@@ -180,8 +180,10 @@ async fn answered_503_is_retried_only_for_idempotent_bodiless_requests() {
 
 #[tokio::test]
 async fn a_refused_connect_moves_any_method_to_the_next_replica() {
-    let refused = refused_addr().await;
+    // The healthy replica first: the port `refused` frees is then never
+    // its own.
     let healthy = Upstream::start("healthy", Behaviour::Echo).await;
+    let refused = refused_addr().await;
     let node = TestNode::start(&route("api", "/", &[refused, healthy.addr], ""));
     for _ in 0..4 {
         let post = request(
@@ -244,10 +246,12 @@ async fn tries_bound_the_attempts() {
 
 #[tokio::test]
 async fn an_ejected_replica_is_readmitted_by_the_probe_not_by_requests() {
+    // The healthy replica first: the port the other frees is then never
+    // its own.
+    let healthy = Upstream::start("healthy", Behaviour::Echo).await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let comeback = listener.local_addr().unwrap();
     drop(listener);
-    let healthy = Upstream::start("healthy", Behaviour::Echo).await;
     let node = TestNode::start(&route(
         "api",
         "/",
