@@ -553,7 +553,7 @@ async fn write_request<B: RequestBody>(
     }
     let mut encoder = req.body.encoder();
     // A body longer or shorter than the client declared.
-    let framing = |e: crate::h1::ParseError| WriteError::ClientBody(BodyError(Box::new(e)));
+    let framing = |e: crate::h1::ParseError| WriteError::ClientBody(BodyError::Framing(e));
     // The first piece goes with the head, in one write.
     *body_started = true;
     let first = match body.next().await {
@@ -632,7 +632,7 @@ async fn exchange_h2<B: RequestBody>(
     let request = match headers::upstream_h2_request(req, forwarding, target, scheme) {
         Ok(request) => request,
         Err(e) => {
-            return Exchange::ClientBody(BodyError(Box::new(e)));
+            return Exchange::ClientBody(BodyError::Failed(Box::new(e)));
         }
     };
     let bodiless = matches!(req.body, BodyKind::None | BodyKind::Length(0));

@@ -73,50 +73,76 @@ pub struct ClientRequest<'a> {
     pub id: &'a super::rules::RequestId,
 }
 
-/// Why the client's body could not be read.
+/// Why the client's body could not be read: decided where it happened,
+/// so that what the client is answered, what the access log says and
+/// whether the breaker counts it never hang on guessing an error's type.
 #[derive(Debug, thiserror::Error)]
-#[error("client request body: {0}")]
-pub struct BodyError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+pub enum BodyError {
+    /// The body passed the route's `max_body`.
+    #[error("client request body: larger than this route takes ({max} bytes)")]
+    TooLarge { max: u64 },
+    /// The client paused its body for longer than the body bound.
+    #[error("client request body: {0}")]
+    TimedOut(String),
+    /// The client closed or reset its connection (an HTTP/2 client its
+    /// stream) before the end of its body.
+    #[error("client request body: {0}")]
+    ClientGone(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The body's framing (its chunks, its length) is not HTTP.
+    #[error("client request body: {0}")]
+    Framing(#[source] crate::h1::ParseError),
+    /// A read that failed otherwise, or a request that could not be sent on.
+    #[error("client request body: {0}")]
+    Failed(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
 
 impl BodyError {
-    /// The client paused its body for longer than the body bound.
+    /// The client paused its body for longer than `bound`.
     pub fn timed_out(bound: std::time::Duration) -> BodyError {
-        BodyError(Box::new(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no body bytes for {}", humantime::format_duration(bound)),
-        )))
+        BodyError::TimedOut(format!(
+            "no body bytes for {}",
+            humantime::format_duration(bound)
+        ))
+    }
+
+    /// A read of the client's connection that failed.
+    pub fn from_io(e: std::io::Error) -> BodyError {
+        use std::io::ErrorKind;
+        match e.kind() {
+            ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe => BodyError::ClientGone(Box::new(e)),
+            ErrorKind::TimedOut => BodyError::TimedOut(e.to_string()),
+            _ => BodyError::Failed(Box::new(e)),
+        }
+    }
+
+    /// A frame of an HTTP/2 client's body that did not come.
+    pub fn from_hyper(e: hyper::Error) -> BodyError {
+        let reset = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<h2::Error>())
+            .is_some_and(|h2| h2.is_reset() || h2.is_io());
+        if e.is_incomplete_message() || e.is_canceled() || e.is_closed() || reset {
+            BodyError::ClientGone(Box::new(e))
+        } else {
+            BodyError::Failed(Box::new(e))
+        }
     }
 
     /// The body passed the route's `max_body`.
     pub fn is_too_large(&self) -> bool {
-        self.0.downcast_ref::<TooLarge>().is_some()
+        matches!(self, BodyError::TooLarge { .. })
     }
 
     pub fn is_timeout(&self) -> bool {
-        self.0
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        matches!(self, BodyError::TimedOut(_))
     }
 
     /// The client closed or reset its connection before the end of its
     /// body (an HTTP/2 client's reset stream included).
     pub fn is_client_gone(&self) -> bool {
-        if let Some(e) = self.0.downcast_ref::<std::io::Error>() {
-            return matches!(
-                e.kind(),
-                std::io::ErrorKind::UnexpectedEof
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-            );
-        }
-        self.0
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(|e| e.is_incomplete_message() || e.is_canceled() || e.is_closed())
-            || self
-                .0
-                .downcast_ref::<h2::Error>()
-                .is_some_and(|e| e.is_reset() || e.is_io())
+        matches!(self, BodyError::ClientGone(_))
     }
 }
 
@@ -190,7 +216,7 @@ impl IncomingBody {
         self.read
     }
 
-    /// The body ends in [`TooLarge`] past `max`
+    /// The body ends in [`BodyError::TooLarge`] past `max`
     /// more bytes: a detached body keeps its route's `max_body`.
     pub fn limit(&mut self, max: u64, route_max: u64) {
         self.read = 0;
@@ -216,7 +242,7 @@ impl RequestBody for IncomingBody {
                         self.read += data.len() as u64;
                         if self.max.is_some_and(|max| self.read > max) {
                             let max = self.route_max;
-                            return Some(Err(BodyError(Box::new(TooLarge { max }))));
+                            return Some(Err(BodyError::TooLarge { max }));
                         }
                         return Some(Ok(data));
                     }
@@ -226,7 +252,7 @@ impl RequestBody for IncomingBody {
                         }
                     }
                 },
-                Err(e) => return Some(Err(BodyError(Box::new(e)))),
+                Err(e) => return Some(Err(BodyError::from_hyper(e))),
             }
         }
     }
@@ -338,16 +364,44 @@ impl<B: RequestBody> RequestBody for Replay<'_, B> {
     }
 }
 
-/// A request body past the route's `max_body`.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body is larger than this route takes ({max} bytes)")]
-pub struct TooLarge {
-    pub max: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each failure is classified where it happens: the client gone, the
+    /// body bound, the route's limit and broken framing each answer and
+    /// log as themselves.
+    #[test]
+    fn a_body_error_says_what_happened() {
+        use std::io::{Error, ErrorKind};
+        for kind in [
+            ErrorKind::UnexpectedEof,
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionAborted,
+            ErrorKind::BrokenPipe,
+        ] {
+            let e = BodyError::from_io(Error::from(kind));
+            assert!(
+                e.is_client_gone() && !e.is_timeout() && !e.is_too_large(),
+                "{kind:?}"
+            );
+        }
+        let e = BodyError::from_io(Error::from(ErrorKind::TimedOut));
+        assert!(e.is_timeout() && !e.is_client_gone());
+        let e = BodyError::from_io(Error::from(ErrorKind::PermissionDenied));
+        assert!(!e.is_timeout() && !e.is_client_gone() && !e.is_too_large());
+        let e = BodyError::timed_out(std::time::Duration::from_secs(30));
+        assert!(e.is_timeout());
+        assert_eq!(e.to_string(), "client request body: no body bytes for 30s");
+        let e = BodyError::TooLarge { max: 1024 };
+        assert!(e.is_too_large() && !e.is_client_gone());
+        assert_eq!(
+            e.to_string(),
+            "client request body: larger than this route takes (1024 bytes)"
+        );
+        let e = BodyError::Framing(crate::h1::ParseError::Chunk("a size that is not hex"));
+        assert!(!e.is_timeout() && !e.is_client_gone() && !e.is_too_large());
+    }
 
     /// A body of the given pieces.
     struct Pieces(std::collections::VecDeque<Bytes>);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::incoming::{BodyError, RequestBody, TooLarge};
+use super::incoming::{BodyError, RequestBody};
 use crate::config::{RateKey, RateSettings};
 
 /// A token bucket: `burst` tokens, refilled at `per_second`; a request
@@ -99,7 +99,7 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
-/// A request body that ends in [`TooLarge`] as soon as it passes `max`:
+/// A request body that ends in [`BodyError::TooLarge`] as soon as it passes `max`:
 /// the piece that passes it is never given on.
 pub struct Limited<'a, B> {
     body: &'a mut B,
@@ -119,7 +119,7 @@ impl<B: RequestBody> RequestBody for Limited<'_, B> {
         if let Ok(data) = &piece {
             self.seen += data.len() as u64;
             if self.seen > self.max {
-                return Some(Err(BodyError(Box::new(TooLarge { max: self.max }))));
+                return Some(Err(BodyError::TooLarge { max: self.max }));
             }
         }
         Some(piece)
@@ -224,7 +224,7 @@ mod tests {
         assert_eq!(&body.next().await.unwrap().unwrap()[..], b"aaaa");
         assert_eq!(&body.next().await.unwrap().unwrap()[..], b"bbbb");
         let error = body.next().await.unwrap().unwrap_err();
-        assert!(error.0.downcast_ref::<TooLarge>().is_some(), "{error}");
+        assert!(error.is_too_large(), "{error}");
         let mut exact = Pieces([&b"aaaa"[..], b"bbbb"].map(Bytes::from_static).into());
         let mut body = Limited::new(&mut exact, 8);
         assert!(body.next().await.unwrap().is_ok());

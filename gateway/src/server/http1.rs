@@ -967,10 +967,8 @@ impl<'a> ClientBody<'a> {
         self.decoder.is_done()
     }
 
-    fn error(
-        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Option<Result<Bytes, BodyError>> {
-        Some(Err(BodyError(e.into())))
+    fn error(e: io::Error) -> Option<Result<Bytes, BodyError>> {
+        Some(Err(BodyError::from_io(e)))
     }
 }
 
@@ -1000,7 +998,7 @@ impl RequestBody for ClientBody<'_> {
                 }
                 Ok(Decoded::Done) => return None,
                 Ok(Decoded::NeedMore) => {}
-                Err(e) => return Self::error(e),
+                Err(e) => return Some(Err(BodyError::Framing(e))),
             }
             if self.buf.capacity() - self.buf.len() < 1024 {
                 self.buf.reserve(READ_CHUNK);
