@@ -35,6 +35,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::header::HeaderValue;
 
+pub use crate::body::{BodyError, IncomingBody, RequestBody};
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
@@ -43,7 +44,7 @@ pub use breaker::{Breaker, BreakerSnapshot, TransitionSnapshot};
 pub use error::{Page, ProxyError};
 pub use forward::{Answer, AnswerBody, forward};
 pub use headers::Client;
-pub use incoming::{BodyError, ClientRequest, Fields, IncomingBody, RequestBody};
+pub use incoming::{ClientRequest, Fields};
 pub use rules::RequestId;
 pub use scheme::Scheme;
 

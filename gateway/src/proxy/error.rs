@@ -43,7 +43,7 @@ pub enum ProxyError {
     #[error("the replica stopped reading the request body for {}", humantime::format_duration(*.0))]
     UpstreamStalled(Duration),
     #[error(transparent)]
-    ClientBody(crate::proxy::incoming::BodyError),
+    ClientBody(crate::body::BodyError),
     #[error("the route's rate limit on this node is reached")]
     RateLimited { retry_after: Duration },
     #[error("the request body is larger than this route takes ({0} bytes)")]

@@ -42,9 +42,9 @@ use tokio::time::{Instant, timeout};
 
 use super::error::Fault;
 use super::headers::{self, Client, Forwarding};
-use super::incoming::{BodyError, ClientRequest, Replay, RequestBody};
-use super::limits::Limited;
+use super::incoming::ClientRequest;
 use super::{ProxyError, Route, grpc, plan, redirect};
+use crate::body::{BodyError, Limited, Replay, RequestBody};
 use crate::breaker::Outcome;
 use crate::config::Protocol;
 use crate::h1::request::BodyKind;
@@ -78,7 +78,7 @@ enum Exchange {
     Answered(ResponseHead),
     /// Failed before any byte of an answer arrived.
     Failed(ConnError),
-    ClientBody(super::incoming::BodyError),
+    ClientBody(BodyError),
     TimedOut,
     /// The replica stopped reading the request for the body bound.
     Stalled,
@@ -852,7 +852,7 @@ fn end_h2_body(stream: &mut h2::SendStream<Bytes>, trailers: Option<http::Header
 /// after the replica has answered: a stream that has started is never cut
 /// by a bound.
 async fn pump(
-    mut rest: super::incoming::IncomingBody,
+    mut rest: crate::body::IncomingBody,
     mut stream: h2::SendStream<Bytes>,
     underscores: bool,
     rules: crate::config::HeaderRules,

@@ -9,10 +9,8 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::incoming::{BodyError, RequestBody};
 use crate::config::{RateKey, RateSettings};
 
 /// A token bucket: `burst` tokens, refilled at `per_second`; a request
@@ -99,53 +97,6 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
-/// A request body that ends in [`BodyError::TooLarge`] as soon as it passes `max`:
-/// the piece that passes it is never given on.
-pub struct Limited<'a, B> {
-    body: &'a mut B,
-    max: u64,
-    seen: u64,
-}
-
-impl<'a, B: RequestBody> Limited<'a, B> {
-    pub fn new(body: &'a mut B, max: u64) -> Limited<'a, B> {
-        Limited { body, max, seen: 0 }
-    }
-}
-
-impl<B: RequestBody> RequestBody for Limited<'_, B> {
-    async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
-        let piece = self.body.next().await?;
-        if let Ok(data) = &piece {
-            self.seen += data.len() as u64;
-            if self.seen > self.max {
-                return Some(Err(BodyError::TooLarge { max: self.max }));
-            }
-        }
-        Some(piece)
-    }
-
-    fn trailers(&mut self) -> Option<http::HeaderMap> {
-        self.body.trailers()
-    }
-
-    /// The rest of the body keeps the limit: what it may still give.
-    fn detach(&mut self) -> Option<super::incoming::IncomingBody> {
-        let mut rest = self.body.detach()?;
-        rest.limit(self.max.saturating_sub(self.seen), self.max);
-        Some(rest)
-    }
-
-    fn rewind(&mut self) -> bool {
-        self.seen = 0;
-        self.body.rewind()
-    }
-
-    fn kept(&self) -> bool {
-        self.body.kept()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,32 +154,5 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1500)), 2);
         assert_eq!(retry_after_secs(Duration::from_secs(2)), 2);
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
-    }
-
-    struct Pieces(std::collections::VecDeque<Bytes>);
-
-    impl RequestBody for Pieces {
-        async fn next(&mut self) -> Option<Result<Bytes, BodyError>> {
-            self.0.pop_front().map(Ok)
-        }
-    }
-
-    #[tokio::test]
-    async fn the_piece_that_passes_the_limit_is_never_given() {
-        let mut inner = Pieces(
-            [&b"aaaa"[..], b"bbbb", b"cc"]
-                .map(Bytes::from_static)
-                .into(),
-        );
-        let mut body = Limited::new(&mut inner, 9);
-        assert_eq!(&body.next().await.unwrap().unwrap()[..], b"aaaa");
-        assert_eq!(&body.next().await.unwrap().unwrap()[..], b"bbbb");
-        let error = body.next().await.unwrap().unwrap_err();
-        assert!(error.is_too_large(), "{error}");
-        let mut exact = Pieces([&b"aaaa"[..], b"bbbb"].map(Bytes::from_static).into());
-        let mut body = Limited::new(&mut exact, 8);
-        assert!(body.next().await.unwrap().is_ok());
-        assert!(body.next().await.unwrap().is_ok());
-        assert!(body.next().await.is_none());
     }
 }
