@@ -30,6 +30,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use picket_proto::BreakerState;
 use tokio::time::Instant;
 
 /// How a breaker trips and recovers.
@@ -49,30 +50,14 @@ pub enum State {
     HalfOpen,
 }
 
-/// The name of a state, as logs, metrics and the status API say it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    Closed,
-    Open,
-    HalfOpen,
-}
-
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Phase::Closed => "closed",
-            Phase::Open => "open",
-            Phase::HalfOpen => "half_open",
-        })
-    }
-}
-
 impl State {
-    pub fn phase(&self) -> Phase {
+    /// Its name: the one every report of a circuit uses (never
+    /// `Disabled`: a disabled breaker has no machine).
+    pub fn phase(&self) -> BreakerState {
         match self {
-            State::Closed { .. } => Phase::Closed,
-            State::Open { .. } => Phase::Open,
-            State::HalfOpen => Phase::HalfOpen,
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { .. } => BreakerState::Open,
+            State::HalfOpen => BreakerState::HalfOpen,
         }
     }
 }
@@ -123,8 +108,8 @@ impl fmt::Display for Reason {
 /// One change of state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transition {
-    pub from: Phase,
-    pub to: Phase,
+    pub from: BreakerState,
+    pub to: BreakerState,
     pub reason: Reason,
     pub at: Instant,
 }
@@ -274,8 +259,8 @@ mod tests {
         assert_eq!(
             trips,
             [Transition {
-                from: Phase::Closed,
-                to: Phase::Open,
+                from: BreakerState::Closed,
+                to: BreakerState::Open,
                 reason: Reason::Failures(5),
                 at: now
             }]
@@ -324,7 +309,11 @@ mod tests {
         assert_eq!(admission, Admission::Trial);
         assert_eq!(
             transition.map(|t| (t.from, t.to, t.reason)),
-            Some((Phase::Open, Phase::HalfOpen, Reason::CooldownOver))
+            Some((
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+                Reason::CooldownOver
+            ))
         );
         for _ in 0..49 {
             assert!(
@@ -344,7 +333,11 @@ mod tests {
         let closed = b.record(Admission::Trial, Outcome::Success, t1).unwrap();
         assert_eq!(
             (closed.from, closed.to, closed.reason),
-            (Phase::HalfOpen, Phase::Closed, Reason::TrialSucceeded)
+            (
+                BreakerState::HalfOpen,
+                BreakerState::Closed,
+                Reason::TrialSucceeded
+            )
         );
         assert_eq!(b.admit(t1), (Admission::Pass, None));
     }
@@ -359,7 +352,11 @@ mod tests {
         let reopened = b.record(Admission::Trial, Outcome::Failure, t1).unwrap();
         assert_eq!(
             (reopened.from, reopened.to, reopened.reason),
-            (Phase::HalfOpen, Phase::Open, Reason::TrialFailed)
+            (
+                BreakerState::HalfOpen,
+                BreakerState::Open,
+                Reason::TrialFailed
+            )
         );
         assert_eq!(
             b.admit(t1 + COOLDOWN - Duration::from_millis(1)).0,
@@ -378,7 +375,10 @@ mod tests {
         let t1 = t0 + COOLDOWN;
         b.admit(t1);
         let t = b.record(Admission::Trial, Outcome::Abandoned, t1).unwrap();
-        assert_eq!((t.to, t.reason), (Phase::Open, Reason::TrialAbandoned));
+        assert_eq!(
+            (t.to, t.reason),
+            (BreakerState::Open, Reason::TrialAbandoned)
+        );
         assert_eq!(b.admit(t1).0, Admission::Trial);
     }
 

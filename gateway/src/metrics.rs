@@ -4,6 +4,7 @@
 //! label set up: each route holds its own counters and histogram, resolved
 //! when the route table is built, so counting a request is an atomic add.
 
+use picket_proto::BreakerState;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -288,7 +289,11 @@ pub const TLS_HANDSHAKE_KINDS: [&str; 2] = ["full", "resumed"];
 
 /// The states of a circuit, as metric labels, in the order of
 /// [`BreakerMetrics`]' arrays.
-pub const CIRCUIT_STATES: [&str; 3] = ["closed", "open", "half_open"];
+pub const CIRCUIT_STATES: [&str; 3] = [
+    BreakerState::Closed.label(),
+    BreakerState::Open.label(),
+    BreakerState::HalfOpen.label(),
+];
 
 /// A route's breaker metric handles.
 #[derive(Debug, Clone)]

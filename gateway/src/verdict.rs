@@ -26,7 +26,6 @@ use std::collections::BTreeMap;
 
 use picket_proto::{BreakerState, Heart, ImageCount, Verdict};
 
-use crate::breaker::Phase;
 use crate::upstream::Source;
 use crate::upstream::health::EjectReason;
 
@@ -48,14 +47,20 @@ pub struct ReplicaFacts<'a> {
     pub images: Vec<&'a str>,
 }
 
-/// A route's circuit, as the verdict needs it.
+/// A route's circuit, as the verdict needs it: its state (`Disabled` for a
+/// route without a breaker) and why it last changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BreakerFacts {
-    Disabled,
-    State {
-        phase: Phase,
-        reason: Option<String>,
-    },
+pub struct BreakerFacts {
+    pub state: BreakerState,
+    pub reason: Option<String>,
+}
+
+impl BreakerFacts {
+    /// A route without a breaker.
+    pub const DISABLED: BreakerFacts = BreakerFacts {
+        state: BreakerState::Disabled,
+        reason: None,
+    };
 }
 
 /// Everything of a verdict but its time.
@@ -120,20 +125,7 @@ pub fn judge(
             .then_with(|| a.image.cmp(&b.image))
     });
 
-    let circuit_state = match circuit {
-        BreakerFacts::Disabled => BreakerState::Disabled,
-        BreakerFacts::State {
-            phase: Phase::Closed,
-            ..
-        } => BreakerState::Closed,
-        BreakerFacts::State {
-            phase: Phase::Open, ..
-        } => BreakerState::Open,
-        BreakerFacts::State {
-            phase: Phase::HalfOpen,
-            ..
-        } => BreakerState::HalfOpen,
-    };
+    let circuit_state = circuit.state;
     let details = || {
         let mut parts = Vec::new();
         if not_ready > 0 {
@@ -152,8 +144,8 @@ pub fn judge(
     };
     let (heart, reason) = match (circuit, source) {
         (
-            BreakerFacts::State {
-                phase: Phase::Open,
+            BreakerFacts {
+                state: BreakerState::Open,
                 reason,
             },
             _,
@@ -165,8 +157,8 @@ pub fn judge(
             ),
         ),
         (
-            BreakerFacts::State {
-                phase: Phase::HalfOpen,
+            BreakerFacts {
+                state: BreakerState::HalfOpen,
                 ..
             },
             _,
@@ -333,8 +325,8 @@ mod tests {
         }
     }
 
-    const CLOSED: BreakerFacts = BreakerFacts::State {
-        phase: Phase::Closed,
+    const CLOSED: BreakerFacts = BreakerFacts {
+        state: BreakerState::Closed,
         reason: None,
     };
 
@@ -368,35 +360,35 @@ mod tests {
             (
                 Source::Runtime,
                 vec![],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Red,
                 "scaled to zero",
             ),
             (
                 Source::Static,
                 vec![up.clone(), ejected.clone()],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Orange,
                 "1 of 2 ready (1 ejected by this node: connect refused)",
             ),
             (
                 Source::External,
                 vec![up.clone()],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Green,
                 "host accepts connections",
             ),
             (
                 Source::External,
                 vec![down.clone()],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Red,
                 "host does not accept connections: connect check fails",
             ),
             (
                 Source::External,
                 vec![facts(true, Some(EjectReason::Refused), &[])],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Red,
                 "host does not accept connections: connect refused",
             ),
@@ -407,7 +399,7 @@ mod tests {
                     Some(EjectReason::Tls(TlsFailure::UnknownIssuer)),
                     &[],
                 )],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Red,
                 "host unusable: TLS handshake: invalid peer certificate: UnknownIssuer",
             ),
@@ -418,7 +410,7 @@ mod tests {
                     Some(EjectReason::ProxyRefused { status: 403 }),
                     &[],
                 )],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Red,
                 "host unusable: the forward proxy answered 403 to CONNECT",
             ),
@@ -428,15 +420,15 @@ mod tests {
                     up.clone(),
                     facts(true, Some(EjectReason::Tls(TlsFailure::Expired)), &[]),
                 ],
-                BreakerFacts::Disabled,
+                BreakerFacts::DISABLED,
                 Heart::Orange,
                 "1 of 2 ready (1 ejected by this node: TLS handshake: invalid peer certificate: certificate expired)",
             ),
             (
                 Source::Runtime,
                 vec![up.clone(), up.clone()],
-                BreakerFacts::State {
-                    phase: Phase::Open,
+                BreakerFacts {
+                    state: BreakerState::Open,
                     reason: Some("5 consecutive failures".into()),
                 },
                 Heart::Red,
@@ -445,8 +437,8 @@ mod tests {
             (
                 Source::External,
                 vec![up.clone()],
-                BreakerFacts::State {
-                    phase: Phase::HalfOpen,
+                BreakerFacts {
+                    state: BreakerState::HalfOpen,
                     reason: None,
                 },
                 Heart::Red,
@@ -524,7 +516,7 @@ mod tests {
             facts(true, None, &["api:1.4"]),
             facts(false, None, &["api:1.5"]),
         ];
-        let j = judge(Source::Runtime, true, &replicas, &BreakerFacts::Disabled);
+        let j = judge(Source::Runtime, true, &replicas, &BreakerFacts::DISABLED);
         assert_eq!((j.ready, j.total), (3, 4));
         assert_eq!(
             j.images,
@@ -562,7 +554,7 @@ mod tests {
             facts(true, None, &[new, new]),
             facts(true, None, &[]),
         ];
-        let j = judge(Source::Runtime, true, &replicas, &BreakerFacts::Disabled);
+        let j = judge(Source::Runtime, true, &replicas, &BreakerFacts::DISABLED);
         assert_eq!((j.ready, j.total), (4, 5), "images do not count replicas");
         assert_eq!(
             counted(&j.images),
@@ -573,19 +565,19 @@ mod tests {
 
     #[test]
     fn no_replicas_before_the_runtime_answers_is_not_zero() {
-        let never = judge(Source::Runtime, false, &[], &BreakerFacts::Disabled);
+        let never = judge(Source::Runtime, false, &[], &BreakerFacts::DISABLED);
         assert_eq!(
             (never.heart, never.reason.as_str()),
             (Heart::Red, "runtime not reached yet")
         );
-        let zero = judge(Source::Runtime, true, &[], &BreakerFacts::Disabled);
+        let zero = judge(Source::Runtime, true, &[], &BreakerFacts::DISABLED);
         assert_eq!(zero.reason, "scaled to zero");
         // Replicas reported, then the runtime lost: what is known stands.
         let known = judge(
             Source::Runtime,
             false,
             &[facts(true, None, &[])],
-            &BreakerFacts::Disabled,
+            &BreakerFacts::DISABLED,
         );
         assert_eq!(known.reason, "all 1 ready");
     }
@@ -597,7 +589,7 @@ mod tests {
             Source::External,
             true,
             &[facts(true, None, &[])],
-            &BreakerFacts::Disabled,
+            &BreakerFacts::DISABLED,
         );
         assert!(verdicts.update("api", green.clone(), None, 100));
         assert!(!verdicts.update("api", green.clone(), None, 200));
@@ -606,7 +598,7 @@ mod tests {
             Source::External,
             true,
             &[facts(false, None, &[])],
-            &BreakerFacts::Disabled,
+            &BreakerFacts::DISABLED,
         );
         assert!(verdicts.update("api", red, None, 300));
         assert_eq!(verdicts.all()[0].since_unix_ms, 300);

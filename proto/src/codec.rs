@@ -246,5 +246,16 @@ mod tests {
             "\"half_open\""
         );
         assert_eq!(serde_json::to_string(&Heart::Green).unwrap(), "\"green\"");
+        // A circuit's state has one name: in JSON, logs and metrics alike.
+        for state in [
+            BreakerState::Disabled,
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+        ] {
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json, format!("\"{}\"", state.label()));
+            assert_eq!(state.to_string(), state.label());
+        }
     }
 }

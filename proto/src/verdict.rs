@@ -36,6 +36,24 @@ pub enum BreakerState {
     HalfOpen,
 }
 
+impl BreakerState {
+    /// Its name, as logs, metrics, the status API and gossip's JSON say it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            BreakerState::Disabled => "disabled",
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+impl std::fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// How many replicas run one image.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ImageCount {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::{Admission, Machine, Outcome, Phase, Settings, State, Transition};
+use crate::breaker::{Admission, BreakerState, Machine, Outcome, Settings, State, Transition};
 use crate::changes::Changes;
 use crate::metrics::BreakerMetrics;
 
@@ -20,11 +20,12 @@ const CLOSED: u8 = 0;
 const OPEN: u8 = 1;
 const HALF_OPEN: u8 = 2;
 
-fn code(phase: Phase) -> u8 {
+fn code(phase: BreakerState) -> u8 {
     match phase {
-        Phase::Closed => CLOSED,
-        Phase::Open => OPEN,
-        Phase::HalfOpen => HALF_OPEN,
+        // Never a machine's: a route without a breaker has none.
+        BreakerState::Closed | BreakerState::Disabled => CLOSED,
+        BreakerState::Open => OPEN,
+        BreakerState::HalfOpen => HALF_OPEN,
     }
 }
 
@@ -68,7 +69,7 @@ pub(in crate::proxy) struct Ticket<'a> {
 /// What the status API shows of a breaker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerSnapshot {
-    pub phase: Phase,
+    pub phase: BreakerState,
     pub consecutive_failures: u32,
     pub settings: Settings,
     /// Until an open circuit lets its trial through.
@@ -78,8 +79,8 @@ pub struct BreakerSnapshot {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransitionSnapshot {
-    pub from: Phase,
-    pub to: Phase,
+    pub from: BreakerState,
+    pub to: BreakerState,
     pub reason: String,
     pub unix_ms: u64,
 }
@@ -180,7 +181,7 @@ impl Breaker {
         let settings = inner.machine.settings();
         let (route, node, reason) = (self.route.as_str(), self.node.as_str(), transition.reason);
         match transition.to {
-            Phase::Open => tracing::warn!(
+            BreakerState::Open => tracing::warn!(
                 route,
                 node,
                 %reason,
@@ -188,8 +189,10 @@ impl Breaker {
                 cooldown = %humantime::format_duration(settings.cooldown),
                 "circuit opened"
             ),
-            Phase::HalfOpen => tracing::info!(route, node, %reason, "circuit half-open"),
-            Phase::Closed => tracing::info!(route, node, %reason, "circuit closed"),
+            BreakerState::HalfOpen => tracing::info!(route, node, %reason, "circuit half-open"),
+            BreakerState::Closed | BreakerState::Disabled => {
+                tracing::info!(route, node, %reason, "circuit closed")
+            }
         }
     }
 

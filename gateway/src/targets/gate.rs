@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::{self, Machine, Outcome, Phase, Transition};
+use crate::breaker::{self, BreakerState, Machine, Outcome, Transition};
 use crate::metrics::{Metrics, RuntimeGateMetrics};
 
 /// The gates of every runtime API endpoint of a node.
@@ -180,11 +180,11 @@ impl Gate {
     }
 
     /// Whether the breaker is open (or half-open, waiting on its trial).
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> BreakerState {
         self.lock()
             .breaker
             .as_ref()
-            .map_or(Phase::Closed, |b| b.state().phase())
+            .map_or(BreakerState::Closed, |b| b.state().phase())
     }
 
     /// The endpoint showed a sign of life.
@@ -219,15 +219,19 @@ impl Gate {
 
     /// One log line and the metrics of a change of state.
     fn note(&self, transition: Transition, why: Option<&str>) {
-        for (i, phase) in [Phase::Closed, Phase::Open, Phase::HalfOpen]
-            .into_iter()
-            .enumerate()
+        for (i, phase) in [
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+        ]
+        .into_iter()
+        .enumerate()
         {
             self.metrics.state[i].set(i64::from(transition.to == phase));
         }
         let endpoint = self.endpoint.as_str();
         match (transition.from, transition.to) {
-            (Phase::Closed, Phase::Open) => {
+            (BreakerState::Closed, BreakerState::Open) => {
                 self.metrics.trips.inc();
                 let cooldown = self
                     .lock()
@@ -242,7 +246,7 @@ impl Gate {
                     humantime::format_duration(cooldown)
                 );
             }
-            (_, Phase::Open) => {
+            (_, BreakerState::Open) => {
                 self.metrics.trips.inc();
                 tracing::debug!(
                     endpoint,
@@ -250,7 +254,7 @@ impl Gate {
                     "runtime API still not answering: breaker open again"
                 );
             }
-            (_, Phase::Closed) => {
+            (_, BreakerState::Closed) => {
                 tracing::info!(endpoint, "runtime API answers again: breaker closed");
             }
             _ => {
@@ -465,12 +469,20 @@ mod tests {
         let gates = gates(2);
         let gate = gates.get("http://engine-a:2375");
         gate.admit().unwrap().failed(&"connection refused");
-        assert_eq!(gate.phase(), Phase::Closed, "one failure is not enough");
+        assert_eq!(
+            gate.phase(),
+            BreakerState::Closed,
+            "one failure is not enough"
+        );
         gate.admit().unwrap().answered();
         gate.admit().unwrap().failed(&"connection refused");
-        assert_eq!(gate.phase(), Phase::Closed, "an answer reset the count");
+        assert_eq!(
+            gate.phase(),
+            BreakerState::Closed,
+            "an answer reset the count"
+        );
         gate.admit().unwrap().failed(&"timed out");
-        assert_eq!(gate.phase(), Phase::Open);
+        assert_eq!(gate.phase(), BreakerState::Open);
         let refused = gate.admit().unwrap_err();
         assert_eq!(refused.retry_after, Duration::from_secs(30));
         tokio::time::advance(Duration::from_secs(29)).await;
@@ -480,7 +492,7 @@ mod tests {
         let trial = gate.admit().expect("the trial");
         assert!(gate.admit().is_err(), "one trial at a time");
         trial.answered();
-        assert_eq!(gate.phase(), Phase::Closed);
+        assert_eq!(gate.phase(), BreakerState::Closed);
         assert!(gate.admit().is_ok());
         assert_eq!(gate.metrics.trips.get(), 1);
         assert_eq!(gate.metrics.refused.get(), 3);
@@ -499,14 +511,14 @@ mod tests {
         );
         tokio::time::advance(TRIAL_BOUND).await;
         assert!(gate.admit().is_err(), "the hung trial failed: open again");
-        assert_eq!(gate.phase(), Phase::Open);
+        assert_eq!(gate.phase(), BreakerState::Open);
         tokio::time::advance(Duration::from_secs(30)).await;
         gate.admit().expect("a new trial").answered();
-        assert_eq!(gate.phase(), Phase::Closed);
+        assert_eq!(gate.phase(), BreakerState::Closed);
         drop(hung);
         assert_eq!(
             gate.phase(),
-            Phase::Closed,
+            BreakerState::Closed,
             "the old trial's late end has no say"
         );
     }
@@ -517,10 +529,10 @@ mod tests {
         let a = gates.get("a");
         drop(a.admit().unwrap());
         drop(a.admit().unwrap());
-        assert_eq!(a.phase(), Phase::Open, "two calls given up waiting");
+        assert_eq!(a.phase(), BreakerState::Open, "two calls given up waiting");
         assert_eq!(
             gates.get("b").phase(),
-            Phase::Closed,
+            BreakerState::Closed,
             "one breaker per endpoint"
         );
         assert!(Arc::ptr_eq(&a, &gates.get("a")));
@@ -533,7 +545,7 @@ mod tests {
         for _ in 0..10 {
             gate.admit().unwrap().failed(&"refused");
         }
-        assert_eq!(gate.phase(), Phase::Closed);
+        assert_eq!(gate.phase(), BreakerState::Closed);
     }
 
     #[tokio::test(start_paused = true)]
@@ -560,7 +572,7 @@ mod tests {
         });
         let mut service = tower_layer::Layer::layer(&GateLayer::new(Arc::clone(&gate)), inner);
         assert!(service.call(true).await.is_err());
-        assert_eq!(gate.phase(), Phase::Open);
+        assert_eq!(gate.phase(), BreakerState::Open);
         let refused = service.call(false).await.unwrap_err();
         assert!(refused.is::<Refused>(), "{refused}");
         assert_eq!(
@@ -571,7 +583,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         let answer = service.call(false).await.expect("the trial is let through");
         assert_eq!(answer.status(), 503);
-        assert_eq!(gate.phase(), Phase::Closed, "a 503 is an answer");
+        assert_eq!(gate.phase(), BreakerState::Closed, "a 503 is an answer");
     }
 
     /// A tower service from a closure.

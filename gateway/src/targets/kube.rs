@@ -981,7 +981,7 @@ mod tests {
                 images: e.images.iter().map(String::as_str).collect(),
             })
             .collect();
-        let verdict = judge(Source::Runtime, true, &facts, &BreakerFacts::Disabled);
+        let verdict = judge(Source::Runtime, true, &facts, &BreakerFacts::DISABLED);
         let images: Vec<(&str, u32)> = verdict
             .images
             .iter()

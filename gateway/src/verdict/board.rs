@@ -58,11 +58,11 @@ struct Owned {
 
 fn breaker_facts(route: &Route) -> BreakerFacts {
     match &route.breaker {
-        None => BreakerFacts::Disabled,
+        None => BreakerFacts::DISABLED,
         Some(circuit) => {
             let view = circuit.view();
-            BreakerFacts::State {
-                phase: view.phase,
+            BreakerFacts {
+                state: view.phase,
                 reason: view.last_transition.map(|t| t.reason),
             }
         }
