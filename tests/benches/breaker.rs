@@ -9,7 +9,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use picket::breaker::{Breaker, Gate, Outcome, Settings};
+use picket::breaker::{Admission, Machine, Outcome, Settings};
 use picket::metrics::Metrics;
 use picket::proxy::Breaker;
 
@@ -50,11 +50,11 @@ fn main() {
     let now = tokio::time::Instant::now();
     let pure = best_of_five(|| {
         for _ in 0..REQUESTS {
-            let (gate, _) = machine.gate(now);
-            black_box(machine.record(black_box(gate), Outcome::Success, now));
+            let (admission, _) = machine.admit(now);
+            black_box(machine.record(black_box(admission), Outcome::Success, now));
         }
     });
-    assert!(matches!(machine.gate(now).0, Gate::Pass));
+    assert!(matches!(machine.admit(now).0, Admission::Pass));
     let threads = 2;
     let contended = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
