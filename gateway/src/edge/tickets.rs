@@ -134,8 +134,7 @@ impl Source {
     /// A key of this node's own, random; `None` if the system has no
     /// randomness to give.
     pub fn own() -> Option<Source> {
-        let mut secret = [0u8; 32];
-        SystemRandom::new().fill(&mut secret).ok()?;
+        let secret = crate::gossip::keys::random_secret()?;
         Keys::new(vec![Key::new(&secret)]).map(Source::Own)
     }
 

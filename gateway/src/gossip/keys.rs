@@ -36,14 +36,20 @@ pub fn parse(text: &str) -> Result<Keys, String> {
     Keys::new(keys).ok_or_else(|| "no key".to_string())
 }
 
-/// A fresh random key, base64, for `picket gen-key`.
-pub fn generate() -> Option<String> {
+/// The secret of a fresh random key; `None` if the system has no
+/// randomness to give.
+pub fn random_secret() -> Option<[u8; 32]> {
     use aws_lc_rs::rand::SecureRandom;
     let mut secret = [0u8; 32];
     aws_lc_rs::rand::SystemRandom::new()
         .fill(&mut secret)
         .ok()?;
-    Some(base64::engine::general_purpose::STANDARD.encode(secret))
+    Some(secret)
+}
+
+/// A fresh random key, base64, for `picket gen-key`.
+pub fn generate() -> Option<String> {
+    random_secret().map(|secret| base64::engine::general_purpose::STANDARD.encode(secret))
 }
 
 /// The cluster's keys: the key file (relative to the configuration's

@@ -53,8 +53,9 @@ async fn dropped_packets_are_502_at_the_connect_bound() {
     node.stop().await;
 }
 
-#[tokio::test]
-async fn silent_upstream_is_504_at_the_first_answer_bound() {
+/// Route `s` over one replica that never answers, with a first-answer
+/// bound of 1 s.
+async fn silent_alone() -> (Upstream, TestNode) {
     let silent = Upstream::start("silent", Behaviour::Hang).await;
     let node = TestNode::start(&route(
         "s",
@@ -62,6 +63,12 @@ async fn silent_upstream_is_504_at_the_first_answer_bound() {
         &[silent.addr],
         "first_answer_timeout = \"1s\"",
     ));
+    (silent, node)
+}
+
+#[tokio::test]
+async fn silent_upstream_is_504_at_the_first_answer_bound() {
+    let (silent, node) = silent_alone().await;
     let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
     assert_eq!(answer.status, 504, "{}", answer.text());
     assert!(
@@ -83,13 +90,7 @@ async fn silent_upstream_is_504_at_the_first_answer_bound() {
 /// however busy the machine is.
 #[tokio::test(start_paused = true)]
 async fn on_a_paused_clock_the_first_answer_bound_is_exact() {
-    let silent = Upstream::start("silent", Behaviour::Hang).await;
-    let node = TestNode::start(&route(
-        "s",
-        "/",
-        &[silent.addr],
-        "first_answer_timeout = \"1s\"",
-    ));
+    let (_silent, node) = silent_alone().await;
     for _ in 0..3 {
         let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
         assert_eq!(answer.status, 504, "{}", answer.text());
@@ -209,13 +210,7 @@ async fn a_post_to_a_silent_replica_is_504_and_sent_nowhere_else() {
 
 #[tokio::test]
 async fn the_last_replica_in_rotation_is_not_ejected_for_silence() {
-    let silent = Upstream::start("silent", Behaviour::Hang).await;
-    let node = TestNode::start(&route(
-        "s",
-        "/",
-        &[silent.addr],
-        "first_answer_timeout = \"1s\"",
-    ));
+    let (silent, node) = silent_alone().await;
     for _ in 0..2 {
         let answer = client::get(node.proxy, "example.com", "/").await.unwrap();
         assert_eq!(answer.status, 504, "{}", answer.text());

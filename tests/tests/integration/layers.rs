@@ -146,6 +146,18 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
 }
 
+/// A cycle as its path, then each of its imports with where it is.
+fn described(found: &[String], seen_at: &BTreeMap<(String, String), String>) -> String {
+    let edges: Vec<String> = found
+        .windows(2)
+        .map(|pair| {
+            let at = &seen_at[&(pair[0].clone(), pair[1].clone())];
+            format!("  {} -> {} ({at})", pair[0], pair[1])
+        })
+        .collect();
+    format!("{}\n{}", found.join(" -> "), edges.join("\n"))
+}
+
 #[test]
 fn the_gateway_modules_import_each_other_in_one_direction() {
     let root = gateway_src();
@@ -183,18 +195,7 @@ fn the_gateway_modules_import_each_other_in_one_direction() {
         "the scan sees imports (node imports proxy)"
     );
     if let Some(found) = cycle(&graph) {
-        let edges: Vec<String> = found
-            .windows(2)
-            .map(|pair| {
-                let at = &seen_at[&(pair[0].clone(), pair[1].clone())];
-                format!("  {} -> {} ({at})", pair[0], pair[1])
-            })
-            .collect();
-        panic!(
-            "an import cycle: {}\n{}",
-            found.join(" -> "),
-            edges.join("\n")
-        );
+        panic!("an import cycle: {}", described(&found, &seen_at));
     }
 }
 
@@ -281,18 +282,10 @@ fn the_files_of_each_module_import_each_other_in_one_direction() {
             }
         }
         if let Some(found) = cycle(&graph) {
-            let edges: Vec<String> = found
-                .windows(2)
-                .map(|pair| {
-                    let at = &seen_at[&(pair[0].clone(), pair[1].clone())];
-                    format!("  {} -> {} ({at})", pair[0], pair[1])
-                })
-                .collect();
             cycles.push(format!(
-                "in {}: {}\n{}",
+                "in {}: {}",
                 module.join("/"),
-                found.join(" -> "),
-                edges.join("\n")
+                described(&found, &seen_at)
             ));
         }
     }

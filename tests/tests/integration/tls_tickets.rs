@@ -71,6 +71,18 @@ async fn visit(addr: SocketAddr, client: &Arc<rustls::ClientConfig>) -> Handshak
     kind
 }
 
+/// `client` visits each node of `steps` in turn, each visit taking the
+/// handshake the step says.
+async fn walk(
+    client: &Arc<rustls::ClientConfig>,
+    version: &str,
+    steps: &[(SocketAddr, HandshakeKind, &str)],
+) {
+    for (addr, expected, what) in steps {
+        assert_eq!(visit(*addr, client).await, *expected, "{version}: {what}");
+    }
+}
+
 /// A node serving HTTPS for [`NAME`] with `leaf`, in a cluster of the key
 /// in `key` (none: no cluster), its ticket periods read from `clock`.
 fn node(
@@ -103,54 +115,29 @@ async fn a_ticket_from_one_node_resumes_on_another_and_only_in_its_cluster() {
     let (two, at_two) = node(&leaf, upstream.addr, Some(&ours), None);
     let (other, at_other) = node(&leaf, upstream.addr, Some(&theirs), None);
     let (alone, at_alone) = node(&leaf, upstream.addr, None, None);
+    use HandshakeKind::{Full, Resumed};
     for (version, protocol) in VERSIONS {
         // Node 1's ticket resumes on node 2, and node 2's on node 1.
-        let client = resuming_client(&ca, protocol);
-        assert_eq!(
-            visit(at_one, &client).await,
-            HandshakeKind::Full,
-            "{version}"
-        );
-        assert_eq!(
-            visit(at_two, &client).await,
-            HandshakeKind::Resumed,
-            "{version}: node 1 to 2"
-        );
-        assert_eq!(
-            visit(at_one, &client).await,
-            HandshakeKind::Resumed,
-            "{version}: node 2 to 1"
-        );
+        let steps = [
+            (at_one, Full, "first visit"),
+            (at_two, Resumed, "node 1 to 2"),
+            (at_one, Resumed, "node 2 to 1"),
+        ];
+        walk(&resuming_client(&ca, protocol), version, &steps).await;
         // Another cluster's node cannot read node 1's ticket.
-        let client = resuming_client(&ca, protocol);
-        assert_eq!(
-            visit(at_one, &client).await,
-            HandshakeKind::Full,
-            "{version}"
-        );
-        assert_eq!(
-            visit(at_other, &client).await,
-            HandshakeKind::Full,
-            "{version}: another cluster"
-        );
+        let steps = [
+            (at_one, Full, "first visit"),
+            (at_other, Full, "another cluster"),
+        ];
+        walk(&resuming_client(&ca, protocol), version, &steps).await;
         // Nor a node without a cluster key, whose own tickets resume on
         // itself.
-        let client = resuming_client(&ca, protocol);
-        assert_eq!(
-            visit(at_one, &client).await,
-            HandshakeKind::Full,
-            "{version}"
-        );
-        assert_eq!(
-            visit(at_alone, &client).await,
-            HandshakeKind::Full,
-            "{version}: no cluster key"
-        );
-        assert_eq!(
-            visit(at_alone, &client).await,
-            HandshakeKind::Resumed,
-            "{version}: its own"
-        );
+        let steps = [
+            (at_one, Full, "first visit"),
+            (at_alone, Full, "no cluster key"),
+            (at_alone, Resumed, "its own"),
+        ];
+        walk(&resuming_client(&ca, protocol), version, &steps).await;
     }
     // Each node counts its handshakes by kind: node 2 resumed every one.
     let metrics = |node: &TestNode| {
