@@ -65,10 +65,25 @@ use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::Metrics;
 use health::{Change, EjectReason, Health, Observation};
 
-/// Where a connection goes when the body it carries has ended.
+/// Where a connection goes when the body it carries has ended. While it
+/// lives, the replica counts a connection serving a body
+/// ([`Pool::holds`]).
 pub struct Release {
-    pub upstream: Arc<Upstream>,
-    pub replica: Arc<Replica>,
+    upstream: Arc<Upstream>,
+    replica: Arc<Replica>,
+}
+
+impl Release {
+    pub fn new(upstream: Arc<Upstream>, replica: Arc<Replica>) -> Release {
+        replica.lent.fetch_add(1, Ordering::Relaxed);
+        Release { upstream, replica }
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.replica.lent.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How long a connect may be pending before the next replica is raced
@@ -153,6 +168,9 @@ pub struct Replica {
     trial: AtomicBool,
     /// Requests sent to it that have no answer head yet ([`Awaiting`]).
     awaiting: AtomicU32,
+    /// Answer bodies being read from it now, each on a connection of its own
+    /// (HTTP/1) or a stream ([`Release`]).
+    lent: AtomicU32,
     /// Its name stopped resolving while pooled connections still reach
     /// it: why, as the last check saw it.
     name_gone: Mutex<Option<Arc<str>>>,
@@ -203,6 +221,7 @@ impl Replica {
             failing_now: AtomicBool::new(false),
             trial: AtomicBool::new(false),
             awaiting: AtomicU32::new(0),
+            lent: AtomicU32::new(0),
             name_gone: Mutex::new(None),
             cert_not_after: std::sync::atomic::AtomicI64::new(0),
             cert_warned_day: std::sync::atomic::AtomicI64::new(i64::MIN),

@@ -444,10 +444,7 @@ fn conclude(
                     "an HTTP/2 answer without its stream",
                 )))
             })?;
-            let body = body.from(Release {
-                upstream: Arc::clone(&route.upstream),
-                replica: attempt.replica,
-            });
+            let body = body.from(Release::new(Arc::clone(&route.upstream), attempt.replica));
             return Ok(Answer {
                 head,
                 body: AnswerBody::Stream(UpstreamBody::H2(body)),
@@ -464,10 +461,7 @@ fn conclude(
         let (io, leftover) = conn.into_parts();
         AnswerBody::Switched { io, leftover }
     } else {
-        let release = Release {
-            upstream: Arc::clone(&route.upstream),
-            replica: attempt.replica,
-        };
+        let release = Release::new(Arc::clone(&route.upstream), attempt.replica);
         AnswerBody::Stream(UpstreamBody::new(
             conn,
             head.framing,

@@ -228,9 +228,14 @@ impl Pool {
         self.stack(replica).checkout(Instant::now()).map(Conn::H1)
     }
 
-    /// Whether open connections to `replica` wait in the pool: requests
-    /// can still reach it though a new connect would fail.
+    /// Whether open connections reach `replica`: idle in the pool, or
+    /// serving a request now (awaiting its answer, or carrying its body).
+    /// Requests can still reach it though a new connect would fail.
     pub fn holds(&self, replica: &Replica) -> bool {
+        if replica.awaiting.load(Ordering::Relaxed) > 0 || replica.lent.load(Ordering::Relaxed) > 0
+        {
+            return true;
+        }
         let shared = {
             let shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
             shared
