@@ -12,6 +12,7 @@
 //! can show it.
 
 mod cidr;
+pub mod declared;
 mod diff;
 mod error;
 pub mod fields;
@@ -28,7 +29,7 @@ use std::time::Duration;
 pub use cidr::{Cidr, CidrError, TrustedProxies};
 pub use diff::{NEEDS_RESTART, ReloadPlan, diff};
 pub use error::{ConfigError, Problem};
-pub use render::render;
+pub use render::{render, render_route};
 pub use validate::{RUNTIME_BREAKER_COOLDOWN_RANGE, RUNTIME_BREAKER_FAILURES_RANGE, WORKERS_RANGE};
 
 /// Product default for the connect bound.
@@ -402,6 +403,12 @@ pub struct RouteConfig {
     /// `None` matches any host.
     pub host: Option<HostMatch>,
     pub path_prefix: String,
+    /// The path must be `path_prefix` itself (a Kubernetes Ingress
+    /// `Exact` path); a file's routes always match by prefix.
+    pub exact_path: bool,
+    /// What in the runtime declared the route (`service shop_web`,
+    /// `ingress shop/web`); `None` for a route of the file.
+    pub declared_by: Option<String>,
     pub upstream: UpstreamConfig,
     pub connect_timeout: Setting<Duration>,
     pub first_answer_timeout: Setting<Duration>,
@@ -486,6 +493,15 @@ pub enum CheckKind {
 }
 
 impl RouteConfig {
+    /// How the route matches a request's path.
+    pub fn path_rule(&self) -> crate::router::PathRule {
+        if self.exact_path {
+            crate::router::PathRule::Exact(self.path_prefix.clone())
+        } else {
+            crate::router::PathRule::Prefix(self.path_prefix.clone())
+        }
+    }
+
     pub fn bounds(&self) -> Bounds {
         Bounds {
             connect: self.connect_timeout.value,

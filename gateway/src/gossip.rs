@@ -41,8 +41,8 @@ use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, ProtocolVersion,
     spawn_chitchat,
 };
-use picket_proto::gossip::{NODE_KEY, ROUTE_PREFIX};
-use picket_proto::{ClusterView, NodeInfo, Verdict};
+use picket_proto::gossip::{NODE_KEY, ROUTE_PREFIX, TABLE_KEY};
+use picket_proto::{ClusterView, NodeInfo, TableGeneration, Verdict};
 use tokio::sync::watch;
 
 use crate::clock::now_unix_ms;
@@ -157,6 +157,8 @@ pub struct Joining<'a> {
     pub me: Me,
     /// This node's own verdicts, as they change.
     pub verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    /// The generation of this node's route table, as it changes.
+    pub table: watch::Receiver<Option<TableGeneration>>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -176,7 +178,12 @@ pub async fn start(
 }
 
 /// The view before anything was heard: this node alone.
-fn first_view(me: &Me, cluster: &str, verdicts: &Arc<Vec<Verdict>>) -> ClusterView {
+fn first_view(
+    me: &Me,
+    cluster: &str,
+    verdicts: &Arc<Vec<Verdict>>,
+    table: Option<TableGeneration>,
+) -> ClusterView {
     ClusterView {
         node: me.info.name.clone(),
         cluster: cluster.to_string(),
@@ -186,13 +193,19 @@ fn first_view(me: &Me, cluster: &str, verdicts: &Arc<Vec<Verdict>>) -> ClusterVi
             me.info.started_unix_ms,
             None,
             verdicts,
+            table,
         )],
     }
 }
 
 fn alone(joining: Joining<'_>, shutdown: Shutdown, tasks: &mut Tasks) -> Arc<Membership> {
-    let Joining { me, verdicts, .. } = joining;
-    let first = first_view(&me, "", &verdicts.borrow());
+    let Joining {
+        me,
+        verdicts,
+        table,
+        ..
+    } = joining;
+    let first = first_view(&me, "", &verdicts.borrow(), table.borrow().clone());
     let membership = Arc::new(Membership {
         view: ArcSwap::from_pointee(first.clone()),
         changes: watch::channel(Arc::new(first)).0,
@@ -204,7 +217,7 @@ fn alone(joining: Joining<'_>, shutdown: Shutdown, tasks: &mut Tasks) -> Arc<Mem
     });
     tasks.spawn(
         "view",
-        follow::alone(Arc::clone(&membership), me, verdicts, shutdown),
+        follow::alone(Arc::clone(&membership), me, verdicts, table, shutdown),
     );
     membership
 }
@@ -220,10 +233,16 @@ async fn join(
         wire,
         mut me,
         verdicts,
+        table,
         metrics,
         ..
     } = joining;
-    let first = first_view(&me, &settings.id, &verdicts.borrow());
+    let first = first_view(
+        &me,
+        &settings.id,
+        &verdicts.borrow(),
+        table.borrow().clone(),
+    );
     let keys = match (keys, settings.insecure) {
         (Some(keys), _) => Some(keys),
         (None, true) => None,
@@ -256,6 +275,13 @@ async fn join(
         publish::encoded(&me.info).unwrap_or_default(),
     )];
     initial.extend(
+        table
+            .borrow()
+            .as_ref()
+            .and_then(publish::encoded)
+            .map(|value| (TABLE_KEY.to_string(), value)),
+    );
+    initial.extend(
         written
             .iter()
             .map(|(route, value)| (format!("{ROUTE_PREFIX}{route}"), value.clone())),
@@ -282,6 +308,7 @@ async fn join(
         publish::run(
             Arc::clone(&chitchat),
             verdicts.clone(),
+            table.clone(),
             written,
             shutdown.clone(),
         ),
@@ -303,6 +330,7 @@ async fn join(
             chitchat,
             me,
             verdicts,
+            table,
             settings.gossip_interval,
             metrics,
             shutdown.clone(),

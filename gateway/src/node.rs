@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::checks::{self, Checker};
+use crate::config::declared::{self, Merged};
 use crate::config::{
     self, CertificateConfig, ClusterSettings, Config, NodeSettings, Overrides, ReloadPlan,
     RouteConfig, RuntimeKind, RuntimeSettings,
@@ -30,10 +31,10 @@ use crate::config::{
 use crate::edge::{self, Certificates};
 use crate::gossip::{self, Keys, Membership};
 use crate::metrics::Metrics;
-use crate::proxy::{Proxy, RouteContext, build_table};
+use crate::proxy::{Proxy, RouteContext, Table, build_table};
 use crate::shutdown::{self, Shutdown, Tasks, Trigger};
 use crate::status::{AdminState, feed};
-use crate::targets::{Catalog, Link, docker, kube, swarm};
+use crate::targets::{Catalog, Declarations, Link, docker, kube, swarm};
 use crate::upstream::{Pools, ProxyEnv};
 use crate::verdict::board::{self, Board};
 use crate::{reload, server, status};
@@ -151,6 +152,9 @@ struct Current {
     /// The file the cluster keys in use were read from (`None`: from the
     /// environment, or no keys).
     key_file: Option<PathBuf>,
+    /// What the runtime declares: routes beside the file's, and their
+    /// certificates.
+    declared: Arc<Declarations>,
 }
 
 /// What the parts of a running node use now, each read from the part that
@@ -253,6 +257,7 @@ impl Node {
                 text,
                 refused: None,
                 key_file,
+                declared: Arc::default(),
             }),
             options,
         })
@@ -421,17 +426,44 @@ impl Node {
         config.apply(&self.options.overrides);
         let mut current = self.lock();
         let plan = config::diff(&self.running(&current), &config);
-        let old = self.proxy.table();
-        let table = build_table(&config.routes, Some(&old), &self.ctx);
         // Counted before the swap: whoever sees the new routes sees the
         // reload counted.
         self.ctx.metrics.reload(true);
-        self.proxy.swap(table);
-        // Series of removed routes go; a route rebuilt under its name keeps
-        // its counters and resets its gauges itself.
+        self.install(&config, &current.declared);
+        self.certificates.replace(config.certificates.clone());
+        self.checker.set(check_settings(&config));
+        let keys = self.reload_keys(&config);
+        if let reload::KeyReload::Read(_) = keys {
+            current.key_file = config.cluster.as_ref().and_then(|c| c.key_file.clone());
+        }
+        current.config = config;
+        drop(current);
+        self.ctx.changes.signal();
+        reload::log(&plan, &keys);
+        plan
+    }
+}
+
+impl Node {
+    /// Builds the route table from the file's routes and the runtime's
+    /// ([`declared::merge`]: the file wins) and swaps it in. Routes whose
+    /// configuration did not change keep their replica health and pooled
+    /// connections; the series of routes that went are forgotten (a route
+    /// rebuilt under its name keeps its counters and resets its gauges
+    /// itself). Returns what was merged, and the table it replaced.
+    fn install(&self, config: &Config, declared: &Declarations) -> (Merged, Arc<Table>) {
+        let merged = declared::merge(
+            &config.routes,
+            &declared.routes,
+            &config.global,
+            &self.started.runtime,
+        );
+        let old = self.proxy.table();
+        let table = build_table(&merged.routes, Some(&old), &self.ctx);
+        self.proxy.install(table, merged.refused.clone());
         for route in old.values() {
             let name = &route.config.name;
-            if plan.removed.contains(name) {
+            if !merged.routes.iter().any(|r| r.name == *name) {
                 let replicas: Vec<String> = route
                     .upstream
                     .replicas()
@@ -445,18 +477,67 @@ impl Node {
                 );
             }
         }
-        self.certificates.replace(config.certificates.clone());
-        self.checker.set(check_settings(&config));
-        let keys = self.reload_keys(&config);
-        if let reload::KeyReload::Read(_) = keys {
-            current.key_file = config.cluster.as_ref().and_then(|c| c.key_file.clone());
+        (merged, old)
+    }
+
+    /// Takes what the runtime declares now: its routes join the file's,
+    /// and its certificates are served. Nothing else is touched: other
+    /// routes keep their objects, pools and health. Logs one line per
+    /// route added, changed, removed or refused anew.
+    pub fn apply_declared(&self, declarations: Arc<Declarations>) {
+        let mut current = self.lock();
+        let before = self.proxy.refused();
+        let (merged, old) = self.install(&current.config, &declarations);
+        if current.declared.certificates != declarations.certificates {
+            self.certificates
+                .set_runtime(declarations.certificates.clone());
         }
-        current.config = config;
+        current.declared = declarations;
         drop(current);
         self.ctx.changes.signal();
-        reload::log(&plan, &keys);
-        plan
+        let declared = |routes: &mut dyn Iterator<Item = &RouteConfig>| -> Vec<RouteConfig> {
+            routes
+                .filter(|r| r.declared_by.is_some())
+                .cloned()
+                .collect()
+        };
+        let was = declared(&mut old.values().map(|r| &r.config));
+        let now = declared(&mut merged.routes.iter());
+        for route in &now {
+            match was.iter().find(|r| r.name == route.name) {
+                None => {
+                    tracing::info!(route = %route.name, by = ?route.declared_by, host = ?route.host.as_ref().map(ToString::to_string), path = %route.path_prefix, "route added from the runtime")
+                }
+                Some(old) if old != route => {
+                    tracing::info!(route = %route.name, by = ?route.declared_by, "route changed by the runtime")
+                }
+                Some(_) => {}
+            }
+        }
+        for route in was.iter().filter(|r| !now.iter().any(|n| n.name == r.name)) {
+            tracing::info!(route = %route.name, by = ?route.declared_by, "route removed by the runtime");
+        }
+        for refusal in merged.refused.iter().filter(|r| !before.contains(r)) {
+            tracing::warn!(route = %refusal.name, by = %refusal.declared_by, reason = %refusal.reason, "route from the runtime refused");
+        }
     }
+}
+
+/// Follows what the runtime declares until `shutdown`: each change is
+/// applied at once, on its own, never behind a reload of the file.
+fn spawn_declared(node: &Arc<Node>, mut shutdown: Shutdown, tasks: &mut Tasks) {
+    let node = Arc::clone(node);
+    let mut declared = node.ctx.catalog.declared();
+    tasks.spawn("runtime routes", async move {
+        loop {
+            tokio::select! {
+                changed = declared.changed() => if changed.is_err() { return },
+                () = shutdown.wait() => return,
+            }
+            let now = Arc::clone(&declared.borrow_and_update());
+            node.apply_declared(now);
+        }
+    });
 }
 
 fn check_settings(config: &Config) -> checks::Settings {
@@ -740,6 +821,7 @@ async fn join_cluster(
             wire,
             me,
             verdicts: node.board.subscribe(),
+            table: node.proxy.generation(),
             metrics: Arc::clone(&node.ctx.metrics),
         },
         shutdown.clone(),
@@ -751,6 +833,9 @@ async fn join_cluster(
 /// Starts following the configured runtime, if any.
 async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown, tasks: &mut Tasks) {
     let runtime = node.started.runtime.clone();
+    if runtime.kind != RuntimeKind::None {
+        spawn_declared(node, shutdown.clone(), tasks);
+    }
     let link = Arc::new(Link::new(
         Arc::clone(&node.ctx.catalog),
         &runtime.breaker,

@@ -34,8 +34,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use http::header::HeaderValue;
+use picket_proto::TableGeneration;
+use tokio::sync::watch;
 
 pub use crate::body::{BodyError, IncomingBody, RequestBody};
+use crate::config::declared::Refused;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::router::RouteTable;
@@ -208,13 +211,37 @@ pub fn build_table(routes: &[RouteConfig], previous: Option<&Table>, ctx: &Route
     };
     RouteTable::new(routes.iter().map(|config| {
         let route = reuse(config).unwrap_or_else(|| Arc::new(Route::new(config.clone(), ctx)));
-        (config.host.clone(), config.path_prefix.clone(), route)
+        (config.host.clone(), config.path_rule(), route)
     }))
+}
+
+/// The generation of a route table: a digest of every route it serves, as
+/// configured, in name order, and how many.
+pub fn generation(table: &Table, now_unix_ms: u64) -> TableGeneration {
+    let mut routes: Vec<&RouteConfig> = table.values().map(|r| &r.config).collect();
+    routes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut text = String::new();
+    for route in &routes {
+        crate::config::render_route(&mut text, route);
+    }
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
+    TableGeneration {
+        digest: digest.as_ref()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        routes: u32::try_from(routes.len()).unwrap_or(u32::MAX),
+        since_unix_ms: now_unix_ms,
+    }
 }
 
 /// The proxy of one node.
 pub struct Proxy {
     table: ArcSwap<Table>,
+    /// The routes the runtime declared that the table does not serve.
+    refused: ArcSwap<Vec<Refused>>,
+    /// The generation of the table, told when its digest changes.
+    generation: watch::Sender<Option<TableGeneration>>,
     metrics: Arc<Metrics>,
     /// `None` when the access log is off.
     access_log: Option<Arc<crate::access::AccessLog>>,
@@ -230,8 +257,11 @@ impl std::fmt::Debug for Proxy {
 
 impl Proxy {
     pub fn new(table: Table, metrics: Arc<Metrics>) -> Proxy {
+        let first = generation(&table, crate::clock::now_unix_ms());
         Proxy {
             table: ArcSwap::from_pointee(table),
+            refused: ArcSwap::default(),
+            generation: watch::channel(Some(first)).0,
             metrics,
             access_log: None,
         }
@@ -260,7 +290,33 @@ impl Proxy {
 
     /// Swaps the route table; requests in flight finish on the old one.
     pub fn swap(&self, table: Table) {
+        self.install(table, Vec::new());
+    }
+
+    /// Swaps the route table and what was refused beside it; requests in
+    /// flight finish on the old table. A table that routes as the last
+    /// one did keeps its generation.
+    pub fn install(&self, table: Table, refused: Vec<Refused>) {
+        let next = generation(&table, crate::clock::now_unix_ms());
         self.table.store(Arc::new(table));
+        self.refused.store(Arc::new(refused));
+        self.generation.send_if_modified(|current| {
+            if current.as_ref().map(|c| &c.digest) == Some(&next.digest) {
+                return false;
+            }
+            *current = Some(next);
+            true
+        });
+    }
+
+    /// The routes the runtime declared that the table does not serve.
+    pub fn refused(&self) -> Arc<Vec<Refused>> {
+        self.refused.load_full()
+    }
+
+    /// The generation of the table, now and as it changes.
+    pub fn generation(&self) -> watch::Receiver<Option<TableGeneration>> {
+        self.generation.subscribe()
     }
 
     /// The route of a request from `client` by its host and the path of

@@ -30,7 +30,23 @@ pub struct RouteTable<T> {
 #[derive(Debug)]
 struct Entry<T> {
     prefix: Box<str>,
+    /// The path must be the prefix itself (a Kubernetes `Exact` path).
+    exact: bool,
     value: T,
+}
+
+/// How a route matches a path: from a prefix at a segment boundary, or
+/// only the path as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathRule {
+    Prefix(String),
+    Exact(String),
+}
+
+impl From<String> for PathRule {
+    fn from(prefix: String) -> PathRule {
+        PathRule::Prefix(prefix)
+    }
 }
 
 impl<T> Default for RouteTable<T> {
@@ -45,12 +61,20 @@ impl<T> Default for RouteTable<T> {
 }
 
 impl<T> RouteTable<T> {
-    /// Builds a table from `(host, path_prefix, value)` triples.
-    pub fn new(routes: impl IntoIterator<Item = (Option<HostMatch>, String, T)>) -> Self {
+    /// Builds a table from `(host, path, value)` triples; a path is a
+    /// prefix (a `String`) or a [`PathRule`].
+    pub fn new<P: Into<PathRule>>(
+        routes: impl IntoIterator<Item = (Option<HostMatch>, P, T)>,
+    ) -> Self {
         let mut table = RouteTable::default();
-        for (host, prefix, value) in routes {
+        for (host, path, value) in routes {
+            let (prefix, exact) = match path.into() {
+                PathRule::Prefix(prefix) => (prefix, false),
+                PathRule::Exact(path) => (path, true),
+            };
             let entry = Entry {
                 prefix: prefix.into_boxed_str(),
+                exact,
                 value,
             };
             let group = match host {
@@ -70,7 +94,9 @@ impl<T> RouteTable<T> {
             group.push(entry);
             table.len += 1;
         }
-        let by_length = |a: &Entry<T>, b: &Entry<T>| b.prefix.len().cmp(&a.prefix.len());
+        // Longest first; of two as long, the exact path first.
+        let by_length =
+            |a: &Entry<T>, b: &Entry<T>| (b.prefix.len(), b.exact).cmp(&(a.prefix.len(), a.exact));
         table.any.sort_by(by_length);
         table.exact.values_mut().for_each(|g| g.sort_by(by_length));
         table
@@ -124,7 +150,13 @@ impl<T> RouteTable<T> {
 fn longest<'a, T>(group: &'a [Entry<T>], path: &str) -> Option<&'a T> {
     group
         .iter()
-        .find(|e| prefix_matches(&e.prefix, path))
+        .find(|e| {
+            if e.exact {
+                *e.prefix == *path
+            } else {
+                prefix_matches(&e.prefix, path)
+            }
+        })
         .map(|e| &e.value)
 }
 
@@ -199,6 +231,33 @@ mod tests {
         }
         assert_eq!(t.len(), 6);
         assert_eq!(t.values().count(), 6);
+    }
+
+    #[test]
+    fn an_exact_path_matches_only_itself_and_wins_a_tie() {
+        let host = || Some(HostMatch::Exact("shop.example.com".into()));
+        let t = RouteTable::new([
+            (host(), PathRule::Prefix("/".into()), "all"),
+            (host(), PathRule::Exact("/cart".into()), "cart page"),
+            (host(), PathRule::Prefix("/cart".into()), "cart api"),
+        ]);
+        let cases = [
+            ("/cart", "cart page"),
+            ("/cart/items", "cart api"),
+            ("/cart/", "cart api"),
+            ("/cartx", "all"),
+            ("/", "all"),
+        ];
+        for (path, expected) in cases {
+            assert_eq!(
+                t.find(Some("shop.example.com"), path).copied(),
+                Some(expected),
+                "{path}"
+            );
+        }
+        let only = RouteTable::new([(host(), PathRule::Exact("/cart".into()), 1)]);
+        assert_eq!(only.find(Some("shop.example.com"), "/cart/x"), None);
+        assert_eq!(only.find(Some("shop.example.com"), "/"), None);
     }
 
     #[test]

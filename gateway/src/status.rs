@@ -191,6 +191,7 @@ fn whole(state: &AdminState, method: &Method, path: &str) -> Response<Full<Bytes
         "/v1/routes" => json(&routes::routes(
             &state.node,
             &state.proxy.table(),
+            &state.proxy.refused(),
             &state.board.snapshot(),
             crate::clock::now_unix_ms(),
         )),

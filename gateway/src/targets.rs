@@ -18,6 +18,7 @@ pub mod docker;
 pub mod gate;
 pub mod image;
 pub mod kube;
+pub mod labels;
 pub mod reach;
 pub mod runtime_status;
 pub mod swarm;
@@ -26,7 +27,10 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use crate::changes::Changes;
+use crate::config::declared::Declared;
 use crate::config::{RuntimeBreakerSettings, ServicePort};
 use crate::metrics::Metrics;
 use crate::upstream::{Endpoint, Upstream};
@@ -46,6 +50,33 @@ pub trait Inventory: Send + Sync + Debug {
     fn unresolved(&self, _service: &str, _port: &ServicePort) -> Option<String> {
         None
     }
+
+    /// The routes the runtime declares (labels, Ingress rules), unchecked.
+    fn routes(&self) -> Vec<Declared> {
+        Vec::new()
+    }
+
+    /// The certificates the runtime holds for its routes (an Ingress's TLS
+    /// Secrets).
+    fn certificates(&self) -> Vec<RuntimeCertificate> {
+        Vec::new()
+    }
+}
+
+/// A certificate and its key from the runtime, in PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeCertificate {
+    /// Where it comes from: `secret shop/shop-tls`.
+    pub source: String,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+/// What a runtime declares beside its endpoints: routes and certificates.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Declarations {
+    pub routes: Vec<Declared>,
+    pub certificates: Vec<RuntimeCertificate>,
 }
 
 #[derive(Debug)]
@@ -61,6 +92,17 @@ struct CatalogState {
     attached: Vec<Attached>,
 }
 
+/// The routes and certificates of the latest inventory, told when they
+/// change: what the node builds its route table from, beside the file.
+#[derive(Debug)]
+struct Told(watch::Sender<Arc<Declarations>>);
+
+impl Default for Told {
+    fn default() -> Self {
+        Told(watch::channel(Arc::default()).0)
+    }
+}
+
 /// The runtime's latest inventory, and the service routes it feeds.
 ///
 /// One lock covers both: a route attached while an inventory is published
@@ -70,6 +112,7 @@ struct CatalogState {
 #[derive(Debug, Default)]
 pub struct Catalog {
     state: Mutex<CatalogState>,
+    declared: Told,
 }
 
 impl Catalog {
@@ -104,7 +147,26 @@ impl Catalog {
             }
             None => false,
         });
+        let declarations = Declarations {
+            routes: inventory.routes(),
+            certificates: inventory.certificates(),
+        };
         state.inventory = Some(inventory);
+        // Under the lock, so that declarations are told in the order the
+        // inventories were published.
+        self.declared.0.send_if_modified(|told| {
+            if **told == declarations {
+                return false;
+            }
+            *told = Arc::new(declarations);
+            true
+        });
+    }
+
+    /// The routes and certificates the runtime declares, now and as they
+    /// change.
+    pub fn declared(&self) -> watch::Receiver<Arc<Declarations>> {
+        self.declared.0.subscribe()
     }
 
     /// Services routes ask for, by name: what a runtime needs to watch.

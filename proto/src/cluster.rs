@@ -25,6 +25,18 @@ pub struct NodeInfo {
     pub started_unix_ms: u64,
 }
 
+/// Which route table a node serves: a digest of every route it serves (the
+/// file's and the runtime's, as configured) and how many there are. Two
+/// nodes with the same digest route alike.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TableGeneration {
+    /// The first 8 bytes of a SHA-256 over the routes, in hex.
+    pub digest: String,
+    pub routes: u32,
+    /// When this node installed the table.
+    pub since_unix_ms: u64,
+}
+
 /// How alive a node looks from the node that reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,6 +63,10 @@ pub struct Member {
     pub heard_unix_ms: u64,
     /// `None` until its node info has arrived.
     pub info: Option<NodeInfo>,
+    /// The route table it serves; `None` until it has said (or from a
+    /// node too old to say).
+    #[serde(default)]
+    pub table: Option<TableGeneration>,
     /// Its verdicts, by route name. Shared, not copied: the view of a
     /// member whose values did not change holds the very verdicts the
     /// view before it held, and this node's own are those its checks

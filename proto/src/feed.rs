@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ClusterView, Liveness, Member, NodeInfo, Verdict};
+use crate::{ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict};
 
 /// The ALPN both ends of the feed speak.
 pub const ALPN: &[u8] = b"picket-feed/1";
@@ -93,6 +93,13 @@ pub enum Frame {
     Gone { node: String },
     /// The view is whole again, as taken at `taken_unix_ms`.
     Synced { taken_unix_ms: u64 },
+    /// A member serves another route table. Last of the variants, so that
+    /// the others keep their bytes: a follower too old to know it refuses
+    /// this frame alone.
+    Table {
+        node: String,
+        table: Option<TableGeneration>,
+    },
 }
 
 /// The frames of a whole view.
@@ -104,6 +111,12 @@ pub fn snapshot(view: &ClusterView) -> Vec<Frame> {
     }];
     for member in &view.members {
         frames.push(Frame::Head(Head::of(member)));
+        if member.table.is_some() {
+            frames.push(Frame::Table {
+                node: member.name.clone(),
+                table: member.table.clone(),
+            });
+        }
         frames.extend(member.verdicts.iter().map(|verdict| Frame::Verdict {
             node: member.name.clone(),
             verdict: verdict.clone(),
@@ -131,6 +144,16 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
         let fresh = old.is_none_or(|old| old.generation != member.generation);
         if fresh || old.is_some_and(|old| !Head::of(member).same_as(old)) {
             frames.push(Frame::Head(Head::of(member)));
+        }
+        let told = match old {
+            Some(old) if !fresh => old.table.as_ref(),
+            _ => None,
+        };
+        if told != member.table.as_ref() {
+            frames.push(Frame::Table {
+                node: member.name.clone(),
+                table: member.table.clone(),
+            });
         }
         let old_verdicts: BTreeMap<&str, &Verdict> = match old {
             Some(old) if !fresh => old.verdicts.iter().map(|v| (&*v.route, v)).collect(),
@@ -164,7 +187,7 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
     let whole = 2 + to
         .members
         .iter()
-        .map(|m| 1 + m.verdicts.len())
+        .map(|m| 1 + usize::from(m.table.is_some()) + m.verdicts.len())
         .sum::<usize>();
     if frames.len() > whole {
         return snapshot(to);
@@ -192,8 +215,8 @@ pub struct Follower {
 struct Held {
     node: String,
     cluster: String,
-    /// By name: its head and its verdicts by route name.
-    members: BTreeMap<String, (Head, Arc<Vec<Verdict>>)>,
+    /// By name: its head, its route table and its verdicts by route name.
+    members: BTreeMap<String, (Head, Option<TableGeneration>, Arc<Vec<Verdict>>)>,
 }
 
 impl Follower {
@@ -221,19 +244,27 @@ impl Follower {
         match frame {
             Frame::Reset { .. } => {}
             Frame::Head(head) => match held.members.get_mut(&head.name) {
-                Some((old, verdicts)) => {
+                Some((old, table, verdicts)) => {
                     if old.generation != head.generation {
                         *verdicts = Arc::default();
+                        *table = None;
                     }
                     *old = head;
                 }
                 None => {
                     held.members
-                        .insert(head.name.clone(), (head, Arc::default()));
+                        .insert(head.name.clone(), (head, None, Arc::default()));
                 }
             },
+            Frame::Table { node, table } => {
+                let (_, held_table, _) = held
+                    .members
+                    .get_mut(&node)
+                    .ok_or(FollowError::UnknownMember(node))?;
+                *held_table = table;
+            }
             Frame::Verdict { node, verdict } => {
-                let (_, verdicts) = held
+                let (_, _, verdicts) = held
                     .members
                     .get_mut(&node)
                     .ok_or(FollowError::UnknownMember(node))?;
@@ -246,7 +277,7 @@ impl Follower {
                 }
             }
             Frame::RouteGone { node, route } => {
-                let (_, verdicts) = held
+                let (_, _, verdicts) = held
                     .members
                     .get_mut(&node)
                     .ok_or(FollowError::UnknownMember(node))?;
@@ -272,13 +303,14 @@ impl Held {
             members: self
                 .members
                 .values()
-                .map(|(head, verdicts)| Member {
+                .map(|(head, table, verdicts)| Member {
                     name: head.name.clone(),
                     gossip: head.gossip.clone(),
                     generation: head.generation,
                     liveness: head.liveness,
                     heard_unix_ms: head.heard_unix_ms,
                     info: head.info.clone(),
+                    table: table.clone(),
                     verdicts: Arc::clone(verdicts),
                 })
                 .collect(),
@@ -335,32 +367,40 @@ mod tests {
             0..3u8,
             0..5u64,
             proptest::option::of(".{0,6}"),
+            proptest::option::of(("[a-c]", 0..3u32)),
             proptest::collection::vec(verdict(), 0..5),
         )
-            .prop_map(|(name, generation, liveness, heard, admin, verdicts)| {
-                let mut verdicts: BTreeMap<String, Verdict> = verdicts
-                    .into_iter()
-                    .map(|v| (v.route.to_string(), v))
-                    .collect();
-                Member {
-                    gossip: format!("{name}:7946"),
-                    name,
-                    generation,
-                    liveness: [Liveness::Alive, Liveness::Suspect, Liveness::Dead]
-                        [usize::from(liveness)],
-                    heard_unix_ms: heard,
-                    info: admin.map(|admin| NodeInfo {
-                        name: "x".into(),
-                        version: "0.1.0".into(),
-                        admin,
-                        feed: None,
-                        feed_fingerprint: None,
-                        runtime: "none".into(),
-                        started_unix_ms: 0,
-                    }),
-                    verdicts: Arc::new(std::mem::take(&mut verdicts).into_values().collect()),
-                }
-            })
+            .prop_map(
+                |(name, generation, liveness, heard, admin, table, verdicts)| {
+                    let mut verdicts: BTreeMap<String, Verdict> = verdicts
+                        .into_iter()
+                        .map(|v| (v.route.to_string(), v))
+                        .collect();
+                    Member {
+                        gossip: format!("{name}:7946"),
+                        name,
+                        generation,
+                        liveness: [Liveness::Alive, Liveness::Suspect, Liveness::Dead]
+                            [usize::from(liveness)],
+                        heard_unix_ms: heard,
+                        info: admin.map(|admin| NodeInfo {
+                            name: "x".into(),
+                            version: "0.1.0".into(),
+                            admin,
+                            feed: None,
+                            feed_fingerprint: None,
+                            runtime: "none".into(),
+                            started_unix_ms: 0,
+                        }),
+                        table: table.map(|(digest, routes)| TableGeneration {
+                            digest,
+                            routes,
+                            since_unix_ms: 0,
+                        }),
+                        verdicts: Arc::new(std::mem::take(&mut verdicts).into_values().collect()),
+                    }
+                },
+            )
     }
 
     /// A view as a node builds it: members unique by name, sorted.
@@ -447,6 +487,7 @@ mod tests {
             liveness: Liveness::Alive,
             heard_unix_ms: 1,
             info: None,
+            table: None,
             verdicts: Arc::new(verdicts),
         };
         let before = ClusterView {

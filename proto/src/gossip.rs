@@ -2,8 +2,9 @@
 //! of a [`codec`](crate::codec) message, bounded in size on both ends.
 //!
 //! A node's keys: [`NODE_KEY`] holds its [`NodeInfo`](crate::NodeInfo),
-//! and `route/NAME` ([`ROUTE_PREFIX`]) its verdict on route `NAME` (the
-//! value leaves the name to the key).
+//! [`TABLE_KEY`] the generation of its route table, and `route/NAME`
+//! ([`ROUTE_PREFIX`]) its verdict on route `NAME` (the value leaves the
+//! name to the key).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
@@ -16,6 +17,10 @@ use crate::{ImageCount, Verdict};
 
 /// The key of a node's description.
 pub const NODE_KEY: &str = "node";
+/// The key of the generation of a node's route table
+/// ([`TableGeneration`](crate::TableGeneration)). Nodes that do not know
+/// it ignore it.
+pub const TABLE_KEY: &str = "table";
 /// The prefix of the keys of a node's verdicts.
 pub const ROUTE_PREFIX: &str = "route/";
 

@@ -19,5 +19,5 @@ pub mod gossip;
 mod verdict;
 
 pub use backoff::Backoff;
-pub use cluster::{ClusterView, Liveness, Member, NodeInfo};
+pub use cluster::{ClusterView, Liveness, Member, NodeInfo, TableGeneration};
 pub use verdict::{BreakerState, Heart, ImageCount, NodeView, Verdict};

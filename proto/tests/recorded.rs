@@ -20,7 +20,7 @@ use std::sync::Arc;
 use picket_proto::codec::{self, VERSION};
 use picket_proto::feed::{Ask, Frame, Head};
 use picket_proto::gossip::{decode_value, encode_value};
-use picket_proto::{BreakerState, Heart, ImageCount, Liveness, NodeInfo, Verdict};
+use picket_proto::{BreakerState, Heart, ImageCount, Liveness, NodeInfo, TableGeneration, Verdict};
 
 fn info() -> NodeInfo {
     NodeInfo {
@@ -80,6 +80,16 @@ fn frames() -> Vec<Frame> {
         },
         Frame::Synced {
             taken_unix_ms: 1_796_000_003_000,
+        },
+        // Added after codec 1 was first recorded, as the last variant: the
+        // frames above kept their bytes.
+        Frame::Table {
+            node: "edge-2".into(),
+            table: Some(TableGeneration {
+                digest: "4c0f12ab9d2e7731".into(),
+                routes: 12,
+                since_unix_ms: 1_796_000_002_500,
+            }),
         },
     ]
 }

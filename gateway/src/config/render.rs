@@ -289,8 +289,16 @@ fn in_global<T: Clone>(setting: &Setting<T>) -> Setting<T> {
     Setting::new(setting.value.clone(), from)
 }
 
-fn render_route(out: &mut String, route: &RouteConfig) {
+/// One route as the file would say it (a route the runtime declared says
+/// what declared it, and an exact path, in comments).
+pub fn render_route(out: &mut String, route: &RouteConfig) {
     out.push_str("[[route]]\n");
+    if let Some(by) = &route.declared_by {
+        out.push_str(&format!("# declared by {by}\n"));
+    }
+    if route.exact_path {
+        out.push_str("# the path below matches exactly, not as a prefix\n");
+    }
     line(out, "name", &quoted(&route.name), Origin::File);
     if let Some(host) = &route.host {
         line(out, "host", &quoted(host), Origin::File);

@@ -346,3 +346,32 @@ mod testing {
     /// A route, after `before`, that every section's file can end with.
     pub const ROUTE: &str = "[[route]]\nname = \"api\"\nreplicas = [\"127.0.0.1:9000\"]\n";
 }
+
+/// One `[route]` table of `text` (a route a runtime declared, written out
+/// as a file's route would be), checked as a file's `[[route]]` is, with
+/// `[global]` and `[runtime]` as the node runs them.
+pub(super) fn declared(
+    text: &str,
+    global: &GlobalSettings,
+    runtime: &RuntimeSettings,
+) -> Result<RouteConfig, Vec<Problem>> {
+    #[derive(serde::Deserialize)]
+    struct One {
+        route: Spanned<RawRoute>,
+    }
+    let positions = Positions::new(text);
+    let one: One = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        vec![positions.problem(span, e.message().trim())]
+    })?;
+    let mut v = Validator {
+        positions,
+        problems: Vec::new(),
+    };
+    // A runtime's route reads no file: its directory is never used.
+    let route = v.route(&one.route, global, runtime, Path::new(""), 0);
+    match route {
+        Some(route) if v.problems.is_empty() => Ok(route),
+        _ => Err(v.problems),
+    }
+}

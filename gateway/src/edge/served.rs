@@ -26,12 +26,17 @@ use tokio::sync::Notify;
 use crate::certificate::Version;
 use crate::config::CertificateConfig;
 use crate::metrics::Metrics;
+use crate::targets::RuntimeCertificate;
 
 /// A snapshot of the certificates served, with the index handshakes use.
 #[derive(Debug, Default)]
 pub struct Served {
     /// In the file's order; the first is the default.
     pub entries: Vec<CertificateConfig>,
+    /// From the runtime (an Ingress's TLS Secrets), after the file's: a
+    /// name the file serves keeps the file's certificate. Their `cert` and
+    /// `key` name the Secret, not files; rotation never reads them.
+    pub runtime: Vec<CertificateConfig>,
     exact: HashMap<String, usize>,
     /// By the parent of the wildcard: `example.com` for `*.example.com`.
     wildcard: HashMap<String, usize>,
@@ -39,8 +44,16 @@ pub struct Served {
 
 impl Served {
     pub fn new(entries: Vec<CertificateConfig>) -> Served {
+        Served::with_runtime(entries, Vec::new())
+    }
+
+    /// The file's certificates, then the runtime's.
+    pub fn with_runtime(
+        entries: Vec<CertificateConfig>,
+        runtime: Vec<CertificateConfig>,
+    ) -> Served {
         let (mut exact, mut wildcard) = (HashMap::new(), HashMap::new());
-        for (i, entry) in entries.iter().enumerate() {
+        for (i, entry) in entries.iter().chain(&runtime).enumerate() {
             for name in &entry.current.names {
                 let (index, key) = match name.strip_prefix("*.") {
                     Some(parent) => (&mut wildcard, parent),
@@ -51,15 +64,23 @@ impl Served {
         }
         Served {
             entries,
+            runtime,
             exact,
             wildcard,
         }
     }
 
+    /// The certificate at index `i` of [`Served::pick`].
+    pub fn get(&self, i: usize) -> Option<&CertificateConfig> {
+        self.entries
+            .get(i)
+            .or_else(|| self.runtime.get(i - self.entries.len()))
+    }
+
     /// The index of the certificate for a handshake that named
     /// `server_name`; `None` when there is no certificate at all.
     pub fn pick(&self, server_name: Option<&str>) -> Option<usize> {
-        if self.entries.is_empty() {
+        if self.entries.is_empty() && self.runtime.is_empty() {
             return None;
         }
         let named = server_name.and_then(|name| {
@@ -152,10 +173,53 @@ impl Certificates {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Serves the runtime's certificates (an Ingress's TLS Secrets) from
+    /// the next handshake on, beside the file's. One that fails its check
+    /// is refused, with a log line, and the others serve.
+    pub fn set_runtime(&self, certificates: Vec<RuntimeCertificate>) {
+        let mut writer = self.lock();
+        let now = crate::clock::now_unix();
+        let mut runtime = Vec::with_capacity(certificates.len());
+        for certificate in certificates {
+            match crate::certificate::check(&certificate.cert_pem, &certificate.key_pem, None, now)
+            {
+                Ok(current) => {
+                    let at = PathBuf::from(&certificate.source);
+                    runtime.push(CertificateConfig {
+                        cert: at.clone(),
+                        key: at,
+                        hosts: None,
+                        current: Arc::new(current),
+                    });
+                }
+                Err(error) => {
+                    if writer.refusals.first(
+                        Path::new(&certificate.source),
+                        Refused::Unreadable(error.to_string()),
+                    ) {
+                        tracing::warn!(certificate = %certificate.source, %error, "certificate from the runtime refused");
+                    }
+                }
+            }
+        }
+        let entries = self.served.load().entries.clone();
+        self.store_all(&mut writer, entries, runtime);
+    }
+
     /// Swaps in a new snapshot and publishes its expiry metrics.
     pub(super) fn store(&self, writer: &mut Writer, entries: Vec<CertificateConfig>) {
-        let names: Vec<String> = entries.iter().map(label).collect();
-        for (name, entry) in names.iter().zip(&entries) {
+        let runtime = self.served.load().runtime.clone();
+        self.store_all(writer, entries, runtime);
+    }
+
+    fn store_all(
+        &self,
+        writer: &mut Writer,
+        entries: Vec<CertificateConfig>,
+        runtime: Vec<CertificateConfig>,
+    ) {
+        let names: Vec<String> = entries.iter().chain(&runtime).map(label).collect();
+        for (name, entry) in names.iter().zip(entries.iter().chain(&runtime)) {
             self.metrics
                 .certificate_expiry(name, entry.current.not_after);
         }
@@ -163,7 +227,8 @@ impl Certificates {
             self.metrics.forget_certificate(gone);
         }
         writer.published = names;
-        self.served.store(Arc::new(Served::new(entries)));
+        self.served
+            .store(Arc::new(Served::with_runtime(entries, runtime)));
     }
 }
 
@@ -182,7 +247,7 @@ impl ResolvesServerCert for Certificates {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let served = self.served.load();
         let i = served.pick(hello.server_name())?;
-        Some(Arc::clone(&served.entries[i].current.key))
+        Some(Arc::clone(&served.get(i)?.current.key))
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chitchat::{ChitchatId, DeletionStatus};
-use picket_proto::{ClusterView, Liveness, Member, Verdict};
+use picket_proto::{ClusterView, Liveness, Member, TableGeneration, Verdict};
 use tokio::sync::watch;
 
 use super::view::{Assembler, Gossiped};
@@ -21,6 +21,7 @@ pub(super) fn self_member(
     generation: u64,
     gossip: Option<SocketAddr>,
     verdicts: &Arc<Vec<Verdict>>,
+    table: Option<TableGeneration>,
 ) -> Member {
     Member {
         name: me.info.name.clone(),
@@ -29,6 +30,7 @@ pub(super) fn self_member(
         liveness: Liveness::Alive,
         heard_unix_ms: now_unix_ms(),
         info: Some(me.info.clone()),
+        table,
         verdicts: Arc::clone(verdicts),
     }
 }
@@ -39,6 +41,7 @@ pub(super) async fn run(
     chitchat: Chitchat,
     me: Me,
     mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    mut table: watch::Receiver<Option<TableGeneration>>,
     interval: Duration,
     metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
@@ -54,6 +57,7 @@ pub(super) async fn run(
         tokio::select! {
             _ = live_watch.changed() => {}
             _ = verdicts.changed() => {}
+            _ = table.changed() => {}
             _ = ticks.tick() => {}
             () = shutdown.wait() => return,
         }
@@ -90,7 +94,8 @@ pub(super) async fn run(
                 .collect::<Vec<_>>()
         };
         let own = verdicts.borrow_and_update().clone();
-        let me_now = self_member(&me, generation, membership.advertise, &own);
+        let own_table = table.borrow_and_update().clone();
+        let me_now = self_member(&me, generation, membership.advertise, &own, own_table);
         let (view, refused) =
             assembler.assemble(&me_now, &cluster, gossiped, now_unix_ms(), interval);
         for _ in 0..refused {
@@ -124,19 +129,22 @@ pub(super) async fn alone(
     membership: Arc<Membership>,
     me: Me,
     mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    mut table: watch::Receiver<Option<TableGeneration>>,
     mut shutdown: Shutdown,
 ) {
     let generation = me.info.started_unix_ms;
     loop {
         let own = verdicts.borrow_and_update().clone();
+        let own_table = table.borrow_and_update().clone();
         membership.publish(ClusterView {
             node: me.info.name.clone(),
             cluster: String::new(),
             taken_unix_ms: now_unix_ms(),
-            members: vec![self_member(&me, generation, None, &own)],
+            members: vec![self_member(&me, generation, None, &own, own_table)],
         });
         tokio::select! {
             changed = verdicts.changed() => if changed.is_err() { return },
+            changed = table.changed() => if changed.is_err() { return },
             () = shutdown.wait() => return,
         }
     }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use picket_proto::Verdict;
-use picket_proto::gossip::{self, ROUTE_PREFIX};
+use picket_proto::gossip::{self, ROUTE_PREFIX, TABLE_KEY};
+use picket_proto::{TableGeneration, Verdict};
 use tokio::sync::watch;
 
 use super::Chitchat;
@@ -66,16 +66,26 @@ pub(super) fn encoded<T: serde::Serialize>(value: &T) -> Option<String> {
     }
 }
 
-/// Writes this node's verdicts when they change, until `shutdown`.
+/// Writes this node's verdicts and the generation of its route table when
+/// they change, until `shutdown`.
 pub(super) async fn run(
     chitchat: Chitchat,
     mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    mut table: watch::Receiver<Option<TableGeneration>>,
     mut written: Written,
     mut shutdown: Shutdown,
 ) {
     loop {
         tokio::select! {
             changed = verdicts.changed() => if changed.is_err() { return },
+            changed = table.changed() => {
+                if changed.is_err() { return }
+                let value = table.borrow_and_update().as_ref().and_then(encoded);
+                if let Some(value) = value {
+                    chitchat.lock().await.self_node_state().set(TABLE_KEY, value);
+                }
+                continue;
+            }
             () = shutdown.wait() => return,
         }
         let now = values(&verdicts.borrow_and_update());

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use picket_proto::gossip::{self, NODE_KEY, ROUTE_PREFIX};
-use picket_proto::{ClusterView, Heart, Liveness, Member, NodeInfo, Verdict};
+use picket_proto::gossip::{self, NODE_KEY, ROUTE_PREFIX, TABLE_KEY};
+use picket_proto::{ClusterView, Heart, Liveness, Member, NodeInfo, TableGeneration, Verdict};
 
 use super::intern::Interner;
 
@@ -62,6 +62,8 @@ struct Known {
     heard_ms: u64,
     max_version: u64,
     info: Option<NodeInfo>,
+    /// The generation of its route table, once it has said.
+    table: Option<TableGeneration>,
     /// Its verdicts, by route name, shared with every view that shows
     /// them: replaced when its values change, never copied per view.
     verdicts: Arc<Vec<Verdict>>,
@@ -138,6 +140,7 @@ impl Assembler {
                 ),
                 heard_unix_ms: known.heard_ms,
                 info: known.info.clone(),
+                table: known.table.clone(),
                 verdicts: Arc::clone(&known.verdicts),
             });
         }
@@ -162,6 +165,11 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>, interner: &mut 
         if key == NODE_KEY {
             match gossip::decode_value::<NodeInfo>(&value) {
                 Ok(info) => known.info = Some(info),
+                Err(_) => refused += 1,
+            }
+        } else if key == TABLE_KEY {
+            match gossip::decode_value::<TableGeneration>(&value) {
+                Ok(table) => known.table = Some(table),
                 Err(_) => refused += 1,
             }
         } else if let Some(route) = key.strip_prefix(ROUTE_PREFIX) {
@@ -199,6 +207,68 @@ fn current(mut members: Vec<Member>) -> Vec<Member> {
     members.sort_by(|a, b| a.name.cmp(&b.name).then(b.generation.cmp(&a.generation)));
     members.dedup_by(|later, first| later.name == first.name);
     members
+}
+
+/// The route tables the cluster serves, and which nodes serve each.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Tables {
+    /// Nodes that are alive or suspect serve different tables.
+    pub disagreement: bool,
+    /// Each table served, the one most nodes serve first.
+    pub tables: Vec<TableServed>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TableServed {
+    pub digest: String,
+    pub routes: u32,
+    /// The nodes serving it, by name.
+    pub nodes: Vec<String>,
+    /// Not the table most nodes serve: these nodes are behind (or ahead).
+    pub differs: bool,
+}
+
+/// Which nodes serve which route table. The table most live nodes serve
+/// is the cluster's; of two served by as many, the one installed last
+/// (a change on its way through the cluster). Dead nodes and nodes that
+/// have not said are left out.
+pub fn tables(view: &ClusterView) -> Tables {
+    let mut served: Vec<(TableServed, u64)> = Vec::new();
+    for member in &view.members {
+        let Some(table) = member
+            .table
+            .as_ref()
+            .filter(|_| member.liveness != Liveness::Dead)
+        else {
+            continue;
+        };
+        match served.iter_mut().find(|(s, _)| s.digest == table.digest) {
+            Some((s, since)) => {
+                s.nodes.push(member.name.clone());
+                *since = (*since).max(table.since_unix_ms);
+            }
+            None => served.push((
+                TableServed {
+                    digest: table.digest.clone(),
+                    routes: table.routes,
+                    nodes: vec![member.name.clone()],
+                    differs: false,
+                },
+                table.since_unix_ms,
+            )),
+        }
+    }
+    served.sort_by(|(a, a_since), (b, b_since)| {
+        (b.nodes.len(), b_since, &a.digest).cmp(&(a.nodes.len(), a_since, &b.digest))
+    });
+    let mut tables: Vec<TableServed> = served.into_iter().map(|(s, _)| s).collect();
+    for table in tables.iter_mut().skip(1) {
+        table.differs = true;
+    }
+    Tables {
+        disagreement: tables.len() > 1,
+        tables,
+    }
 }
 
 /// One route on every node that has it.
@@ -279,6 +349,7 @@ mod tests {
             liveness: Liveness::Alive,
             heard_unix_ms: NOW,
             info: None,
+            table: None,
             verdicts: Arc::new(vec![verdict("api", Heart::Green)]),
         }
     }

@@ -2,13 +2,13 @@
 //! cluster as this node knows it, from the view gossip keeps current.
 //! Ages are counted at the moment of the answer.
 
-use picket_proto::{ClusterView, Liveness, Member, NodeInfo, Verdict};
+use picket_proto::{ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict};
 use serde::Serialize;
 
 use super::filter::Filter;
 use crate::edge::Served;
 use crate::gossip::Membership;
-use crate::gossip::view::{RouteAcross, route_across};
+use crate::gossip::view::{RouteAcross, Tables, route_across, tables};
 
 #[derive(Debug, Serialize)]
 pub struct NodeAnswer {
@@ -65,6 +65,10 @@ pub struct MemberAnswer<'a> {
     /// Since this node last heard from it, in milliseconds.
     pub age_ms: u64,
     pub info: Option<&'a NodeInfo>,
+    /// The route table it serves; `null` until it has said.
+    pub table: Option<&'a TableGeneration>,
+    /// It serves another table than most nodes do.
+    pub table_differs: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,6 +93,9 @@ pub struct ClusterAnswer<'a> {
     pub members: Option<Vec<MemberAnswer<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<Vec<MemberAnswer<'a>>>,
+    /// Which nodes serve which route table; `disagreement` when they
+    /// differ.
+    pub route_tables: Tables,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,8 +133,15 @@ fn member<'a>(
     now_ms: u64,
     with_verdicts: bool,
     filter: &Filter,
+    tables: &Tables,
 ) -> MemberAnswer<'a> {
+    let table_differs = tables
+        .tables
+        .iter()
+        .any(|t| t.differs && t.nodes.contains(&m.name));
     MemberAnswer {
+        table: m.table.as_ref(),
+        table_differs,
         name: &m.name,
         gossip: &m.gossip,
         generation: m.generation,
@@ -161,6 +175,7 @@ pub fn node(
     let certificates = served
         .entries
         .iter()
+        .chain(&served.runtime)
         .map(|entry| {
             let current = &entry.current;
             CertificateAnswer {
@@ -198,11 +213,12 @@ pub fn cluster<'a>(
     now_ms: u64,
     filter: &Filter,
 ) -> ClusterAnswer<'a> {
+    let route_tables = tables(view);
     let members: Vec<MemberAnswer<'a>> = view
         .members
         .iter()
         .filter(|m| filter.keeps_member(m))
-        .map(|m| member(view, m, now_ms, with_verdicts, filter))
+        .map(|m| member(view, m, now_ms, with_verdicts, filter, &route_tables))
         .collect();
     let (members, nodes) = if with_verdicts {
         (Some(members), None)
@@ -215,6 +231,7 @@ pub fn cluster<'a>(
         taken_unix_ms: view.taken_unix_ms,
         members,
         nodes,
+        route_tables,
     }
 }
 

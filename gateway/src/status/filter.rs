@@ -103,6 +103,7 @@ pub(super) mod tests {
             liveness: Liveness::Alive,
             heard_unix_ms: 0,
             info: None,
+            table: None,
             verdicts: std::sync::Arc::new(verdicts),
         }
     }

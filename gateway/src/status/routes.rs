@@ -6,6 +6,7 @@ use picket_proto::Verdict;
 use serde::Serialize;
 
 use crate::config::UpstreamConfig;
+use crate::config::declared::Refused;
 use crate::proxy::{Route, Table};
 use crate::upstream::health::Health;
 
@@ -29,6 +30,13 @@ pub struct RouteView {
     pub breaker: BreakerView,
     /// This node's limits of the route, and what they refused.
     pub limits: LimitsView,
+    /// What in the runtime declared it (`service shop_web`, `ingress
+    /// shop/web`); absent for a route of the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub declared_by: Option<String>,
+    /// Why the node refused it: it serves nothing (its verdict is red).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// This node's verdict on the route, as last judged.
     pub verdict: Option<Verdict>,
     /// The route's runtime has gone silent: the verdict is its last pass,
@@ -206,17 +214,63 @@ fn route(route: &Route, verdicts: &[Verdict], now_unix_ms: u64) -> RouteView {
                 clients: rate.clients(),
             }),
         },
+        declared_by: config.declared_by.clone(),
+        refused: None,
         verdict: verdict.cloned(),
         stale: stale_reason.is_some(),
         stale_reason,
     }
 }
 
-/// Every route of `table`, by name, at `now_unix_ms`.
-pub fn routes(node: &str, table: &Table, verdicts: &[Verdict], now_unix_ms: u64) -> RoutesView {
+/// A route the runtime declared and the node refused.
+fn refused(refusal: &Refused, verdicts: &[Verdict]) -> RouteView {
+    RouteView {
+        name: refusal.shown_as.clone(),
+        host: refusal.host.clone(),
+        path_prefix: refusal.path.clone(),
+        upstream: String::new(),
+        connect_timeout_ms: 0,
+        first_answer_timeout_ms: 0,
+        tries: 0,
+        replicas: Vec::new(),
+        breaker: BreakerView {
+            enabled: false,
+            state: "disabled".into(),
+            consecutive_failures: 0,
+            failures_to_open: 0,
+            cooldown_ms: 0,
+            time_left_ms: 0,
+            last_transition: None,
+        },
+        limits: LimitsView {
+            max_body: None,
+            too_large: 0,
+            rate: None,
+        },
+        declared_by: Some(refusal.declared_by.clone()),
+        refused: Some(refusal.reason.clone()),
+        verdict: verdicts
+            .iter()
+            .find(|v| *v.route == *refusal.shown_as)
+            .cloned(),
+        stale: false,
+        stale_reason: None,
+    }
+}
+
+/// Every route of `table`, and every declared route refused beside it,
+/// by name, at `now_unix_ms`.
+pub fn routes(
+    node: &str,
+    table: &Table,
+    refusals: &[Refused],
+    verdicts: &[Verdict],
+    now_unix_ms: u64,
+) -> RoutesView {
     let mut routes: Vec<RouteView> = table
         .values()
         .map(|r| route(r, verdicts, now_unix_ms))
+        .chain(refusals.iter().map(|r| refused(r, verdicts)))
         .collect();
     routes.sort_by(|a, b| a.name.cmp(&b.name));
     RoutesView {

@@ -51,8 +51,9 @@ use picket_proto::Backoff;
 
 use super::gate::{Gate, Refused};
 use super::image::label as image_label;
-use super::{Catalog, Inventory, Link};
+use super::{Catalog, Inventory, Link, labels};
 use crate::config::ServicePort;
+use crate::config::declared::Declared;
 use crate::shutdown::Shutdown;
 use crate::upstream::{Endpoint, Target};
 
@@ -82,6 +83,11 @@ pub struct ContainerFacts {
     /// engine, not the registry's digest, but it too differs between two
     /// builds pushed under one tag.
     pub image: Option<String>,
+    /// When it was created, as the engine says it (RFC 3339, UTC): the
+    /// newest container of a service declares its routes.
+    pub created: String,
+    /// Its `picket.*` labels: the routes it declares ([`labels`]).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl ContainerFacts {
@@ -154,6 +160,12 @@ pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Optio
         paused,
         healthy,
         image,
+        created: inspect.created.clone().unwrap_or_default(),
+        labels: labels
+            .iter()
+            .filter(|(key, _)| labels::ours(key))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     })
 }
 
@@ -196,6 +208,25 @@ impl Inventory for DockerInventory {
             }];
         }
         endpoints
+    }
+
+    /// Each service's routes, as its newest container's labels declare
+    /// them (a running one before a stopped one).
+    fn routes(&self) -> Vec<Declared> {
+        let mut newest: BTreeMap<&str, &ContainerFacts> = BTreeMap::new();
+        for container in self.containers.values() {
+            let key = |c: &ContainerFacts| (c.running, c.created.clone(), c.name.clone());
+            match newest.get(container.service.as_str()) {
+                Some(held) if key(held) >= key(container) => {}
+                _ => {
+                    newest.insert(&container.service, container);
+                }
+            }
+        }
+        newest
+            .into_iter()
+            .flat_map(|(service, container)| labels::routes(service, &container.labels))
+            .collect()
     }
 }
 
@@ -713,6 +744,8 @@ mod tests {
             paused: false,
             healthy: None,
             image: None,
+            created: String::new(),
+            labels: BTreeMap::new(),
         }
     }
 
@@ -964,6 +997,66 @@ mod tests {
         assert_eq!(facts(&unnamed, None).unwrap().image, None);
     }
 
+    /// While a service rolls to new labels, its newest container speaks
+    /// for it; a stopped container only when none runs.
+    #[test]
+    fn the_newest_container_of_a_service_declares_its_routes() {
+        let container = |created: &str, running: bool, host: &str| {
+            let mut facts = container_of("shop_web", format!("shop_web.{created}"));
+            facts.running = running;
+            facts.created = format!("2026-12-04T10:00:0{created}.000000000Z");
+            facts.labels = [
+                ("picket.enable", "true"),
+                ("picket.route.shop.host", host),
+                ("picket.route.shop.port", "80"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            facts
+        };
+        let hosts = |containers: Vec<ContainerFacts>| -> Vec<String> {
+            let inventory = DockerInventory {
+                containers: containers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| (i.to_string(), c))
+                    .collect(),
+                forbidden: false,
+            };
+            inventory
+                .routes()
+                .iter()
+                .flat_map(|d| d.fields.iter().filter(|(k, _)| k == "host"))
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        assert_eq!(
+            hosts(vec![
+                container("1", true, "old.example"),
+                container("2", true, "new.example")
+            ]),
+            ["new.example"]
+        );
+        assert_eq!(
+            hosts(vec![
+                container("2", true, "new.example"),
+                container("1", true, "old.example")
+            ]),
+            ["new.example"],
+            "whatever the order of their ids"
+        );
+        assert_eq!(
+            hosts(vec![
+                container("1", true, "old.example"),
+                container("2", false, "new.example")
+            ]),
+            ["old.example"],
+            "a running container before a stopped one"
+        );
+        assert!(hosts(vec![]).is_empty());
+    }
+
     #[test]
     fn inventories_give_endpoints() {
         let mut inventory = DockerInventory::default();
@@ -982,6 +1075,8 @@ mod tests {
                     paused: false,
                     healthy: None,
                     image: (id != "2").then(|| "api:1@sha256:4c0f12ab9d2e".into()),
+                    created: String::new(),
+                    labels: BTreeMap::new(),
                 },
             );
         }

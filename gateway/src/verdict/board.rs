@@ -137,6 +137,21 @@ impl Board {
             changed |= verdicts.update(&route.config.name, judgement, route_stale, now);
             names.push(route.config.name.as_str());
         }
+        // A route the runtime declared but the node refused serves
+        // nothing: red, with why.
+        let refused = proxy.refused();
+        for refusal in refused.iter() {
+            let judgement = super::Judgement {
+                heart: picket_proto::Heart::Red,
+                reason: format!("refused ({}): {}", refusal.declared_by, refusal.reason),
+                ready: 0,
+                total: 0,
+                images: Vec::new(),
+                circuit: picket_proto::BreakerState::Disabled,
+            };
+            changed |= verdicts.update(&refusal.shown_as, judgement, None, now);
+            names.push(refusal.shown_as.as_str());
+        }
         changed |= verdicts.retain(&names);
         if changed {
             let all = Arc::new(verdicts.all());

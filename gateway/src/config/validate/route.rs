@@ -96,6 +96,8 @@ impl Validator<'_> {
             name,
             host,
             path_prefix,
+            exact_path: false,
+            declared_by: None,
             upstream: upstream?,
             connect_timeout: connect_timeout?,
             first_answer_timeout: first_answer_timeout?,
