@@ -171,6 +171,28 @@ impl FakeDocker {
         self.event(id, action);
     }
 
+    /// Runs a container of compose service `service` with more `labels`,
+    /// created at `created` (RFC 3339): what routes from labels read. Run
+    /// again with other labels, it is the container recreated with them.
+    pub fn run_labelled(&self, id: &str, service: &str, labels: &[(&str, &str)], created: &str) {
+        let mut all = serde_json::Map::new();
+        all.insert("com.docker.compose.service".into(), Value::from(service));
+        for (key, value) in labels {
+            all.insert((*key).into(), Value::from(*value));
+        }
+        let inspect = json!({
+            "Id": id,
+            "Name": format!("/{id}"),
+            "Created": created,
+            "Image": "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22",
+            "State": { "Running": true, "Paused": false },
+            "Config": { "Image": format!("{service}:1"), "Labels": all },
+            "NetworkSettings": { "Networks": { "net": { "IPAddress": "127.0.0.1" } } }
+        });
+        self.lock().containers.insert(id.to_string(), inspect);
+        self.event(id, "start");
+    }
+
     /// Removes a container; the stream says `destroy`.
     pub fn remove(&self, id: &str) {
         self.lock().containers.remove(id);

@@ -49,6 +49,7 @@ mod reload_fields;
 mod restart;
 mod runtime_breaker;
 mod runtime_reach;
+mod runtime_routes;
 mod smuggling;
 mod socket_proxy;
 mod status_api;

@@ -75,6 +75,7 @@ pub struct Upstream {
     pub addr: SocketAddr,
     pub name: String,
     hits: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -91,16 +92,19 @@ impl Upstream {
     pub fn on(listener: TcpListener, name: &str, behaviour: Behaviour) -> Upstream {
         let addr = listener.local_addr().expect("local address");
         let hits = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn(serve(
             listener,
             name.to_string(),
             behaviour,
             Arc::clone(&hits),
+            Arc::clone(&accepted),
         ));
         Upstream {
             addr,
             name: name.to_string(),
             hits,
+            accepted,
             task,
         }
     }
@@ -108,6 +112,11 @@ impl Upstream {
     /// Requests (or WebSocket handshakes) that reached this upstream.
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Stops accepting; the port then refuses connections.
@@ -123,12 +132,19 @@ impl Drop for Upstream {
     }
 }
 
-async fn serve(listener: TcpListener, name: String, behaviour: Behaviour, hits: Arc<AtomicUsize>) {
+async fn serve(
+    listener: TcpListener,
+    name: String,
+    behaviour: Behaviour,
+    hits: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        accepted.fetch_add(1, Ordering::SeqCst);
         let (name, behaviour, hits) = (name.clone(), behaviour.clone(), Arc::clone(&hits));
         connections.spawn(async move {
             if let Behaviour::WebSocket = behaviour {
