@@ -58,6 +58,13 @@ struct ResultLabels {
     result: String,
 }
 
+/// Where a route of the table comes from, and whether it serves.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    source: &'static str,
+    state: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabels {
     direction: String,
@@ -214,6 +221,7 @@ pub struct Metrics {
     in_rotation: Family<RouteLabels, Gauge>,
     retries: Family<RetryLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
+    table: Family<TableLabels, Gauge>,
     unrouted: Counter,
     breaker_transitions: Family<StateLabels, Counter>,
     breaker_refused: Family<RouteLabels, Counter>,
@@ -405,6 +413,12 @@ impl Metrics {
             "config_reloads",
             "Configuration reloads, by result (applied or refused)",
             reloads.clone(),
+        );
+        let table = Family::<TableLabels, Gauge>::default();
+        registry.register(
+            "routes",
+            "Routes of this node's table, by source (file or runtime) and state (served, or refused: declared by the runtime and not served)",
+            table.clone(),
         );
         let unrouted = Counter::default();
         registry.register(
@@ -666,6 +680,7 @@ impl Metrics {
             in_rotation,
             retries,
             reloads,
+            table,
             unrouted,
             breaker_transitions,
             breaker_refused,
@@ -932,6 +947,20 @@ impl Metrics {
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// The routes of the table just installed: from the file, from the
+    /// runtime, and the runtime's refused.
+    pub fn table(&self, file: usize, runtime: usize, refused: usize) {
+        for (source, state, n) in [
+            ("file", "served", file),
+            ("runtime", "served", runtime),
+            ("runtime", "refused", refused),
+        ] {
+            self.table
+                .get_or_create(&TableLabels { source, state })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
 
     pub fn unrouted(&self) {

@@ -215,6 +215,7 @@ impl Node {
         };
         let checker = Arc::new(Checker::new(check_settings(&config)));
         let table = build_table(&config.routes, None, &ctx);
+        metrics.table(config.routes.len(), 0, 0);
         let text = options
             .config_path
             .as_ref()
@@ -461,6 +462,14 @@ impl Node {
         let old = self.proxy.table();
         let table = build_table(&merged.routes, Some(&old), &self.ctx);
         self.proxy.install(table, merged.refused.clone());
+        let runtime = merged
+            .routes
+            .iter()
+            .filter(|r| r.declared_by.is_some())
+            .count();
+        self.ctx
+            .metrics
+            .table(merged.routes.len() - runtime, runtime, merged.refused.len());
         for route in old.values() {
             let name = &route.config.name;
             if !merged.routes.iter().any(|r| r.name == *name) {

@@ -37,12 +37,17 @@ const SOON: Duration = Duration::from_secs(90);
 
 /// One HTTP/1.1 exchange; the status and body.
 fn http(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
+    http_to(addr, "test", method, path)
+}
+
+/// [`http`] with `Host: host`.
+fn http_to(addr: SocketAddr, host: &str, method: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut answer = String::new();
@@ -97,6 +102,16 @@ impl Drop for Deployed {
         for secret in &self.secrets {
             let _ = docker(&["secret", "rm", secret]);
         }
+    }
+}
+
+/// A service of the test's own, removed when the test ends (before the
+/// stack, whose network it is attached to).
+struct Removed(String);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = docker(&["service", "rm", &self.0]);
     }
 }
 
@@ -224,6 +239,75 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         })
     });
     eprintln!("{green:#}");
+
+    // A service that declares its own route in labels, on the stack's
+    // network: served through the published port, changed by a label
+    // update, gone with the service.
+    let blog = Removed(format!("{stack_name}-blog"));
+    docker(&[
+        "service",
+        "create",
+        "--detach=false",
+        "--name",
+        &blog.0,
+        "--network",
+        &format!("{stack_name}_upstreams"),
+        "--no-healthcheck",
+        "--container-label",
+        "picket.enable=true",
+        "--container-label",
+        "picket.route.blog.host=blog.test",
+        "--container-label",
+        "picket.route.blog.port=8080",
+        &upstream,
+        "--listen",
+        "0.0.0.0:8080",
+        "--name",
+        "blog",
+    ])
+    .unwrap();
+    until("blog through the published port, by its labels", || {
+        http_to(proxy, "blog.test", "GET", "/hello")
+            .filter(|(status, body)| *status == 200 && body.starts_with("blog"))
+    });
+    let declared = until("blog in /v1/routes", || {
+        let (_, body) = http(admin, "GET", "/v1/routes")?;
+        let routes: serde_json::Value = serde_json::from_str(&body).ok()?;
+        routes["routes"]
+            .as_array()?
+            .iter()
+            .find(|r| r["name"] == "blog")
+            .cloned()
+    });
+    assert_eq!(
+        declared["declared_by"],
+        format!("service {}", blog.0),
+        "{declared}"
+    );
+    docker(&[
+        "service",
+        "update",
+        "--detach=false",
+        "--container-label-add",
+        "picket.route.blog.path_prefix=/v2",
+        &blog.0,
+    ])
+    .unwrap();
+    // The stack's `web` takes every host and path no other route has.
+    until("blog on /v2 after its labels changed", || {
+        let moved = http_to(proxy, "blog.test", "GET", "/hello")
+            .is_some_and(|(s, body)| s == 200 && body.starts_with("web"));
+        let served = http_to(proxy, "blog.test", "GET", "/v2/hello")
+            .is_some_and(|(s, body)| s == 200 && body.starts_with("blog"));
+        (moved && served).then_some(())
+    });
+    docker(&["service", "rm", &blog.0]).unwrap();
+    until("no blog once its service is removed", || {
+        http_to(proxy, "blog.test", "GET", "/v2/hello")
+            .filter(|(status, body)| *status == 200 && body.starts_with("web"))
+    });
+    // The stack's own route served throughout.
+    assert!(http(proxy, "GET", "/hello").is_some_and(|(s, b)| s == 200 && b.contains("web")));
 
     // HTTPS through the published TLS port, with the certificate of the
     // stack's secrets, checked against this test's CA.

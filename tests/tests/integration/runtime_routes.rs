@@ -229,6 +229,15 @@ async fn a_bad_label_or_a_conflict_with_the_file_is_a_red_route_with_its_reason(
         "the file's route keeps its host"
     );
 
+    let metrics = node.node().metrics().encode();
+    for line in [
+        "picket_routes{source=\"file\",state=\"served\"} 1",
+        "picket_routes{source=\"runtime\",state=\"served\"} 1",
+        "picket_routes{source=\"runtime\",state=\"refused\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+
     // Fixed labels: the route serves, the red route goes.
     engine.run_labelled(
         "bad-2",
@@ -454,4 +463,67 @@ async fn each_node_gossips_its_table_and_a_node_on_another_is_flagged() {
     assert_eq!(answer["route_tables"]["disagreement"], false, "{answer}");
     second.stop().await;
     first.stop().await;
+}
+
+/// A reload of the file keeps the routes labels declare; a route the
+/// reload adds takes its host from a label route (the file wins), and
+/// gives it back when the reload after removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
+    let engine = FakeDocker::start().await;
+    let files = Upstream::start("files", Behaviour::Echo).await;
+    let blog = Upstream::start("blog", Behaviour::Echo).await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let path = dir.path().join("picket.toml");
+    let first = format!(
+        "{}{}",
+        docker(&engine),
+        file_route("files", "files.test", &files)
+    );
+    std::fs::write(&path, &first).expect("write the file");
+    let node = TestNode::start_file(&path);
+    engine.run_labelled(
+        "blog-1",
+        "blog",
+        &[
+            ("picket.enable", "true"),
+            ("picket.route.blog.host", "blog.test"),
+            ("picket.route.blog.port", &blog.addr.port().to_string()),
+        ],
+        &created(1),
+    );
+    until_answers(&node, ("blog.test", "/"), (200, "blog"), SOON).await;
+
+    // The file now routes blog.test itself.
+    std::fs::write(
+        &path,
+        format!("{first}{}", file_route("blog-file", "blog.test", &files)),
+    )
+    .expect("write the file");
+    assert!(matches!(
+        node.reload().await,
+        picket::node::Reload::Applied(_)
+    ));
+    until_answers(&node, ("blog.test", "/"), (200, "files"), AT_ONCE).await;
+    let refused = route_json(&node, "blog").await.expect("blog listed");
+    assert!(
+        refused["refused"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("the file wins")),
+        "{refused}"
+    );
+
+    // Back: the label route serves again.
+    std::fs::write(&path, &first).expect("write the file");
+    assert!(matches!(
+        node.reload().await,
+        picket::node::Reload::Applied(_)
+    ));
+    until_answers(&node, ("blog.test", "/"), (200, "blog"), AT_ONCE).await;
+    assert!(
+        route_json(&node, "blog")
+            .await
+            .is_some_and(|r| r["refused"].is_null())
+    );
+    node.stop().await;
 }
