@@ -456,8 +456,11 @@ impl Node {
         let merged = declared::merge(
             &config.routes,
             &declared.routes,
-            &config.global,
-            &self.started.runtime,
+            declared::Against {
+                global: &config.global,
+                runtime: &self.started.runtime,
+                https: self.started.node.listen_tls.is_some(),
+            },
         );
         let old = self.proxy.table();
         let table = build_table(&merged.routes, Some(&old), &self.ctx);

@@ -110,12 +110,18 @@ fn value(kind: Kind, text: &str) -> String {
     written.unwrap_or_else(|| quoted(text))
 }
 
+/// What a declared route is checked against: the node's settings as it
+/// runs them.
+#[derive(Debug, Clone, Copy)]
+pub struct Against<'a> {
+    pub global: &'a GlobalSettings,
+    pub runtime: &'a RuntimeSettings,
+    /// The node has an HTTPS listener to send `https_only` clients to.
+    pub https: bool,
+}
+
 /// Checks a declared route; the reason names the label or field at fault.
-pub fn check(
-    declared: &Declared,
-    global: &GlobalSettings,
-    runtime: &RuntimeSettings,
-) -> Result<RouteConfig, String> {
+pub fn check(declared: &Declared, against: Against<'_>) -> Result<RouteConfig, String> {
     let mut text = String::from("[route]\n");
     let _ = writeln!(text, "name = {}", quoted(&declared.name));
     let _ = writeln!(text, "service = {}", quoted(&declared.service));
@@ -132,7 +138,19 @@ pub fn check(
         };
         let _ = writeln!(text, "{key} = {}", value(*kind, raw));
     }
-    let problems = match super::validate::declared(&text, global, runtime) {
+    let problems = match super::validate::declared(&text, against.global, against.runtime) {
+        Ok(_)
+            if !against.https
+                && declared
+                    .fields
+                    .iter()
+                    .any(|(k, v)| k == "https_only" && v.trim() == "true") =>
+        {
+            return Err(format!(
+                "{}https_only: the node has no HTTPS listener to send clients to ([node] listen_tls)",
+                declared.prefix
+            ));
+        }
         Ok(mut route) => {
             route.exact_path = declared.exact_path;
             route.declared_by = Some(declared.source());
@@ -189,19 +207,14 @@ fn place(host: Option<&HostMatch>, path: &str) -> String {
 
 /// The file's routes and the declared ones, side by side: the file wins
 /// every conflict, then the declarer that sorts first.
-pub fn merge(
-    file: &[RouteConfig],
-    declared: &[Declared],
-    global: &GlobalSettings,
-    runtime: &RuntimeSettings,
-) -> Merged {
+pub fn merge(file: &[RouteConfig], declared: &[Declared], against: Against<'_>) -> Merged {
     let mut routes = file.to_vec();
     let mut refused: Vec<Refused> = Vec::new();
     let mut ordered: Vec<&Declared> = declared.iter().collect();
     ordered.sort();
     for declared in ordered {
         let source = declared.source();
-        let checked = check(declared, global, runtime).and_then(|route| {
+        let checked = check(declared, against).and_then(|route| {
             let file_route = |r: &&RouteConfig| r.declared_by.is_none();
             let conflict = routes
                 .iter()
@@ -309,8 +322,16 @@ mod tests {
         }
     }
 
+    fn against(config: &Config) -> Against<'_> {
+        Against {
+            global: &config.global,
+            runtime: &config.runtime,
+            https: false,
+        }
+    }
+
     fn merged(config: &Config, declared: &[Declared]) -> Merged {
-        merge(&config.routes, declared, &config.global, &config.runtime)
+        merge(&config.routes, declared, against(config))
     }
 
     #[test]
@@ -334,7 +355,7 @@ mod tests {
                 ("max_body", "1MiB"),
             ],
         );
-        let route = check(&shop, &config.global, &config.runtime).unwrap();
+        let route = check(&shop, against(&config)).unwrap();
         assert_eq!(route.name, "shop");
         assert_eq!(
             route.host,
@@ -389,18 +410,33 @@ mod tests {
         ];
         for ((key, value), expected) in cases {
             let declared = labels("shop_web", "shop", &[("port", "80"), (key, value)]);
-            let reason = check(&declared, &config.global, &config.runtime).unwrap_err();
+            let reason = check(&declared, against(&config)).unwrap_err();
             assert!(
                 reason.starts_with(expected),
                 "{key}={value}: {reason:?} should start with {expected:?}"
             );
         }
         let unnamed = labels("shop_web", "shop!", &[("port", "80")]);
-        let reason = check(&unnamed, &config.global, &config.runtime).unwrap_err();
+        let reason = check(&unnamed, against(&config)).unwrap_err();
         assert!(reason.contains("route name \"shop!\""), "{reason}");
         let portless = labels("shop_web", "shop", &[("host", "a.example")]);
-        let reason = check(&portless, &config.global, &config.runtime).unwrap_err();
+        let reason = check(&portless, against(&config)).unwrap_err();
         assert!(reason.contains("port"), "{reason}");
+        let https_only = labels(
+            "shop_web",
+            "shop",
+            &[("port", "80"), ("https_only", "true")],
+        );
+        let reason = check(&https_only, against(&config)).unwrap_err();
+        assert!(
+            reason.starts_with("picket.route.shop.https_only: the node has no HTTPS listener"),
+            "{reason}"
+        );
+        let with_tls = Against {
+            https: true,
+            ..against(&config)
+        };
+        assert!(check(&https_only, with_tls).is_ok_and(|r| r.https_only));
     }
 
     #[test]
@@ -473,7 +509,7 @@ mod tests {
         let mut reversed = declared.to_vec();
         reversed.reverse();
         assert_eq!(
-            merge(&config.routes, &reversed, &config.global, &config.runtime),
+            merge(&config.routes, &reversed, against(&config)),
             merged
         );
     }
