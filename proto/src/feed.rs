@@ -215,9 +215,13 @@ pub struct Follower {
 struct Held {
     node: String,
     cluster: String,
-    /// By name: its head, its route table and its verdicts by route name.
-    members: BTreeMap<String, (Head, Option<TableGeneration>, Arc<Vec<Verdict>>)>,
+    /// By name.
+    members: BTreeMap<String, HeldMember>,
 }
+
+/// A member as frames told it: its head, its route table and its verdicts
+/// by route name.
+type HeldMember = (Head, Option<TableGeneration>, Arc<Vec<Verdict>>);
 
 impl Follower {
     pub fn new() -> Follower {

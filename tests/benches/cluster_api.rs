@@ -66,6 +66,7 @@ fn view(nodes: usize, routes: usize) -> ClusterView {
                     runtime: "kubernetes".to_string(),
                     started_unix_ms: 1_796_000_000_000,
                 }),
+                table: None,
                 verdicts: std::sync::Arc::new((0..routes).map(|r| verdict(n, r)).collect()),
             })
             .collect(),

@@ -91,6 +91,8 @@ async fn start(i: usize, routes: usize, transport: &Arc<dyn Transport>) -> Bench
             wire: Wire::Given(Arc::clone(transport)),
             me,
             verdicts: rx,
+            // No route table: the bench's nodes say none.
+            table: tokio::sync::watch::channel(None).1,
             metrics: Arc::new(Metrics::new()),
         },
         shutdown,

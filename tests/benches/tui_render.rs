@@ -72,6 +72,17 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
                 runtime: "kubernetes".into(),
                 started_unix_ms: T0 - 3_600_000,
             }),
+            // Every tenth node on another route table, as during a change.
+            table: Some(picket_proto::TableGeneration {
+                digest: if n % 10 == 3 {
+                    "4c0f12ab9d2e7731"
+                } else {
+                    "2676afdb5add1e9b"
+                }
+                .into(),
+                routes: 500,
+                since_unix_ms: T0,
+            }),
             verdicts: std::sync::Arc::new(
                 (0..routes)
                     .map(|r| Verdict {

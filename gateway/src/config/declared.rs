@@ -508,10 +508,7 @@ mod tests {
         // The same declarations in another order merge the same way.
         let mut reversed = declared.to_vec();
         reversed.reverse();
-        assert_eq!(
-            merge(&config.routes, &reversed, against(&config)),
-            merged
-        );
+        assert_eq!(merge(&config.routes, &reversed, against(&config)), merged);
     }
 
     #[test]

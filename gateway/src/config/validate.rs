@@ -320,33 +320,6 @@ fn default_tries(upstream: Option<&UpstreamConfig>) -> u32 {
     }
 }
 
-/// What the sections' tests share: a file's problems, each as
-/// `line:column: message`, or its configuration.
-#[cfg(test)]
-mod testing {
-    use super::*;
-
-    /// Unix seconds the tests validate at.
-    pub const NOW: i64 = 1_800_000_000;
-
-    pub fn problems(text: &str) -> Vec<String> {
-        match validate("t.toml", text, NOW) {
-            Ok(_) => Vec::new(),
-            Err(problems) => problems
-                .into_iter()
-                .map(|p| format!("{}:{}: {}", p.line, p.column, p.message))
-                .collect(),
-        }
-    }
-
-    pub fn valid(text: &str) -> Config {
-        validate("t.toml", text, NOW).unwrap_or_else(|problems| panic!("{problems:?}"))
-    }
-
-    /// A route, after `before`, that every section's file can end with.
-    pub const ROUTE: &str = "[[route]]\nname = \"api\"\nreplicas = [\"127.0.0.1:9000\"]\n";
-}
-
 /// One `[route]` table of `text` (a route a runtime declared, written out
 /// as a file's route would be), checked as a file's `[[route]]` is, with
 /// `[global]` and `[runtime]` as the node runs them.
@@ -374,4 +347,31 @@ pub(super) fn declared(
         Some(route) if v.problems.is_empty() => Ok(route),
         _ => Err(v.problems),
     }
+}
+
+/// What the sections' tests share: a file's problems, each as
+/// `line:column: message`, or its configuration.
+#[cfg(test)]
+mod testing {
+    use super::*;
+
+    /// Unix seconds the tests validate at.
+    pub const NOW: i64 = 1_800_000_000;
+
+    pub fn problems(text: &str) -> Vec<String> {
+        match validate("t.toml", text, NOW) {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems
+                .into_iter()
+                .map(|p| format!("{}:{}: {}", p.line, p.column, p.message))
+                .collect(),
+        }
+    }
+
+    pub fn valid(text: &str) -> Config {
+        validate("t.toml", text, NOW).unwrap_or_else(|problems| panic!("{problems:?}"))
+    }
+
+    /// A route, after `before`, that every section's file can end with.
+    pub const ROUTE: &str = "[[route]]\nname = \"api\"\nreplicas = [\"127.0.0.1:9000\"]\n";
 }

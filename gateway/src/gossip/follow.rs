@@ -34,18 +34,28 @@ pub(super) fn self_member(
         verdicts: Arc::clone(verdicts),
     }
 }
+/// What this node says of itself, as it changes: its verdicts and its
+/// route table's generation.
+pub(super) struct Own {
+    pub verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
+    pub table: watch::Receiver<Option<TableGeneration>>,
+}
+
 /// Reads gossip state into the view: on membership or state changes, on
 /// this node's own verdict changes, and every half interval for ages.
 pub(super) async fn run(
     membership: Arc<Membership>,
     chitchat: Chitchat,
     me: Me,
-    mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
-    mut table: watch::Receiver<Option<TableGeneration>>,
+    own: Own,
     interval: Duration,
     metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
 ) {
+    let Own {
+        mut verdicts,
+        mut table,
+    } = own;
     let mut live_watch = chitchat.lock().await.live_nodes_watcher();
     let mut assembler = Assembler::default();
     let mut ticks = tokio::time::interval(interval / 2);
@@ -57,7 +67,7 @@ pub(super) async fn run(
         tokio::select! {
             _ = live_watch.changed() => {}
             _ = verdicts.changed() => {}
-            _ = table.changed() => {}
+            Ok(()) = table.changed() => {}
             _ = ticks.tick() => {}
             () = shutdown.wait() => return,
         }
@@ -144,7 +154,7 @@ pub(super) async fn alone(
         });
         tokio::select! {
             changed = verdicts.changed() => if changed.is_err() { return },
-            changed = table.changed() => if changed.is_err() { return },
+            Ok(()) = table.changed() => {}
             () = shutdown.wait() => return,
         }
     }

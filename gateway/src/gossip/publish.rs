@@ -78,8 +78,8 @@ pub(super) async fn run(
     loop {
         tokio::select! {
             changed = verdicts.changed() => if changed.is_err() { return },
-            changed = table.changed() => {
-                if changed.is_err() { return }
+            // A table no one tells any more keeps its last value.
+            Ok(()) = table.changed() => {
                 let value = table.borrow_and_update().as_ref().and_then(encoded);
                 if let Some(value) = value {
                     chitchat.lock().await.self_node_state().set(TABLE_KEY, value);

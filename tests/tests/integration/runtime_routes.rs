@@ -307,7 +307,7 @@ async fn a_change_storm_leaves_other_routes_and_their_connections_untouched() {
             let mut i = 0usize;
             while start.elapsed() < Duration::from_secs(5) {
                 every.tick().await;
-                let (host, name) = if i % 2 == 0 {
+                let (host, name) = if i.is_multiple_of(2) {
                     ("files.test", "files")
                 } else {
                     ("steady.test", "steady")

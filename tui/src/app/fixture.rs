@@ -50,6 +50,7 @@ pub fn member(name: &str, liveness: Liveness, age_ms: u64, verdicts: Vec<Verdict
             runtime: "docker".into(),
             started_unix_ms: T0 - 3_600_000,
         }),
+        table: None,
         verdicts: std::sync::Arc::new(verdicts),
     }
 }
