@@ -621,9 +621,16 @@ pub struct RuntimeSettings {
     /// routes name as `service = "namespace/name"`; `["*"]`: every
     /// namespace (needs a ClusterRole).
     pub namespaces: Vec<String>,
+    /// Kubernetes: the Ingresses the node serves are those whose
+    /// `ingressClassName` is this.
+    pub ingress_class: String,
     /// The breaker in front of each runtime API endpoint.
     pub breaker: RuntimeBreakerSettings,
 }
+
+/// The class of the Ingresses a node serves when `[runtime] ingress_class`
+/// says none.
+pub const DEFAULT_INGRESS_CLASS: &str = "picket";
 
 /// `[runtime] breaker`: after `failures` consecutive calls to one runtime
 /// API endpoint that got no HTTP answer (connect, DNS or timeout), no call
@@ -672,6 +679,7 @@ impl Default for RuntimeSettings {
             proxies: Vec::new(),
             network: None,
             namespaces: Vec::new(),
+            ingress_class: DEFAULT_INGRESS_CLASS.to_string(),
             breaker: RuntimeBreakerSettings::default(),
         }
     }

@@ -901,7 +901,16 @@ async fn spawn_runtime(node: &Arc<Node>, shutdown: &Shutdown, tasks: &mut Tasks)
             match kube::client(&runtime, &own, &link).await {
                 Ok((client, gate)) => {
                     let watched = kube::watched(&runtime, &own);
-                    kube::spawn(client, gate, own, watched, link, shutdown.clone(), tasks);
+                    kube::spawn(
+                        client,
+                        gate,
+                        own,
+                        runtime.ingress_class.clone(),
+                        watched,
+                        link,
+                        shutdown.clone(),
+                        tasks,
+                    );
                 }
                 Err(error) => {
                     tracing::error!(%error, "no Kubernetes client; service routes have no replicas");

@@ -36,6 +36,8 @@ use tokio::task::JoinHandle;
 pub enum Kind {
     Pods,
     Services,
+    Ingresses,
+    Secrets,
 }
 
 impl Kind {
@@ -43,6 +45,28 @@ impl Kind {
         match self {
             Kind::Pods => "PodList",
             Kind::Services => "ServiceList",
+            Kind::Ingresses => "IngressList",
+            Kind::Secrets => "SecretList",
+        }
+    }
+
+    /// The object's `kind` and `apiVersion`.
+    fn object(self) -> (&'static str, &'static str) {
+        match self {
+            Kind::Pods => ("Pod", "v1"),
+            Kind::Services => ("Service", "v1"),
+            Kind::Ingresses => ("Ingress", "networking.k8s.io/v1"),
+            Kind::Secrets => ("Secret", "v1"),
+        }
+    }
+
+    /// Its plural in URLs.
+    fn plural(self) -> &'static str {
+        match self {
+            Kind::Pods => "pods",
+            Kind::Services => "services",
+            Kind::Ingresses => "ingresses",
+            Kind::Secrets => "secrets",
         }
     }
 }
@@ -69,6 +93,8 @@ struct State {
     /// Watches from an older version get 410.
     compacted: u64,
     forbidden: bool,
+    /// Kinds RBAC forbids (403) while the others answer.
+    forbidden_kinds: Vec<Kind>,
     /// The server is gone: connections are closed as they arrive, and
     /// requests on open ones get 503.
     gone: bool,
@@ -201,9 +227,9 @@ impl FakeKube {
         state.rv += 1;
         let rv = state.rv;
         value["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let kind_name = if kind == Kind::Pods { "Pod" } else { "Service" };
+        let (kind_name, api_version) = kind.object();
         value["kind"] = json!(kind_name);
-        value["apiVersion"] = json!("v1");
+        value["apiVersion"] = json!(api_version);
         let added = state
             .objects
             .insert((kind, namespace.clone(), name), value.clone())
@@ -282,6 +308,11 @@ impl FakeKube {
         self.lock().forbidden = forbidden;
     }
 
+    /// RBAC forbids (403) these kinds alone from now on.
+    pub fn forbid_kinds(&self, kinds: &[Kind]) {
+        self.lock().forbidden_kinds = kinds.to_vec();
+    }
+
     /// Lists and watches served so far.
     pub fn requests(&self) -> (usize, usize) {
         let state = self.lock();
@@ -320,8 +351,12 @@ fn handle(
                      "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64" }),
         );
     }
-    // `/api/v1/namespaces/{ns}/{kind}`, or `/api/v1/{kind}` for all.
-    let (namespace, kind) = match path.strip_prefix("/api/v1/") {
+    // `/api/v1/namespaces/{ns}/{kind}`, or `/api/v1/{kind}` for all; the
+    // same under `/apis/networking.k8s.io/v1/` for Ingresses.
+    let (namespace, kind) = match path
+        .strip_prefix("/api/v1/")
+        .or_else(|| path.strip_prefix("/apis/networking.k8s.io/v1/"))
+    {
         Some(rest) => match rest.strip_prefix("namespaces/") {
             Some(rest) => match rest.split_once('/') {
                 Some((ns, kind)) => (Some(ns.to_string()), kind),
@@ -331,9 +366,12 @@ fn handle(
         },
         None => (None, ""),
     };
-    let kind = match kind {
-        "pods" => Kind::Pods,
-        "services" => Kind::Services,
+    let networking = path.starts_with("/apis/");
+    let kind = match (kind, networking) {
+        ("pods", false) => Kind::Pods,
+        ("services", false) => Kind::Services,
+        ("secrets", false) => Kind::Secrets,
+        ("ingresses", true) => Kind::Ingresses,
         _ => {
             return json_response(
                 StatusCode::NOT_FOUND,
@@ -344,12 +382,8 @@ fn handle(
     let in_scope = |ns: &str| namespace.as_deref().is_none_or(|n| n == ns);
     let params = query(req.uri());
     let mut s = state.lock().expect("fake state");
-    if s.forbidden {
-        let what = if kind == Kind::Pods {
-            "pods"
-        } else {
-            "services"
-        };
+    if s.forbidden || s.forbidden_kinds.contains(&kind) {
+        let what = kind.plural();
         let message = format!(
             "{what} is forbidden: User \"system:serviceaccount:test:picket\" cannot list resource \"{what}\""
         );
@@ -526,4 +560,54 @@ pub fn service(name: &str, app: Option<&str>, cluster_ip: Option<&str>, port: u1
         }),
         status: None,
     }
+}
+
+/// An Ingress of `class` in namespace `test`: one rule for `host` with
+/// `paths`, each `(path, pathType, service, port)` where the port is a
+/// number or a Service port's name; with `tls`, the Secret it names for
+/// `host`.
+pub fn ingress(
+    name: &str,
+    class: &str,
+    host: &str,
+    paths: &[(&str, &str, &str, &str)],
+    tls: Option<&str>,
+) -> Value {
+    let paths: Vec<Value> = paths
+        .iter()
+        .map(|(path, path_type, service, port)| {
+            let port = match port.parse::<u16>() {
+                Ok(number) => json!({ "number": number }),
+                Err(_) => json!({ "name": port }),
+            };
+            json!({
+                "path": path,
+                "pathType": path_type,
+                "backend": { "service": { "name": service, "port": port } }
+            })
+        })
+        .collect();
+    let mut spec = json!({
+        "ingressClassName": class,
+        "rules": [ { "host": host, "http": { "paths": paths } } ]
+    });
+    if let Some(secret) = tls {
+        spec["tls"] = json!([ { "hosts": [host], "secretName": secret } ]);
+    }
+    json!({
+        "metadata": { "name": name, "namespace": "test" },
+        "spec": spec
+    })
+}
+
+/// A `kubernetes.io/tls` Secret in namespace `test` holding a certificate
+/// chain and its key, in PEM.
+pub fn tls_secret(name: &str, cert_pem: &[u8], key_pem: &[u8]) -> Value {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    json!({
+        "metadata": { "name": name, "namespace": "test" },
+        "type": "kubernetes.io/tls",
+        "data": { "tls.crt": b64(cert_pem), "tls.key": b64(key_pem) }
+    })
 }

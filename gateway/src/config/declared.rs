@@ -39,6 +39,9 @@ pub struct Declared {
     pub prefix: String,
     /// The path matches only as written (an Ingress `Exact` path).
     pub exact_path: bool,
+    /// What the declarer already knows cannot be served (an Ingress
+    /// backend that is not a Service): the route is refused with it.
+    pub problem: Option<String>,
 }
 
 impl Declared {
@@ -122,6 +125,9 @@ pub struct Against<'a> {
 
 /// Checks a declared route; the reason names the label or field at fault.
 pub fn check(declared: &Declared, against: Against<'_>) -> Result<RouteConfig, String> {
+    if let Some(problem) = &declared.problem {
+        return Err(format!("{}{problem}", declared.prefix));
+    }
     let mut text = String::from("[route]\n");
     let _ = writeln!(text, "name = {}", quoted(&declared.name));
     let _ = writeln!(text, "service = {}", quoted(&declared.service));
@@ -319,6 +325,7 @@ mod tests {
                 .collect(),
             prefix: format!("picket.route.{name}."),
             exact_path: false,
+            problem: None,
         }
     }
 

@@ -43,6 +43,7 @@ pub const NEEDS_RESTART: &[&str] = &[
     "runtime.proxies",
     "runtime.network",
     "runtime.namespaces",
+    "runtime.ingress_class",
     "runtime.breaker.enabled",
     "runtime.breaker.failures",
     "runtime.breaker.cooldown",
@@ -252,6 +253,7 @@ fn runtime(a: &RuntimeSettings, b: &RuntimeSettings) -> Vec<&'static str> {
         ("runtime.proxies", a.proxies != b.proxies),
         ("runtime.network", a.network != b.network),
         ("runtime.namespaces", a.namespaces != b.namespaces),
+        ("runtime.ingress_class", a.ingress_class != b.ingress_class),
         (
             "runtime.breaker.enabled",
             a.breaker.enabled.value != b.breaker.enabled.value,

@@ -80,6 +80,8 @@ pub struct RawRuntime {
     pub network: Option<Spanned<String>>,
     /// Kubernetes: every namespace watched (`"*"`: all).
     pub namespaces: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Kubernetes: the `ingressClassName` of the Ingresses the node serves.
+    pub ingress_class: Option<Spanned<String>>,
     /// The breaker in front of each runtime API endpoint.
     pub breaker: Option<Spanned<RawRuntimeBreaker>>,
 }

@@ -109,6 +109,11 @@ pub fn render(config: &Config) -> String {
         ("namespace", &runtime.namespace),
         ("api", &runtime.api),
         ("network", &runtime.network),
+        (
+            "ingress_class",
+            &(runtime.ingress_class != crate::config::DEFAULT_INGRESS_CLASS)
+                .then(|| runtime.ingress_class.clone()),
+        ),
     ] {
         if let Some(value) = value {
             line(&mut out, key, &quoted(value), Origin::File);

@@ -26,10 +26,10 @@ use super::{
     ClientIdentity, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
-    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings,
-    GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin, Protocol, RateKey, RateSettings,
-    RouteConfig, RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting,
-    TrustedProxies, UpstreamConfig, UpstreamTls,
+    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_INGRESS_CLASS, DEFAULT_MAX_TRIES,
+    ExternalHost, FeedSettings, GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin,
+    Protocol, RateKey, RateSettings, RouteConfig, RuntimeBreakerSettings, RuntimeKind,
+    RuntimeSettings, ServicePort, Setting, TrustedProxies, UpstreamConfig, UpstreamTls,
 };
 use crate::certificate::Culprit;
 

@@ -36,14 +36,16 @@ use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use picket_proto::Backoff;
 
-use self::objects::{Pod, Service};
+use self::objects::{Ingress, Pod, Secret, Service};
 use super::gate::{Gate, GateLayer};
 use super::image::label as image_label;
-use super::{Catalog, Inventory, Link};
+use super::{Catalog, Inventory, Link, RuntimeCertificate};
+use crate::config::declared::Declared;
 use crate::config::{RuntimeSettings, ServicePort};
 use crate::shutdown::{Shutdown, Tasks};
 use crate::upstream::{Endpoint, Target};
 
+mod ingress;
 mod objects;
 
 /// The namespace a node watches: configured, else the pod's own.
@@ -127,13 +129,26 @@ pub enum NamespaceView {
 /// The key of the view of every namespace at once.
 pub const ALL: &str = "*";
 
-/// The Services and Pods of every watched namespace.
+/// The Ingresses and TLS Secrets of one watched namespace (or of every
+/// namespace): what routes and certificates the node takes from it.
+#[derive(Debug, Clone, Default)]
+pub struct IngressView {
+    /// `None` until listed, or while the node may not read them.
+    pub ingresses: Option<Vec<Arc<Ingress>>>,
+    pub secrets: Vec<Arc<Secret>>,
+}
+
+/// The Services and Pods of every watched namespace, and its Ingresses.
 #[derive(Debug, Clone, Default)]
 pub struct KubeInventory {
     /// The node's own namespace: where a route's bare service name is.
     pub own: String,
     /// By namespace, or one under [`ALL`].
     pub namespaces: BTreeMap<String, NamespaceView>,
+    /// The `ingressClassName` of the Ingresses the node serves.
+    pub class: String,
+    /// By namespace, or one under [`ALL`].
+    pub ingresses: BTreeMap<String, IngressView>,
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -274,6 +289,40 @@ impl Inventory for KubeInventory {
                  them, or give the port by number"
             )
         })
+    }
+
+    /// The routes of the Ingresses of the node's class. A Service in the
+    /// node's own namespace goes by its bare name, as a file's route names
+    /// it.
+    fn routes(&self) -> Vec<Declared> {
+        let own = format!("{}/", self.own);
+        self.ingresses
+            .values()
+            .flat_map(|view| view.ingresses.iter().flatten())
+            .flat_map(|i| ingress::routes(i, &self.class))
+            .map(|mut declared| {
+                if let Some(bare) = declared.service.strip_prefix(&own) {
+                    declared.service = bare.to_string();
+                }
+                declared
+            })
+            .collect()
+    }
+
+    /// The TLS Secrets the Ingresses of the node's class name, each once.
+    fn certificates(&self) -> Vec<RuntimeCertificate> {
+        let mut certificates: Vec<RuntimeCertificate> = self
+            .ingresses
+            .values()
+            .flat_map(|view| {
+                view.ingresses.iter().flatten().flat_map(|i| {
+                    ingress::certificates(i, &self.class, view.secrets.iter().map(|s| &**s))
+                })
+            })
+            .collect();
+        certificates.sort_by(|a, b| a.source.cmp(&b.source));
+        certificates.dedup_by(|a, b| a.source == b.source);
+        certificates
     }
 }
 
@@ -452,28 +501,51 @@ fn spawn_probe(
 #[derive(Debug)]
 struct Views {
     own: String,
-    by_namespace: Mutex<BTreeMap<String, NamespaceView>>,
+    class: String,
+    by_namespace: Mutex<Known>,
     catalog: Arc<Catalog>,
 }
 
+/// What the watches of every namespace know.
+#[derive(Debug, Default)]
+struct Known {
+    objects: BTreeMap<String, NamespaceView>,
+    ingresses: BTreeMap<String, IngressView>,
+}
+
 impl Views {
-    fn publish(&self, namespace: &str, view: NamespaceView) {
-        let mut by_namespace = self.by_namespace.lock().unwrap_or_else(|e| e.into_inner());
-        by_namespace.insert(namespace.to_string(), view);
+    fn update(&self, change: impl FnOnce(&mut Known)) {
+        let mut known = self.by_namespace.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut known);
         self.catalog.publish(Arc::new(KubeInventory {
             own: self.own.clone(),
-            namespaces: by_namespace.clone(),
+            namespaces: known.objects.clone(),
+            class: self.class.clone(),
+            ingresses: known.ingresses.clone(),
         }));
+    }
+
+    fn publish(&self, namespace: &str, view: NamespaceView) {
+        self.update(|known| {
+            known.objects.insert(namespace.to_string(), view);
+        });
+    }
+
+    /// Changes what the node knows of a namespace's Ingresses or Secrets.
+    fn publish_extra(&self, namespace: &str, change: impl FnOnce(&mut IngressView)) {
+        self.update(|known| change(known.ingresses.entry(namespace.to_string()).or_default()));
     }
 }
 
 /// Watches the Services and Pods of `namespaces` (`None`: of every
 /// namespace), and probes the API server, until `shutdown`. `own` is where
 /// a route's bare service name is.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     client: kube::Client,
     gate: Arc<Gate>,
     own: String,
+    class: String,
     namespaces: Option<Vec<String>>,
     link: Arc<Link>,
     shutdown: Shutdown,
@@ -488,6 +560,7 @@ pub fn spawn(
     );
     let views = Arc::new(Views {
         own,
+        class,
         by_namespace: Mutex::default(),
         catalog: Arc::clone(&link.catalog),
     });
@@ -503,11 +576,201 @@ pub fn spawn(
             Arc::clone(&gate),
             shutdown.clone(),
         );
+        for (what, kind) in [
+            ("kubernetes ingress watch", Extra::Ingresses),
+            ("kubernetes secret watch", Extra::Secrets),
+        ] {
+            tasks.spawn(
+                what,
+                follow_extra(
+                    kind,
+                    client.clone(),
+                    namespace.clone(),
+                    Arc::clone(&views),
+                    Arc::clone(&link),
+                    gate.endpoint().to_string(),
+                    shutdown.clone(),
+                ),
+            );
+        }
         tasks.spawn(
             "kubernetes watch",
             follow_namespace(client, namespace, views, link, gate, shutdown),
         );
     }
+}
+
+/// A kind a node watches beside Services and Pods, for routes from
+/// Ingress objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extra {
+    Ingresses,
+    /// `kubernetes.io/tls` Secrets only.
+    Secrets,
+}
+
+impl Extra {
+    fn name(self) -> &'static str {
+        match self {
+            Extra::Ingresses => "ingresses (networking.k8s.io/v1)",
+            Extra::Secrets => "secrets",
+        }
+    }
+
+    /// What the node does without them.
+    fn without(self) -> &'static str {
+        match self {
+            Extra::Ingresses => "no routes from Ingress objects in this namespace",
+            Extra::Secrets => "Ingress routes here are served without their TLS Secrets",
+        }
+    }
+}
+
+/// Follows one kind of [`Extra`] of one namespace (or all), apart from its
+/// Services and Pods: a right RBAC refuses (or an API server without
+/// `networking.k8s.io/v1`) costs the node what that kind gives, said
+/// once, never its service routes. The watch is tried again every breaker
+/// cool-down, so a RoleBinding applied later takes effect without a
+/// restart.
+async fn follow_extra(
+    kind: Extra,
+    client: kube::Client,
+    namespace: Option<String>,
+    views: Arc<Views>,
+    link: Arc<Link>,
+    endpoint: String,
+    mut shutdown: Shutdown,
+) {
+    let key = namespace.clone().unwrap_or_else(|| ALL.to_string());
+    let mut refused_said = false;
+    loop {
+        let watch = async {
+            match kind {
+                Extra::Ingresses => {
+                    watch_extra::<Ingress>(
+                        &client,
+                        namespace.as_deref(),
+                        None,
+                        &link,
+                        &endpoint,
+                        |all| {
+                            views.publish_extra(&key, |view| view.ingresses = Some(all));
+                            after_refusal(&key, kind, &mut refused_said);
+                        },
+                    )
+                    .await
+                }
+                Extra::Secrets => {
+                    watch_extra::<Secret>(
+                        &client,
+                        namespace.as_deref(),
+                        Some("type=kubernetes.io/tls"),
+                        &link,
+                        &endpoint,
+                        |all| {
+                            views.publish_extra(&key, |view| view.secrets = all);
+                            after_refusal(&key, kind, &mut refused_said);
+                        },
+                    )
+                    .await
+                }
+            }
+        };
+        let refused = tokio::select! {
+            refused = watch => refused,
+            () = shutdown.wait() => return,
+        };
+        if let Some(error) = refused {
+            views.publish_extra(&key, |view| match kind {
+                Extra::Ingresses => view.ingresses = None,
+                Extra::Secrets => view.secrets = Vec::new(),
+            });
+            if !refused_said {
+                refused_said = true;
+                tracing::warn!(
+                    namespace = %key,
+                    %error,
+                    retry_every = %humantime::format_duration(link.retry_forbidden),
+                    "the node may not list and watch {} here: {}; grant list and watch on them",
+                    kind.name(),
+                    kind.without(),
+                );
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(link.retry_forbidden) => {}
+            () = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Says once that a kind refused before is read again.
+fn after_refusal(key: &str, kind: Extra, refused_said: &mut bool) {
+    if std::mem::take(refused_said) {
+        tracing::info!(namespace = %key, "the node may list and watch {} here now", kind.name());
+    }
+}
+
+/// Whether a watch error says the node may not read the kind at all: RBAC
+/// refuses it (403), or the API server does not serve it (404).
+fn unavailable(error: &watcher::Error) -> bool {
+    let api = match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => e,
+        _ => return false,
+    };
+    matches!(api, kube::Error::Api(status) if status.code == 403 || status.code == 404)
+}
+
+/// Watches one kind of one namespace (or all), `fields` selecting, and
+/// hands every object known to `publish` after the first listing and
+/// each change, until the kind is unavailable; returns why. `None`: the
+/// stream ended.
+async fn watch_extra<K>(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    fields: Option<&str>,
+    link: &Link,
+    endpoint: &str,
+    mut publish: impl FnMut(Vec<Arc<K>>),
+) -> Option<watcher::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut config = watcher::Config::default();
+    if let Some(fields) = fields {
+        config = config.fields(fields);
+    }
+    let (store, writer) = reflector::store::<K>();
+    let events = watcher(api, config)
+        .backoff(Retry::default())
+        .reflect(writer)
+        .map(|e| e.map(Changed::of));
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Changed::Listing) => {}
+            Ok(Changed::Changed) => {
+                publish(store.state());
+                link.changes.signal();
+            }
+            Err(error) if unavailable(&error) => return Some(error),
+            Err(error) => link.silent(endpoint, &error),
+        }
+    }
+    None
 }
 
 /// Follows one namespace (or all): watches until RBAC forbids it, then
@@ -719,6 +982,7 @@ mod tests {
         KubeInventory {
             own: "shop".into(),
             namespaces: BTreeMap::from([("shop".to_string(), shop())]),
+            ..KubeInventory::default()
         }
     }
 
@@ -826,6 +1090,7 @@ mod tests {
         let forbidden = KubeInventory {
             own: "shop".into(),
             namespaces: BTreeMap::from([("shop".to_string(), NamespaceView::Forbidden)]),
+            ..KubeInventory::default()
         }
         .endpoints("api", &ServicePort::Number(80));
         assert_eq!(
@@ -1061,6 +1326,7 @@ mod tests {
                     pods: vec![billing_pod(Some("billing")), billing_pod(Some("shop"))],
                 },
             )]),
+            ..KubeInventory::default()
         };
         assert_eq!(
             ids(all.endpoints("billing/api", &ServicePort::Number(80))),

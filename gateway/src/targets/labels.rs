@@ -54,6 +54,7 @@ pub fn routes(service: &str, labels: &BTreeMap<String, String>) -> Vec<Declared>
             fields,
             prefix: format!("{ROUTE}{name}."),
             exact_path: false,
+            problem: None,
         })
         .collect()
 }

@@ -107,7 +107,7 @@ fn every_manifest_is_a_kubernetes_object_without_unknown_fields() {
 }
 
 #[test]
-fn the_role_grants_exactly_list_and_watch_on_pods_and_services() {
+fn the_role_grants_exactly_list_and_watch_on_what_routes_come_from() {
     let role: Role = one("Role");
     let rules = role.rules.unwrap();
     let granted: BTreeSet<(String, String, String)> = rules
@@ -128,16 +128,7 @@ fn the_role_grants_exactly_list_and_watch_on_pods_and_services() {
             })
         })
         .collect();
-    let expected: BTreeSet<(String, String, String)> = [
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "services", "list"),
-        ("", "services", "watch"),
-    ]
-    .iter()
-    .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
-    .collect();
-    assert_eq!(granted, expected);
+    assert_eq!(granted, read());
     let binding: RoleBinding = one("RoleBinding");
     assert_eq!(binding.role_ref.name, role.metadata.name.unwrap());
     let daemonset: DaemonSet = one("DaemonSet");
@@ -145,6 +136,21 @@ fn the_role_grants_exactly_list_and_watch_on_pods_and_services() {
     let subjects = binding.subjects.unwrap();
     assert_eq!(subjects.len(), 1);
     assert_eq!(Some(subjects[0].name.clone()), account);
+}
+
+/// What a node reads, as `(group, resource, verb)`: list and watch on pods
+/// and services, and on the ingresses and secrets routes from Ingress
+/// objects come from.
+fn read() -> BTreeSet<(String, String, String)> {
+    [
+        ("", "pods"),
+        ("", "services"),
+        ("", "secrets"),
+        ("networking.k8s.io", "ingresses"),
+    ]
+    .iter()
+    .flat_map(|(g, r)| ["list", "watch"].map(|v| (g.to_string(), r.to_string(), v.to_string())))
+    .collect()
 }
 
 /// The `(group, resource, verb)` triples a list of rules grants.
@@ -193,10 +199,7 @@ fn component(name: &str) -> Vec<(String, Value)> {
 
 #[test]
 fn the_namespace_components_grant_list_and_watch_to_the_nodes_account() {
-    let expected: BTreeSet<(String, String, String)> = ["pods", "services"]
-        .iter()
-        .flat_map(|r| ["list", "watch"].map(|v| (String::new(), r.to_string(), v.to_string())))
-        .collect();
+    let expected = read();
     let daemonset: DaemonSet = one("DaemonSet");
     let account = daemonset.spec.template.spec.unwrap().service_account_name;
     let subject_is_the_node = |subjects: Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {

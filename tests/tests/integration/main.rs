@@ -38,6 +38,7 @@ mod h2_upstream;
 mod health;
 mod http1;
 mod kube;
+mod kube_ingress;
 mod kube_rbac;
 mod latency;
 mod layers;

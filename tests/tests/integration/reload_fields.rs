@@ -247,6 +247,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[\"c\"]",
     ),
     (
+        "runtime.ingress_class",
+        "[runtime]\nkind = \"kubernetes\"\nnamespace = \"a\"\napi = \"http://127.0.0.1:1\"\ningress_class = $",
+        "\"picket\"",
+        "\"edge\"",
+    ),
+    (
         "runtime.breaker.enabled",
         "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nbreaker = { enabled = $ }",
         "true",

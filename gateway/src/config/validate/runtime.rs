@@ -33,6 +33,11 @@ impl Validator<'_> {
         let endpoint = only_for(&raw.endpoint, "endpoint", &[RuntimeKind::Docker]);
         let namespace = only_for(&raw.namespace, "namespace", &[RuntimeKind::Kubernetes]);
         let api = only_for(&raw.api, "api", &[RuntimeKind::Kubernetes]);
+        let ingress_class = only_for(
+            &raw.ingress_class,
+            "ingress_class",
+            &[RuntimeKind::Kubernetes],
+        );
         let network = only_for(
             &raw.network,
             "network",
@@ -90,6 +95,18 @@ impl Validator<'_> {
             );
         }
         let namespaces = self.namespaces(raw.namespaces.as_ref(), kind);
+        let ingress_class = match ingress_class {
+            Some(class) if is_dns_name(&class) && class == class.to_ascii_lowercase() => class,
+            Some(class) => {
+                let span = raw.ingress_class.as_ref().map_or(0..0, |c| c.span());
+                self.problem(
+                    span,
+                    format!("ingress_class {class:?} is not an IngressClass name (lowercase letters, digits, '-' and '.')"),
+                );
+                class
+            }
+            None => DEFAULT_INGRESS_CLASS.to_string(),
+        };
         let breaker = match &raw.breaker {
             Some(b) => self.runtime_breaker(b.get_ref()),
             None => RuntimeBreakerSettings::default(),
@@ -102,6 +119,7 @@ impl Validator<'_> {
             proxies,
             network,
             namespaces,
+            ingress_class,
             breaker,
         }
     }

@@ -99,6 +99,101 @@ pub struct ServicePort {
     pub target_port: Option<IntOrString>,
 }
 
+/// An Ingress (`networking.k8s.io/v1`): its class, rules, default backend
+/// and TLS.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Ingress {
+    #[serde(default, deserialize_with = "meta")]
+    pub metadata: ObjectMeta,
+    pub spec: Option<IngressSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct IngressSpec {
+    #[serde(rename = "ingressClassName")]
+    pub ingress_class_name: Option<String>,
+    #[serde(rename = "defaultBackend")]
+    pub default_backend: Option<IngressBackend>,
+    #[serde(default, deserialize_with = "or_empty")]
+    pub rules: Vec<IngressRule>,
+    #[serde(default, deserialize_with = "or_empty")]
+    pub tls: Vec<IngressTls>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct IngressRule {
+    pub host: Option<String>,
+    pub http: Option<HttpIngressRuleValue>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpIngressRuleValue {
+    #[serde(default, deserialize_with = "or_empty")]
+    pub paths: Vec<HttpIngressPath>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpIngressPath {
+    pub path: Option<String>,
+    #[serde(rename = "pathType", default)]
+    pub path_type: String,
+    pub backend: IngressBackend,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct IngressBackend {
+    pub service: Option<IngressServiceBackend>,
+    /// A backend by resource: not a Service, which Picket cannot serve;
+    /// only whether there is one is read.
+    #[serde(default, deserialize_with = "present")]
+    pub resource: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct IngressServiceBackend {
+    #[serde(default)]
+    pub name: String,
+    pub port: Option<ServiceBackendPort>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ServiceBackendPort {
+    pub name: Option<String>,
+    pub number: Option<i32>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct IngressTls {
+    #[serde(default, deserialize_with = "or_empty")]
+    pub hosts: Vec<String>,
+    #[serde(rename = "secretName")]
+    pub secret_name: Option<String>,
+}
+
+/// A Secret: its type and, of its data, the TLS certificate and key.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Secret {
+    #[serde(default, deserialize_with = "meta")]
+    pub metadata: ObjectMeta,
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    pub data: Option<TlsData>,
+}
+
+/// A `kubernetes.io/tls` Secret's data; its other keys are skipped.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TlsData {
+    #[serde(rename = "tls.crt")]
+    pub cert: Option<k8s_openapi::ByteString>,
+    #[serde(rename = "tls.key")]
+    pub key: Option<k8s_openapi::ByteString>,
+}
+
+/// Whether a field is there (and not `null`), without reading it.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(Option::<serde::de::IgnoredAny>::deserialize(deserializer)?.is_some())
+}
+
 /// The metadata a node reads: what names an object, what the watch
 /// resumes from, the labels selectors match and whether it is going away.
 /// Annotations, owners and managed fields (often most of an object) are
@@ -136,12 +231,13 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
-/// What kube needs to list and watch a core (`v1`, namespaced) kind.
-macro_rules! core_v1 {
-    ($type:ident, $kind:literal, $plural:literal) => {
+/// What kube needs to list and watch a namespaced kind of `group`
+/// (`""`: the core group) at version `v1`.
+macro_rules! v1 {
+    ($type:ident, $group:literal, $api_version:literal, $kind:literal, $plural:literal) => {
         impl k8s_openapi::Resource for $type {
-            const API_VERSION: &'static str = "v1";
-            const GROUP: &'static str = "";
+            const API_VERSION: &'static str = $api_version;
+            const GROUP: &'static str = $group;
             const KIND: &'static str = $kind;
             const VERSION: &'static str = "v1";
             const URL_PATH_SEGMENT: &'static str = $plural;
@@ -162,8 +258,16 @@ macro_rules! core_v1 {
     };
 }
 
-core_v1!(Pod, "Pod", "pods");
-core_v1!(Service, "Service", "services");
+v1!(Pod, "", "v1", "Pod", "pods");
+v1!(Service, "", "v1", "Service", "services");
+v1!(Secret, "", "v1", "Secret", "secrets");
+v1!(
+    Ingress,
+    "networking.k8s.io",
+    "networking.k8s.io/v1",
+    "Ingress",
+    "ingresses"
+);
 
 #[cfg(test)]
 mod tests {
@@ -186,6 +290,8 @@ mod tests {
     fn fields_match_the_api() {
         same_resource::<Pod, api::Pod>();
         same_resource::<Service, api::Service>();
+        same_resource::<Secret, api::Secret>();
+        same_resource::<Ingress, k8s_openapi::api::networking::v1::Ingress>();
         let deleted = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let metadata = ObjectMeta {
             name: Some("api-1".into()),
@@ -297,6 +403,91 @@ mod tests {
         assert_eq!(port.name.as_deref(), Some("web"));
         assert_eq!(port.port, 80);
         assert_eq!(port.target_port, Some(IntOrString::String("http".into())));
+    }
+
+    /// An Ingress and a TLS Secret written by k8s-openapi read back field
+    /// for field.
+    #[test]
+    fn ingresses_and_secrets_match_the_api() {
+        use k8s_openapi::api::networking::v1 as net;
+        let backend = |port: net::ServiceBackendPort| net::IngressBackend {
+            service: Some(net::IngressServiceBackend {
+                name: "cart".into(),
+                port: Some(port),
+            }),
+            resource: None,
+        };
+        let theirs = net::Ingress {
+            metadata: ObjectMeta {
+                name: Some("shop".into()),
+                namespace: Some("web".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(net::IngressSpec {
+                ingress_class_name: Some("picket".into()),
+                default_backend: Some(backend(net::ServiceBackendPort {
+                    number: Some(8080),
+                    name: None,
+                })),
+                rules: Some(vec![net::IngressRule {
+                    host: Some("shop.example.com".into()),
+                    http: Some(net::HTTPIngressRuleValue {
+                        paths: vec![net::HTTPIngressPath {
+                            path: Some("/cart".into()),
+                            path_type: "Exact".into(),
+                            backend: backend(net::ServiceBackendPort {
+                                name: Some("http".into()),
+                                number: None,
+                            }),
+                        }],
+                    }),
+                }]),
+                tls: Some(vec![net::IngressTLS {
+                    hosts: Some(vec!["shop.example.com".into()]),
+                    secret_name: Some("shop-tls".into()),
+                }]),
+            }),
+            status: None,
+        };
+        let ingress: Ingress =
+            serde_json::from_value(serde_json::to_value(&theirs).unwrap()).unwrap();
+        let spec = ingress.spec.unwrap();
+        assert_eq!(spec.ingress_class_name.as_deref(), Some("picket"));
+        let default = spec.default_backend.unwrap().service.unwrap();
+        assert_eq!(default.port.unwrap().number, Some(8080));
+        let rule = &spec.rules[0];
+        assert_eq!(rule.host.as_deref(), Some("shop.example.com"));
+        let path = &rule.http.as_ref().unwrap().paths[0];
+        assert_eq!(
+            (path.path.as_deref(), path.path_type.as_str()),
+            (Some("/cart"), "Exact")
+        );
+        let service = path.backend.service.as_ref().unwrap();
+        assert_eq!(service.name, "cart");
+        assert_eq!(service.port.as_ref().unwrap().name.as_deref(), Some("http"));
+        assert!(!path.backend.resource);
+        assert_eq!(spec.tls[0].hosts, ["shop.example.com"]);
+        assert_eq!(spec.tls[0].secret_name.as_deref(), Some("shop-tls"));
+
+        let theirs = api::Secret {
+            metadata: ObjectMeta {
+                name: Some("shop-tls".into()),
+                ..ObjectMeta::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(BTreeMap::from([
+                ("tls.crt".into(), k8s_openapi::ByteString(b"CERT".to_vec())),
+                ("tls.key".into(), k8s_openapi::ByteString(b"KEY".to_vec())),
+                ("ca.crt".into(), k8s_openapi::ByteString(b"CA".to_vec())),
+            ])),
+            ..api::Secret::default()
+        };
+        let secret: Secret =
+            serde_json::from_value(serde_json::to_value(&theirs).unwrap()).unwrap();
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        let data = secret.data.unwrap();
+        assert_eq!(data.cert.unwrap().0, b"CERT");
+        assert_eq!(data.key.unwrap().0, b"KEY");
     }
 
     /// `null` where a list or a string is expected reads as empty, not as
