@@ -135,6 +135,40 @@ fn status_line(app: &App, terse: u8) -> Line<'static> {
                 theme::disagreement(),
             ));
         }
+        // Which route table the nodes serve: the cluster's, and how many
+        // nodes serve another (their names are marked in the header).
+        let tables = matrix.tables();
+        let others: usize = tables.iter().skip(1).map(|t| t.nodes.len()).sum();
+        match (tables.first(), others, terse) {
+            (None, _, _) => {}
+            (Some(table), 0, 0) => spans.push(Span::styled(
+                format!("  table {}·{}", table.tag, table.routes),
+                theme::muted(),
+            )),
+            (Some(_), 0, _) => {}
+            (Some(table), n, 0) => spans.push(Span::styled(
+                format!(
+                    "  {} {n} {} on another table than {}·{}",
+                    theme::DISAGREEMENT,
+                    if n == 1 { "node" } else { "nodes" },
+                    table.tag,
+                    table.routes
+                ),
+                theme::disagreement(),
+            )),
+            (Some(_), n, 1) => spans.push(Span::styled(
+                format!(
+                    "  {} {n} {} on another table",
+                    theme::DISAGREEMENT,
+                    if n == 1 { "node" } else { "nodes" },
+                ),
+                theme::disagreement(),
+            )),
+            (Some(_), n, _) => spans.push(Span::styled(
+                format!("  {} {n} table", theme::DISAGREEMENT),
+                theme::disagreement(),
+            )),
+        }
     }
     Line::from(spans)
 }

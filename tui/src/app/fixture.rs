@@ -121,6 +121,21 @@ pub fn big(nodes: usize, routes: usize) -> ClusterView {
 }
 
 /// An App attached to n1 over a live link, showing `view` at `T0`.
+/// `view` with each member, in order, serving the table `(digest,
+/// routes, since)` given for it (`None`: it has not said).
+pub fn with_tables(mut view: ClusterView, tables: &[Option<(&str, u32, u64)>]) -> ClusterView {
+    for (member, table) in view.members.iter_mut().zip(tables) {
+        member.table = table.map(
+            |(digest, routes, since_unix_ms)| picket_proto::TableGeneration {
+                digest: digest.into(),
+                routes,
+                since_unix_ms,
+            },
+        );
+    }
+    view
+}
+
 pub fn app_with(view: ClusterView) -> App {
     let mut app = App::new();
     app.update(Msg::Tick { now_unix_ms: T0 });

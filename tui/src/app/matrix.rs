@@ -97,6 +97,54 @@ pub struct Column {
     /// How old its data is: the view's time minus when its heartbeat last
     /// advanced.
     pub age_ms: u64,
+    /// It serves another route table than the cluster's ([`tables`]).
+    pub other_table: bool,
+}
+
+/// A route table and the live members that serve it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// The digest's first 4 hex characters: what the TUI shows.
+    pub tag: String,
+    pub routes: u32,
+    pub nodes: Vec<String>,
+}
+
+/// The route tables live members serve, the cluster's first: the one most
+/// of them serve; of two served by as many, the one installed last (a
+/// change on its way through the cluster), then by digest. Dead members
+/// and members that have not said are left out. The status API decides
+/// alike.
+pub fn tables(members: &[Member]) -> Vec<Served> {
+    let mut served: Vec<(&str, Served, u64)> = Vec::new();
+    for member in members {
+        let Some(table) = member
+            .table
+            .as_ref()
+            .filter(|_| member.liveness != Liveness::Dead)
+        else {
+            continue;
+        };
+        match served.iter_mut().find(|(d, _, _)| *d == table.digest) {
+            Some((_, s, since)) => {
+                s.nodes.push(member.name.clone());
+                *since = (*since).max(table.since_unix_ms);
+            }
+            None => served.push((
+                &table.digest,
+                Served {
+                    tag: table.digest.chars().take(4).collect(),
+                    routes: table.routes,
+                    nodes: vec![member.name.clone()],
+                },
+                table.since_unix_ms,
+            )),
+        }
+    }
+    served.sort_by(|(a_digest, a, a_since), (b_digest, b, b_since)| {
+        (b.nodes.len(), b_since, a_digest).cmp(&(a.nodes.len(), a_since, b_digest))
+    });
+    served.into_iter().map(|(_, s, _)| s).collect()
 }
 
 impl Column {
@@ -194,6 +242,8 @@ pub struct Matrix {
     route_width: usize,
     column_width: usize,
     disagreements: usize,
+    /// The route tables served, the cluster's first ([`tables`]).
+    tables: Vec<Served>,
 }
 
 impl Matrix {
@@ -223,6 +273,7 @@ impl Matrix {
             }
         }
 
+        let tables = tables(&view.members);
         let columns: Vec<Column> = view
             .members
             .iter()
@@ -230,6 +281,7 @@ impl Matrix {
                 name: m.name.clone(),
                 liveness: m.liveness,
                 age_ms: view.taken_unix_ms.saturating_sub(m.heard_unix_ms),
+                other_table: tables.iter().skip(1).any(|t| t.nodes.contains(&m.name)),
             })
             .collect();
         let rows: Vec<RouteRow> = names
@@ -263,6 +315,7 @@ impl Matrix {
                 .max()
                 .unwrap_or(0),
             disagreements: rows.iter().filter(|r| r.disagree).count(),
+            tables,
             columns,
             rows,
             cells,
@@ -319,6 +372,11 @@ impl Matrix {
 
     pub fn disagreements(&self) -> usize {
         self.disagreements
+    }
+
+    /// The route tables served, the cluster's first.
+    pub fn tables(&self) -> &[Served] {
+        &self.tables
     }
 
     /// The rows to show, as indexes into [`Matrix::rows`]: those whose name

@@ -1,7 +1,9 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use picket_proto::{BreakerState, Heart, Liveness};
 
-use super::fixture::{T0, app_with, big, key, keys, member, three_nodes, verdict, view};
+use super::fixture::{
+    T0, app_with, big, key, keys, member, three_nodes, verdict, view, with_tables,
+};
 use super::*;
 use std::sync::Arc;
 
@@ -416,4 +418,54 @@ fn time_comes_from_ticks_and_ages_run_on_the_nodes_clock() {
         now_unix_ms: T0 + 3_605_000,
     });
     assert_eq!(app.node_now_unix_ms(), T0 + 5_000);
+}
+
+/// The cluster's route table is the one most live nodes serve; of two
+/// served by as many, the one installed last; dead nodes and nodes that
+/// have not said are left out.
+#[test]
+fn the_clusters_table_is_the_one_most_live_nodes_serve() {
+    let summary = |view: &picket_proto::ClusterView| -> Vec<(String, u32, Vec<String>)> {
+        matrix::tables(&view.members)
+            .into_iter()
+            .map(|t| (t.tag, t.routes, t.nodes))
+            .collect()
+    };
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let three = with_tables(
+        three_nodes(),
+        &[
+            Some(("2676afdb5add1e9b", 12, 5)),
+            Some(("4c0f12ab9d2e7731", 11, 1)),
+            Some(("2676afdb5add1e9b", 12, 6)),
+        ],
+    );
+    assert_eq!(
+        summary(&three),
+        [
+            ("2676".into(), 12, names(&["n1", "n3"])),
+            ("4c0f".into(), 11, names(&["n2"])),
+        ]
+    );
+    let app = app_with(three.clone());
+    let flagged: Vec<(&str, bool)> = app
+        .matrix()
+        .columns()
+        .iter()
+        .map(|c| (c.name.as_str(), c.other_table))
+        .collect();
+    assert_eq!(flagged, [("n1", false), ("n2", true), ("n3", false)]);
+
+    // One each: the newer table is the cluster's (a change on its way).
+    let mut two = three.clone();
+    two.members[2].table = None;
+    assert_eq!(summary(&two)[0].0, "2676", "installed at 5, after 1");
+    two.members[1].table.as_mut().unwrap().since_unix_ms = 9;
+    assert_eq!(summary(&two)[0].0, "4c0f");
+
+    // A dead node is not counted.
+    let mut dead = three;
+    dead.members[0].liveness = Liveness::Dead;
+    dead.members[2].liveness = Liveness::Dead;
+    assert_eq!(summary(&dead), [("4c0f".into(), 11, names(&["n2"]))]);
 }

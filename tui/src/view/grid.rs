@@ -8,6 +8,9 @@
 //! cut with `…` to fit: `47♥ 2♥ 1♡: n7 n9 n3`; the header says how many
 //! nodes are collapsed and how many are alive, suspect and dead.
 //!
+//! A node that serves another route table than the cluster's has its name
+//! in the disagreement colour; the status line says how many there are.
+//!
 //! ## Rows
 //! `≠` marks a row whose live nodes disagree. Only the rows on screen are
 //! drawn; the selection stays in the middle of the screen when it can.
@@ -158,13 +161,14 @@ fn header(buf: &mut Buffer, area: Rect, app: &App, geometry: Geometry) {
                 if usize::from(x) >= right {
                     break;
                 }
-                buf.set_stringn(
-                    x,
-                    top,
-                    fit_tail(&column.name, width),
-                    width,
-                    theme::header(),
-                );
+                // A node on another route table than the cluster's is
+                // marked as a disagreement is.
+                let style = if column.other_table {
+                    theme::disagreement()
+                } else {
+                    theme::header()
+                };
+                buf.set_stringn(x, top, fit_tail(&column.name, width), width, style);
                 if area.height > 1 {
                     let (after, _) = buf.set_stringn(
                         x,

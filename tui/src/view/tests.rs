@@ -10,7 +10,7 @@ use ratatui::style::Color;
 
 use super::*;
 use crate::app::Msg;
-use crate::app::fixture::{T0, app_with, big, key, keys, three_nodes, verdict};
+use crate::app::fixture::{T0, app_with, big, key, keys, three_nodes, verdict, with_tables};
 use std::sync::Arc;
 
 fn draw(app: &App, width: u16, height: u16) -> Buffer {
@@ -602,5 +602,63 @@ fn a_verdict_from_a_silent_runtime_is_drawn_stale_never_as_current() {
             ("♥".to_string(), Color::Green),
         ],
         "{text:#?}"
+    );
+}
+
+/// Which route table the nodes serve: the cluster's in the status line
+/// while they agree; the node on another one named in the disagreement
+/// colour, and counted, while they do not.
+#[test]
+fn a_node_on_another_route_table_is_marked_as_a_disagreement_is() {
+    let same = with_tables(
+        three_nodes(),
+        &[
+            Some(("2676afdb5add1e9b", 12, 5)),
+            Some(("2676afdb5add1e9b", 12, 5)),
+            Some(("2676afdb5add1e9b", 12, 6)),
+        ],
+    );
+    let buffer = draw(&app_with(same), 120, 24);
+    let text = lines(&buffer);
+    assert!(
+        text[0].ends_with("≠ 1 route disagrees  table 2676·12"),
+        "{}",
+        text[0]
+    );
+    assert_eq!(
+        at(&buffer, 19, 1),
+        ("n", Color::Reset),
+        "{:?}",
+        buffer[(19, 1)]
+    );
+
+    let apart = with_tables(
+        three_nodes(),
+        &[
+            Some(("2676afdb5add1e9b", 12, 5)),
+            Some(("2676afdb5add1e9b", 12, 5)),
+            Some(("4c0f12ab9d2e7731", 11, 6)),
+        ],
+    );
+    let app = app_with(apart);
+    let buffer = draw(&app, 130, 24);
+    let text = lines(&buffer);
+    assert!(
+        text[0].ends_with("≠ 1 route disagrees  ≠ 1 node on another table than 2676·12"),
+        "{}",
+        text[0]
+    );
+    let narrow = lines(&draw(&app, 80, 24));
+    assert!(narrow[0].ends_with("≠ 1 table"), "{}", narrow[0]);
+    assert_eq!(text[1], "  route  n1   n2   n3");
+    assert_eq!(
+        at(&buffer, 19, 1).1,
+        Color::Magenta,
+        "n3 in the disagreement colour"
+    );
+    assert_ne!(
+        at(&buffer, 9, 1).1,
+        Color::Magenta,
+        "n1 is on the cluster's table"
     );
 }
