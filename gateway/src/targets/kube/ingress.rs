@@ -201,6 +201,16 @@ mod tests {
         }))
     }
 
+    /// A declared route as the tests compare it: name, service, fields,
+    /// exact path, problem.
+    type Seen<'a> = (
+        &'a str,
+        &'a str,
+        Vec<(&'a str, &'a str)>,
+        bool,
+        Option<&'a str>,
+    );
+
     fn fields(d: &Declared) -> Vec<(&str, &str)> {
         d.fields
             .iter()
@@ -218,7 +228,7 @@ mod tests {
         assert!(routes(&no_class, "picket").is_empty(), "no class");
 
         let declared = routes(&shop("picket"), "picket");
-        let got: Vec<(&str, &str, Vec<(&str, &str)>, bool, Option<&str>)> = declared
+        let got: Vec<Seen<'_>> = declared
             .iter()
             .map(|d| {
                 (
