@@ -493,15 +493,6 @@ pub enum CheckKind {
 }
 
 impl RouteConfig {
-    /// How the route matches a request's path.
-    pub fn path_rule(&self) -> crate::router::PathRule {
-        if self.exact_path {
-            crate::router::PathRule::Exact(self.path_prefix.clone())
-        } else {
-            crate::router::PathRule::Prefix(self.path_prefix.clone())
-        }
-    }
-
     pub fn bounds(&self) -> Bounds {
         Bounds {
             connect: self.connect_timeout.value,

@@ -149,7 +149,8 @@ pub fn ports(first: Ports, i: u16) -> Ports {
 
 /// The configuration of demo node `i` (0, 1, 2), naming the upstreams'
 /// real ports. Node 3 (`i = 2`) also lists a replica that refuses, so it
-/// alone sees `web` orange: the cluster disagrees about one route.
+/// alone sees `web` orange: the cluster disagrees about one route, and
+/// node 3 serves another route table than the other two.
 pub fn config_text(
     upstreams: &Upstreams,
     i: u16,

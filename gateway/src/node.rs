@@ -517,17 +517,27 @@ impl Node {
         let now = declared(&mut merged.routes.iter());
         for route in &now {
             match was.iter().find(|r| r.name == route.name) {
-                None => {
-                    tracing::info!(route = %route.name, by = ?route.declared_by, host = ?route.host.as_ref().map(ToString::to_string), path = %route.path_prefix, "route added from the runtime")
-                }
-                Some(old) if old != route => {
-                    tracing::info!(route = %route.name, by = ?route.declared_by, "route changed by the runtime")
-                }
+                None => tracing::info!(
+                    route = %route.name,
+                    by = route.declared_by.as_deref().unwrap_or_default(),
+                    host = %route.host.as_ref().map(ToString::to_string).unwrap_or_default(),
+                    path = %route.path_prefix,
+                    "route added from the runtime"
+                ),
+                Some(old) if old != route => tracing::info!(
+                    route = %route.name,
+                    by = route.declared_by.as_deref().unwrap_or_default(),
+                    "route changed by the runtime"
+                ),
                 Some(_) => {}
             }
         }
         for route in was.iter().filter(|r| !now.iter().any(|n| n.name == r.name)) {
-            tracing::info!(route = %route.name, by = ?route.declared_by, "route removed by the runtime");
+            tracing::info!(
+                route = %route.name,
+                by = route.declared_by.as_deref().unwrap_or_default(),
+                "route removed by the runtime"
+            );
         }
         for refusal in merged.refused.iter().filter(|r| !before.contains(r)) {
             tracing::warn!(route = %refusal.name, by = %refusal.declared_by, reason = %refusal.reason, "route from the runtime refused");

@@ -41,7 +41,7 @@ pub use crate::body::{BodyError, IncomingBody, RequestBody};
 use crate::config::declared::Refused;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
-use crate::router::RouteTable;
+use crate::router::{PathRule, RouteTable};
 use crate::upstream::{Pools, ProxyEnv, TlsTarget, Upstream};
 pub use breaker::{Breaker, BreakerSnapshot, TransitionSnapshot};
 pub use error::{Page, ProxyError};
@@ -211,7 +211,12 @@ pub fn build_table(routes: &[RouteConfig], previous: Option<&Table>, ctx: &Route
     };
     RouteTable::new(routes.iter().map(|config| {
         let route = reuse(config).unwrap_or_else(|| Arc::new(Route::new(config.clone(), ctx)));
-        (config.host.clone(), config.path_rule(), route)
+        let path = if config.exact_path {
+            PathRule::Exact(config.path_prefix.clone())
+        } else {
+            PathRule::Prefix(config.path_prefix.clone())
+        };
+        (config.host.clone(), path, route)
     }))
 }
 

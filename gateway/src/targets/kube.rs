@@ -12,6 +12,15 @@
 //! missing, and tries the watch again every breaker cool-down, so a
 //! RoleBinding applied later takes effect without a restart.
 //!
+//! ## Ingresses and TLS Secrets
+//! The Ingresses (`networking.k8s.io/v1`) and the `kubernetes.io/tls`
+//! Secrets of the same namespaces are watched apart, each kind by a task
+//! of its own ([`ingress`] decides what they declare). A kind RBAC refuses
+//! (or an API server that does not serve it) costs the node only what it
+//! gives: no routes from Ingresses, or their routes without certificates;
+//! never the Services and Pods watch, which alone judges whether the API
+//! server answers. Secrets are kept as their certificate and key alone.
+//!
 //! ## The API server's gate and the probe
 //! The client is built with the gate's tower layer ([`GateLayer`]): the
 //! watchers, the reflectors and the probe all pass one breaker. The
@@ -588,7 +597,6 @@ pub fn spawn(
                     namespace.clone(),
                     Arc::clone(&views),
                     Arc::clone(&link),
-                    gate.endpoint().to_string(),
                     shutdown.clone(),
                 ),
             );
@@ -638,7 +646,6 @@ async fn follow_extra(
     namespace: Option<String>,
     views: Arc<Views>,
     link: Arc<Link>,
-    endpoint: String,
     mut shutdown: Shutdown,
 ) {
     let key = namespace.clone().unwrap_or_else(|| ALL.to_string());
@@ -651,8 +658,8 @@ async fn follow_extra(
                         &client,
                         namespace.as_deref(),
                         None,
+                        (&key, kind),
                         &link,
-                        &endpoint,
                         |all| {
                             views.publish_extra(&key, |view| view.ingresses = Some(all));
                             after_refusal(&key, kind, &mut refused_said);
@@ -665,8 +672,8 @@ async fn follow_extra(
                         &client,
                         namespace.as_deref(),
                         Some("type=kubernetes.io/tls"),
+                        (&key, kind),
                         &link,
-                        &endpoint,
                         |all| {
                             views.publish_extra(&key, |view| view.secrets = all);
                             after_refusal(&key, kind, &mut refused_said);
@@ -711,16 +718,44 @@ fn after_refusal(key: &str, kind: Extra, refused_said: &mut bool) {
     }
 }
 
-/// Whether a watch error says the node may not read the kind at all: RBAC
-/// refuses it (403), or the API server does not serve it (404).
-fn unavailable(error: &watcher::Error) -> bool {
+/// What a failed watch of an [`Extra`] kind means to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExtraFailure {
+    /// RBAC refuses the kind (403), or the API server does not serve it
+    /// (404): the watch stops; the node goes without the kind, says so
+    /// once and tries again every cool-down.
+    Unavailable,
+    /// The API server answers, but not with objects the node can read
+    /// (another 4xx, an object it cannot decode): the watcher retries,
+    /// the last listed objects are kept, and the node says so once until
+    /// a listing succeeds.
+    Unusable,
+    /// An expired resource version (410: the watcher lists again), or no
+    /// answer or a 5xx: the Services and Pods watch and the probe judge
+    /// the API server, so these watches do not mark the node's runtime
+    /// data stale a second time, nor leave it stale once the services'
+    /// watch has answered.
+    Passing,
+}
+
+fn extra_failure(error: &watcher::Error) -> ExtraFailure {
+    let by_code = |code: u16| match code {
+        403 | 404 => ExtraFailure::Unavailable,
+        410 | 500.. => ExtraFailure::Passing,
+        _ => ExtraFailure::Unusable,
+    };
     let api = match error {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)
         | watcher::Error::WatchFailed(e) => e,
-        _ => return false,
+        watcher::Error::WatchError(status) => return by_code(status.code),
+        watcher::Error::NoResourceVersion => return ExtraFailure::Unusable,
     };
-    matches!(api, kube::Error::Api(status) if status.code == 403 || status.code == 404)
+    match api {
+        kube::Error::Api(status) => by_code(status.code),
+        kube::Error::SerdeError(_) => ExtraFailure::Unusable,
+        _ => ExtraFailure::Passing,
+    }
 }
 
 /// Watches one kind of one namespace (or all), `fields` selecting, and
@@ -731,8 +766,8 @@ async fn watch_extra<K>(
     client: &kube::Client,
     namespace: Option<&str>,
     fields: Option<&str>,
+    (key, kind): (&str, Extra),
     link: &Link,
-    endpoint: &str,
     mut publish: impl FnMut(Vec<Arc<K>>),
 ) -> Option<watcher::Error>
 where
@@ -759,15 +794,34 @@ where
         .reflect(writer)
         .map(|e| e.map(Changed::of));
     let mut events = std::pin::pin!(events);
+    let mut unusable_said = false;
     while let Some(event) = events.next().await {
         match event {
             Ok(Changed::Listing) => {}
             Ok(Changed::Changed) => {
                 publish(store.state());
                 link.changes.signal();
+                if std::mem::take(&mut unusable_said) {
+                    tracing::info!(namespace = %key, "the watch of {} lists again", kind.name());
+                }
             }
-            Err(error) if unavailable(&error) => return Some(error),
-            Err(error) => link.silent(endpoint, &error),
+            Err(error) => match extra_failure(&error) {
+                ExtraFailure::Unavailable => return Some(error),
+                ExtraFailure::Unusable => {
+                    if !std::mem::replace(&mut unusable_said, true) {
+                        tracing::warn!(
+                            namespace = %key,
+                            %error,
+                            "the API server answers the watch of {} with an error; \
+                             the last listed are kept and the watch is tried again",
+                            kind.name(),
+                        );
+                    }
+                }
+                ExtraFailure::Passing => {
+                    tracing::debug!(namespace = %key, %error, "the watch of {} is watched again", kind.name());
+                }
+            },
         }
     }
     None
@@ -1334,6 +1388,127 @@ mod tests {
             "watching every namespace, objects are told apart by their own namespace"
         );
         assert!(all.endpoints("api", &ServicePort::Number(80)).is_empty());
+    }
+
+    fn ingress(namespace: &str, name: &str, class: &str, service: &str) -> Arc<Ingress> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name, "namespace": namespace },
+                "spec": {
+                    "ingressClassName": class,
+                    "rules": [{ "host": format!("{name}.example.com"), "http": { "paths": [
+                        { "path": "/", "pathType": "Prefix",
+                          "backend": { "service": { "name": service, "port": { "number": 80 } } } }
+                    ] } }],
+                    "tls": [{ "hosts": [format!("{name}.example.com")], "secretName": "shop-tls" }]
+                }
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn tls_secret(namespace: &str) -> Arc<Secret> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": "shop-tls", "namespace": namespace },
+                "type": "kubernetes.io/tls",
+                "data": { "tls.crt": "Q0VSVA==", "tls.key": "S0VZ" }
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// A Service of the node's own namespace goes by its bare name, as a
+    /// file's route names it; a Secret two Ingresses name is served once;
+    /// a namespace whose Ingresses the node may not read declares nothing.
+    #[test]
+    fn ingresses_of_the_class_declare_routes_and_name_their_certificates_once() {
+        let inv = KubeInventory {
+            own: "shop".into(),
+            class: "picket".into(),
+            ingresses: BTreeMap::from([
+                (
+                    "shop".to_string(),
+                    IngressView {
+                        ingresses: Some(vec![
+                            ingress("shop", "web", "picket", "cart"),
+                            ingress("shop", "api", "picket", "api"),
+                            ingress("shop", "blog", "nginx", "blog"),
+                        ]),
+                        secrets: vec![tls_secret("shop")],
+                    },
+                ),
+                (
+                    "billing".to_string(),
+                    IngressView {
+                        ingresses: Some(vec![ingress("billing", "pay", "picket", "pay")]),
+                        secrets: Vec::new(),
+                    },
+                ),
+                (
+                    "locked".to_string(),
+                    IngressView {
+                        ingresses: None,
+                        secrets: vec![tls_secret("locked")],
+                    },
+                ),
+            ]),
+            ..KubeInventory::default()
+        };
+        let routes: Vec<(String, String)> = inv
+            .routes()
+            .into_iter()
+            .map(|d| (d.name, d.service))
+            .collect();
+        assert_eq!(
+            routes,
+            [
+                ("billing.pay.0.0".to_string(), "billing/pay".to_string()),
+                ("shop.web.0.0".to_string(), "cart".to_string()),
+                ("shop.api.0.0".to_string(), "api".to_string()),
+            ]
+        );
+        let sources: Vec<String> = inv.certificates().into_iter().map(|c| c.source).collect();
+        assert_eq!(sources, ["secret shop/shop-tls"]);
+    }
+
+    /// Only a refusal of the kind itself stops its watch; only an answer
+    /// the node cannot use is said; no answer, a 5xx or an expired version
+    /// is left to the Services and Pods watch and the probe.
+    #[test]
+    fn what_a_failed_ingress_or_secret_watch_means() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("no", "Because")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let unreadable = || kube::Error::SerdeError(serde_json::from_str::<u8>("x").unwrap_err());
+        let no_answer = || kube::Error::Service("connection refused".into());
+        let status = |code: u16| {
+            kube::core::Status::failure("no", "Because")
+                .with_code(code)
+                .boxed()
+        };
+        use ExtraFailure::{Passing, Unavailable, Unusable};
+        let table = [
+            (watcher::Error::InitialListFailed(api(403)), Unavailable),
+            (watcher::Error::InitialListFailed(api(404)), Unavailable),
+            (watcher::Error::WatchStartFailed(api(403)), Unavailable),
+            (watcher::Error::InitialListFailed(api(422)), Unusable),
+            (watcher::Error::InitialListFailed(unreadable()), Unusable),
+            (watcher::Error::WatchFailed(unreadable()), Unusable),
+            (watcher::Error::NoResourceVersion, Unusable),
+            (watcher::Error::WatchError(status(410)), Passing),
+            (watcher::Error::WatchError(status(400)), Unusable),
+            (watcher::Error::InitialListFailed(api(503)), Passing),
+            (watcher::Error::InitialListFailed(no_answer()), Passing),
+            (watcher::Error::WatchFailed(no_answer()), Passing),
+        ];
+        for (error, meaning) in table {
+            assert_eq!(extra_failure(&error), meaning, "{error}");
+        }
     }
 
     #[test]

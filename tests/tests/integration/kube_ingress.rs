@@ -16,6 +16,8 @@ use picket_tests::{AT_ONCE, client};
 use tokio::time::Instant;
 
 const SOON: Duration = Duration::from_secs(5);
+/// How often a wait looks again: an HTTP answer has no event to await.
+const POLL: Duration = Duration::from_millis(50);
 
 fn install_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -56,7 +58,7 @@ async fn until_answers(
             start.elapsed() < within,
             "{host}{path}: still {got:?} after {within:?}, wanted {status} from {upstream}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -143,8 +145,6 @@ async fn an_ingress_of_the_class_is_served_within_a_second_and_goes_with_it() {
             None,
         ),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(answer(&node, "blog.test", "/").await.0, 404);
 
     // A backend the node cannot serve is a red route that says why.
     kube.apply(
@@ -157,12 +157,43 @@ async fn an_ingress_of_the_class_is_served_within_a_second_and_goes_with_it() {
             None,
         ),
     );
-    eventually("the bad Ingress judged", SOON, || {
-        node.verdict("test.bad.0.0").is_some()
+    // And a backend by resource (not a Service): refused, with the reason.
+    let mut store = ingress(
+        "store",
+        "picket",
+        "store.test",
+        &[("/", "Prefix", "cart", "http")],
+        None,
+    );
+    store["spec"]["rules"][0]["http"]["paths"][0]["backend"] = serde_json::json!({
+        "resource": { "apiGroup": "storage.example.com", "kind": "Bucket", "name": "static" }
+    });
+    kube.apply(Kind::Ingresses, &store);
+    eventually("the bad Ingresses judged", SOON, || {
+        node.verdict("test.bad.0.0").is_some() && node.verdict("test.store.0.0").is_some()
     })
     .await;
     let verdict = node.verdict("test.bad.0.0").expect("a verdict");
     assert_eq!(verdict.heart, Heart::Red, "{verdict:?}");
+    assert!(verdict.reason.contains("9999"), "{verdict:?}");
+    let verdict = node.verdict("test.store.0.0").expect("a verdict");
+    assert_eq!(verdict.heart, Heart::Red, "{verdict:?}");
+    let (_, routes) = node.admin_json("/v1/routes").await;
+    let store_route = routes["routes"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == "test.store.0.0").cloned())
+        .expect("the refused route in /v1/routes");
+    assert_eq!(
+        store_route["refused"],
+        "ingress test/store, store.test/: a backend by resource is not a Service; \
+         Picket serves Services only",
+        "{store_route}"
+    );
+    assert_eq!(answer(&node, "store.test", "/").await.0, 404);
+    // The watch delivers in order: the other class's Ingress, put before
+    // these, has been seen and left alone.
+    assert_eq!(answer(&node, "blog.test", "/").await.0, 404);
+    assert!(node.verdict("test.blog.0.0").is_none());
 
     kube.delete(Kind::Ingresses, "shop");
     let gone = until_answers(&node, ("shop.test", "/cart/x"), (404, ""), AT_ONCE).await;
@@ -227,7 +258,7 @@ async fn the_tls_secret_of_an_ingress_is_served_and_replaced_without_a_restart()
             start.elapsed() < SOON,
             "the Secret's certificate never served"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL).await;
     }
     assert_eq!(
         shown(client.clone(), "file.test").await.map(|s| s.1),
@@ -263,7 +294,7 @@ async fn the_tls_secret_of_an_ingress_is_served_and_replaced_without_a_restart()
             start.elapsed() < AT_ONCE,
             "the replaced Secret not served within {AT_ONCE:?}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(POLL).await;
     }
     eprintln!(
         "FIGURE | replaced TLS Secret served {:.1?} after its event",
@@ -375,7 +406,7 @@ async fn rbac_that_forbids_secrets_costs_the_certificates_alone() {
             start.elapsed() < SOON,
             "the Secret never served once allowed"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(POLL).await;
     }
     node.stop().await;
 }

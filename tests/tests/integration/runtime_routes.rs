@@ -500,9 +500,10 @@ async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
         format!("{first}{}", file_route("blog-file", "blog.test", &files)),
     )
     .expect("write the file");
-    assert!(matches!(
+    // The node's own watch of the file may have applied it already.
+    assert!(!matches!(
         node.reload().await,
-        picket::node::Reload::Applied(_)
+        picket::node::Reload::Refused(_)
     ));
     until_answers(&node, ("blog.test", "/"), (200, "files"), AT_ONCE).await;
     let refused = route_json(&node, "blog").await.expect("blog listed");
@@ -515,9 +516,10 @@ async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
 
     // Back: the label route serves again.
     std::fs::write(&path, &first).expect("write the file");
-    assert!(matches!(
+    // The node's own watch of the file may have applied it already.
+    assert!(!matches!(
         node.reload().await,
-        picket::node::Reload::Applied(_)
+        picket::node::Reload::Refused(_)
     ));
     until_answers(&node, ("blog.test", "/"), (200, "blog"), AT_ONCE).await;
     assert!(

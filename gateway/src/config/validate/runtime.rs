@@ -96,7 +96,8 @@ impl Validator<'_> {
         }
         let namespaces = self.namespaces(raw.namespaces.as_ref(), kind);
         let ingress_class = match ingress_class {
-            Some(class) if is_dns_name(&class) && class == class.to_ascii_lowercase() => class,
+            // An IngressClass's name: a DNS subdomain of lowercase labels.
+            Some(class) if class.len() <= 253 && class.split('.').all(is_dns_label) => class,
             Some(class) => {
                 let span = raw.ingress_class.as_ref().map_or(0..0, |c| c.span());
                 self.problem(
@@ -238,6 +239,31 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].starts_with("3:23: "), "{found:?}");
         assert!(found[0].contains("Not_A_Label"), "{found:?}");
+    }
+
+    #[test]
+    fn the_ingress_class_is_a_kubernetes_name_for_kubernetes_alone() {
+        let text = |rest: &str| format!("[runtime]\nkind = \"kubernetes\"\n{rest}{ROUTE}");
+        assert_eq!(valid(&text("")).runtime.ingress_class, "picket");
+        assert_eq!(
+            valid(&text("ingress_class = \"edge.example.com\"\n"))
+                .runtime
+                .ingress_class,
+            "edge.example.com"
+        );
+        for bad in ["Edge", "-edge", "edge_1", "edge..x", ""] {
+            let found = problems(&text(&format!("ingress_class = {bad:?}\n")));
+            assert_eq!(found.len(), 1, "{bad:?}: {found:?}");
+            assert!(found[0].starts_with("3:17: "), "{found:?}");
+            assert!(found[0].contains("not an IngressClass name"), "{found:?}");
+        }
+        let found = problems(&format!(
+            "[runtime]\nkind = \"docker\"\ningress_class = \"edge\"\n{ROUTE}"
+        ));
+        assert_eq!(
+            found,
+            ["3:17: `ingress_class` has no meaning for runtime kind \"docker\""]
+        );
     }
 
     #[test]
