@@ -280,24 +280,49 @@ impl Inventory for KubeInventory {
         }
     }
 
+    /// Why a route has no replicas when the runtime says why: RBAC hides
+    /// the Service's named port, the Service does not exist, or it has no
+    /// such port (a typo in a route or an Ingress, which "scaled to zero"
+    /// would hide).
     fn unresolved(&self, service: &str, port: &ServicePort) -> Option<String> {
         let (namespace, name) = service
             .split_once('/')
             .unwrap_or((self.own.as_str(), service));
-        let ServicePort::Name(port) = port else {
-            return None;
+        let (view, all) = match self.namespaces.get(namespace) {
+            Some(view) => (view, false),
+            None => (self.namespaces.get(ALL)?, true),
         };
-        let view = self
-            .namespaces
-            .get(namespace)
-            .or_else(|| self.namespaces.get(ALL))?;
-        matches!(view, NamespaceView::Forbidden).then(|| {
-            format!(
-                "port \"{port}\" of service {namespace}/{name} cannot be resolved: RBAC forbids \
-                 this node to list and watch services and pods in namespace {namespace}; grant \
-                 them, or give the port by number"
-            )
-        })
+        match view {
+            NamespaceView::Forbidden => match port {
+                ServicePort::Name(port) => Some(format!(
+                    "port \"{port}\" of service {namespace}/{name} cannot be resolved: RBAC forbids \
+                     this node to list and watch services and pods in namespace {namespace}; grant \
+                     them, or give the port by number"
+                )),
+                ServicePort::Number(_) => None,
+            },
+            NamespaceView::Objects { services, .. } => {
+                let found = services.iter().find(|s| {
+                    s.metadata.name.as_deref() == Some(name)
+                        && (!all
+                            || s.metadata.namespace.as_deref().unwrap_or(&self.own) == namespace)
+                });
+                let Some(found) = found else {
+                    return Some(format!("no Service {namespace}/{name}"));
+                };
+                let has_port = found
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.ports.as_ref())
+                    .is_some_and(|ports| {
+                        ports.iter().any(|p| match port {
+                            ServicePort::Number(n) => p.port == i32::from(*n),
+                            ServicePort::Name(n) => p.name.as_deref() == Some(n.as_str()),
+                        })
+                    });
+                (!has_port).then(|| format!("Service {namespace}/{name} has no port {port}"))
+            }
+        }
     }
 
     /// The routes of the Ingresses of the node's class. A Service in the
@@ -1126,6 +1151,35 @@ mod tests {
         assert!(
             inv.endpoints("nothing", &ServicePort::Number(80))
                 .is_empty()
+        );
+    }
+
+    /// A route to a Service that is not there, or to a port it does not
+    /// have, says so, instead of reading as scaled to zero; a Service
+    /// whose pods are all gone is scaled to zero.
+    #[test]
+    fn a_missing_service_or_port_says_so() {
+        let inventory = inventory();
+        let why = |service: &str, port: ServicePort| inventory.unresolved(service, &port);
+        assert_eq!(why("api", ServicePort::Number(80)), None);
+        assert_eq!(why("api", ServicePort::Name("admin".into())), None);
+        assert_eq!(why("legacy", ServicePort::Number(5432)), None);
+        assert_eq!(
+            why("api", ServicePort::Number(9999)).as_deref(),
+            Some("Service shop/api has no port 9999")
+        );
+        assert_eq!(
+            why("api", ServicePort::Name("grpc".into())).as_deref(),
+            Some("Service shop/api has no port \"grpc\"")
+        );
+        assert_eq!(
+            why("shop/cart", ServicePort::Number(80)).as_deref(),
+            Some("no Service shop/cart")
+        );
+        assert_eq!(
+            why("elsewhere/api", ServicePort::Number(80)),
+            None,
+            "not watched: nothing known"
         );
     }
 
