@@ -49,6 +49,8 @@ struct State {
     containers: BTreeMap<String, Value>,
     held: Vec<tokio::net::TcpStream>,
     requests: BTreeMap<String, usize>,
+    /// Event streams opened so far, counted once they receive events.
+    streams: usize,
 }
 
 /// The fake engine.
@@ -212,6 +214,13 @@ impl FakeDocker {
         let _ = self.events.send(Some(line));
     }
 
+    /// Event streams opened so far: from the first, a change made is a
+    /// change a node following the engine hears of. The fake replays no
+    /// history (a real engine replays its last 256 events).
+    pub fn streams(&self) -> usize {
+        self.lock().streams
+    }
+
     /// Connections accepted so far, answered or not.
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
@@ -280,6 +289,7 @@ fn handle(
         drop(s);
         let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
         let mut live = events.subscribe();
+        state.lock().expect("fake state").streams += 1;
         let state = Arc::clone(state);
         tokio::spawn(async move {
             while let Ok(event) = live.recv().await {

@@ -20,6 +20,15 @@ use tokio::time::Instant;
 
 const SOON: Duration = Duration::from_secs(5);
 
+/// Waits until a node follows `engine`'s events: the fake replays none, so
+/// a change made before would be heard of only at the next inventory.
+async fn followed(engine: &FakeDocker) {
+    eventually("the node follows the engine's events", SOON, || {
+        engine.streams() > 0
+    })
+    .await;
+}
+
 fn docker(engine: &FakeDocker) -> String {
     format!(
         "[runtime]\nkind = \"docker\"\nendpoint = \"{}\"\n",
@@ -100,6 +109,7 @@ async fn labels_add_change_and_remove_a_route_within_a_second() {
     until_answers(&node, ("shop.test", "/x"), (404, ""), SOON).await;
     let port = shop.addr.port().to_string();
 
+    followed(&engine).await;
     engine.run_labelled(
         "shop-1",
         "shop",
@@ -158,6 +168,7 @@ async fn a_bad_label_or_a_conflict_with_the_file_is_a_red_route_with_its_reason(
         file_route("files", "files.test", &files)
     ));
     let port = blog.addr.port().to_string();
+    followed(&engine).await;
     engine.run_labelled(
         "bad-1",
         "bad",
@@ -274,6 +285,7 @@ async fn a_change_storm_leaves_other_routes_and_their_connections_untouched() {
         docker(&engine),
         file_route("files", "files.test", &files)
     ));
+    followed(&engine).await;
     engine.run_labelled(
         "steady-1",
         "steady",
@@ -414,6 +426,8 @@ async fn each_node_gossips_its_table_and_a_node_on_another_is_flagged() {
     let (_, answer) = second.admin_json("/v1/cluster").await;
     assert_eq!(answer["route_tables"]["disagreement"], false, "{answer}");
 
+    followed(&engines[0]).await;
+    followed(&engines[1]).await;
     let labels = [
         ("picket.enable", "true"),
         ("picket.route.web.host", "web.test"),
@@ -482,6 +496,7 @@ async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
     );
     std::fs::write(&path, &first).expect("write the file");
     let node = TestNode::start_file(&path);
+    followed(&engine).await;
     engine.run_labelled(
         "blog-1",
         "blog",
