@@ -63,6 +63,38 @@ pub fn table(view: &ClusterView) -> String {
             let _ = writeln!(out, ", {n} routes disagree");
         }
     }
+    // Which route table each live node serves, the cluster's first.
+    let tables = crate::app::matrix::tables(&view.members);
+    match tables.as_slice() {
+        [] => {}
+        [table] => {
+            let _ = writeln!(
+                out,
+                "route table {}·{} on every live node",
+                table.tag, table.routes
+            );
+        }
+        [cluster, others @ ..] => {
+            let _ = write!(
+                out,
+                "route tables: {}·{} on {}",
+                cluster.tag,
+                cluster.routes,
+                cluster.nodes.join(", ")
+            );
+            for other in others {
+                let _ = write!(
+                    out,
+                    "; {} {}·{} on {}",
+                    theme::DISAGREEMENT,
+                    other.tag,
+                    other.routes,
+                    other.nodes.join(", ")
+                );
+            }
+            out.push('\n');
+        }
+    }
     let headers: Vec<String> = view
         .members
         .iter()
@@ -109,7 +141,7 @@ pub fn table(view: &ClusterView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::fixture::three_nodes;
+    use crate::app::fixture::{three_nodes, with_tables};
 
     #[test]
     fn the_view_reads_as_a_table_without_colour() {
@@ -125,6 +157,37 @@ mod tests {
                 "  web     ♥ 2/2  ♥ 2/2  ♥ 2/2",
                 "♥ green  ❣ orange  ♡ red  ◇ stale  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree",
             ]
+        );
+    }
+
+    #[test]
+    fn the_route_tables_follow_the_title() {
+        let same = with_tables(
+            three_nodes(),
+            &[
+                Some(("2676afdb5add1e9b", 3, 5)),
+                Some(("2676afdb5add1e9b", 3, 5)),
+                Some(("2676afdb5add1e9b", 3, 5)),
+            ],
+        );
+        let text = table(&same);
+        assert_eq!(
+            text.lines().nth(1),
+            Some("route table 2676·3 on every live node")
+        );
+        let apart = with_tables(
+            three_nodes(),
+            &[
+                Some(("2676afdb5add1e9b", 3, 5)),
+                None,
+                Some(("4c0f12ab9d2e7731", 4, 6)),
+            ],
+        );
+        let text = table(&apart);
+        assert_eq!(
+            text.lines().nth(1),
+            Some("route tables: 4c0f·4 on n3; ≠ 2676·3 on n1"),
+            "one each: the newer is the cluster's; n2 has not said"
         );
     }
 }
