@@ -544,3 +544,68 @@ async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
     );
     node.stop().await;
 }
+
+/// A refused route is logged once, with its service, its label and the
+/// reason, however many times other services change after it; each route
+/// added, changed or removed by labels is one line.
+#[test]
+fn a_refused_label_is_logged_once_and_each_change_once() {
+    let captured = picket_tests::logs::Captured::default();
+    let (runtime, _logging) = picket_tests::logs::runtime(&captured, "info");
+    runtime.block_on(async {
+        let engine = FakeDocker::start().await;
+        let blog = Upstream::start("blog", Behaviour::Echo).await;
+        let port = blog.addr.port().to_string();
+        let node = TestNode::start(&docker(&engine));
+        followed(&engine).await;
+        engine.run_labelled(
+            "bad-1",
+            "bad",
+            &[
+                ("picket.enable", "true"),
+                ("picket.route.bad.port", &port),
+                ("picket.route.bad.tries", "0"),
+            ],
+            &created(1),
+        );
+        // Other services come and go, five times.
+        for n in 0..5u32 {
+            engine.run_labelled(
+                &format!("blog-{n}"),
+                "blog",
+                &[
+                    ("picket.enable", "true"),
+                    ("picket.route.blog.host", "blog.test"),
+                    ("picket.route.blog.path_prefix", &format!("/{n}")),
+                    ("picket.route.blog.port", &port),
+                ],
+                &created(2 + n),
+            );
+            until_answers(
+                &node,
+                ("blog.test", &format!("/{n}/x")),
+                (200, "blog"),
+                SOON,
+            )
+            .await;
+            engine.remove(&format!("blog-{n}"));
+            until_answers(&node, ("blog.test", &format!("/{n}/x")), (404, ""), SOON).await;
+        }
+        let log = captured.text();
+        let lines = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("route from the runtime refused"))
+            .collect();
+        assert_eq!(refused.len(), 1, "{log}");
+        assert!(refused[0].contains("service bad"), "{}", refused[0]);
+        assert!(
+            refused[0].contains("picket.route.bad.tries: tries = 0 is out of range"),
+            "{}",
+            refused[0]
+        );
+        assert_eq!(lines("route added from the runtime"), 5, "{log}");
+        assert_eq!(lines("route removed by the runtime"), 5, "{log}");
+        node.stop().await;
+    });
+}
