@@ -499,6 +499,8 @@ pub struct Spec<'a> {
     /// A healthcheck: `Some(true)` one that passes, `Some(false)` one that
     /// fails, `None` none.
     pub healthy: Option<bool>,
+    /// More labels (`picket.route.*`).
+    pub labels: &'a [(&'a str, &'a str)],
 }
 
 /// A running test container.
@@ -535,6 +537,9 @@ impl Container {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        for (key, value) in spec.labels {
+            args.extend(["--label".into(), format!("{key}={value}")]);
+        }
         // A passing check connects to the upstream itself; a failing one to a closed port.
         match spec.healthy {
             None => args.push("--no-healthcheck".into()),

@@ -34,6 +34,7 @@ fn api(version: &str) -> Spec<'_> {
         service: "api",
         version,
         healthy: None,
+        labels: &[],
     }
 }
 
@@ -149,6 +150,7 @@ async fn healthchecks_pauses_and_images() {
             service: "api",
             version: "1",
             healthy: Some(true),
+            labels: &[],
         },
     );
     let failing = Container::run(
@@ -157,6 +159,7 @@ async fn healthchecks_pauses_and_images() {
             service: "api",
             version: "1",
             healthy: Some(false),
+            labels: &[],
         },
     );
     let plain = Container::run(&network, &api("2"));
@@ -320,5 +323,74 @@ async fn a_node_follows_the_engine_through_the_read_only_socket_proxy() {
             .text()
             .starts_with(&b.name)
     );
+    node.stop().await;
+}
+
+/// A container of a compose service that declares its route in labels,
+/// on a real engine: served through the node by its host, by the labels
+/// the engine reports, until the container is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compose_service_declares_its_route_in_labels() {
+    if !engine() {
+        return;
+    }
+    let network = Network::create();
+    let node = TestNode::start(&format!(
+        "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\n",
+        network.name
+    ));
+    let shop = Container::run(
+        &network,
+        &Spec {
+            service: "shop",
+            version: "1",
+            healthy: None,
+            labels: &[
+                ("picket.enable", "true"),
+                ("picket.route.shop.host", "shop.test"),
+                ("picket.route.shop.port", "8080"),
+                ("picket.route.shop.strip_prefix", "true"),
+                ("picket.route.shop.path_prefix", "/shop"),
+            ],
+        },
+    );
+    let deadline = tokio::time::Instant::now() + SOON;
+    let answer = loop {
+        let answer = client::get(node.proxy, "shop.test", "/shop/cart").await;
+        let status = answer.as_ref().map(|a| a.status.as_u16()).ok();
+        if let (Ok(answer), Some(200)) = (answer, status) {
+            break answer;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "shop.test never served: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The test upstream says its name and what it was asked: the prefix
+    // was stripped, as the label says.
+    assert_eq!(answer.text(), format!("{}: GET /cart (0 bytes)", shop.name));
+    let (_, routes) = node.admin_json("/v1/routes").await;
+    let route = routes["routes"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == "shop").cloned())
+        .expect("shop in /v1/routes");
+    assert_eq!(route["declared_by"], "service shop", "{route}");
+
+    drop(shop);
+    let deadline = tokio::time::Instant::now() + SOON;
+    loop {
+        let status = client::get(node.proxy, "shop.test", "/shop/cart")
+            .await
+            .map(|a| a.status.as_u16());
+        if status.as_ref().is_ok_and(|s| *s == 404) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "shop.test still served after its container was removed: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     node.stop().await;
 }

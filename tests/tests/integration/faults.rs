@@ -267,6 +267,7 @@ async fn docker_replicas_and_engine() {
         service: "api",
         version: "1",
         healthy: None,
+        labels: &[],
     };
     let containers: Vec<Container> = (0..3).map(|_| Container::run(&network, &spec)).collect();
     let mut relay = Relay::start().await;
