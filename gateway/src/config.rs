@@ -73,6 +73,46 @@ pub struct Config {
     /// `[[certificate]]`: what the HTTPS listener serves, the default
     /// first.
     pub certificates: Vec<CertificateConfig>,
+    /// `[acme]`, with the `[[certificate]]`s it obtains; `None` without.
+    pub acme: Option<AcmeSettings>,
+}
+
+/// `[acme]`: where the cluster obtains certificates, and which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcmeSettings {
+    /// The directory URL of the CA (`https://`).
+    pub directory: String,
+    /// The account's contact, if any.
+    pub email: Option<String>,
+    /// Roots that verify the directory's certificate instead of the
+    /// Mozilla roots (a private CA): the file, and its PEM.
+    pub ca: Option<(PathBuf, Vec<u8>)>,
+    /// Where the node keeps its account and its certificates; absolute.
+    pub cache: PathBuf,
+    pub challenge: AcmeChallenge,
+    /// Each certificate's names, lower case, as the file lists them; the
+    /// first names it.
+    pub certificates: Vec<Vec<String>>,
+}
+
+/// Which challenge the ordering node asks the CA for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    /// `GET /.well-known/acme-challenge/TOKEN` on port 80: every node's
+    /// plain listener answers.
+    Http01,
+    /// A TLS handshake on port 443 with ALPN `acme-tls/1`: every node's
+    /// HTTPS listener answers.
+    TlsAlpn01,
+}
+
+impl AcmeChallenge {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AcmeChallenge::Http01 => "http-01",
+            AcmeChallenge::TlsAlpn01 => "tls-alpn-01",
+        }
+    }
 }
 
 /// `[[certificate]]`: a certificate chain and its key, served to HTTPS
@@ -740,7 +780,11 @@ impl Config {
     /// TLS listener to send its clients to. (Within the file alone,
     /// validation already refuses these, with their lines.)
     pub fn edge_problem(&self) -> Option<String> {
-        if self.node.listen_tls.is_some() && self.certificates.is_empty() {
+        let from_acme = self
+            .acme
+            .as_ref()
+            .is_some_and(|a| !a.certificates.is_empty());
+        if self.node.listen_tls.is_some() && self.certificates.is_empty() && !from_acme {
             return Some(format!(
                 "{}: the HTTPS listener (listen_tls) needs at least one [[certificate]]",
                 self.source

@@ -71,7 +71,14 @@ pub fn server_config(
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()
         .with_cert_resolver(certificates);
-    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec(), ALPN_HTTP10.to_vec()];
+    // Last, `acme-tls/1`: offered alone by a CA validating TLS-ALPN-01
+    // (RFC 8737), which gets the challenge certificate and nothing else.
+    config.alpn_protocols = vec![
+        ALPN_H2.to_vec(),
+        ALPN_HTTP1.to_vec(),
+        ALPN_HTTP10.to_vec(),
+        crate::acme::challenges::ALPN_ACME.to_vec(),
+    ];
     // Stateless resumption: a returning client skips the key exchange on
     // whichever node it reaches, and no session cache grows with the
     // clients. TLS 1.2 clients get tickets from the same ticketer.

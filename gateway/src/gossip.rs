@@ -42,7 +42,7 @@ use chitchat::{
     spawn_chitchat,
 };
 use picket_proto::gossip::{NODE_KEY, ROUTE_PREFIX, TABLE_KEY};
-use picket_proto::{ClusterView, NodeInfo, TableGeneration, Verdict};
+use picket_proto::{CertificateState, ClusterView, NodeInfo, TableGeneration, Verdict};
 use tokio::sync::watch;
 
 use crate::clock::now_unix_ms;
@@ -91,6 +91,11 @@ pub struct Membership {
     pub cluster: Option<String>,
     pub info: NodeInfo,
     handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
+    /// This node's gossip state, to write keys of its own beside the
+    /// verdicts (ACME); `None` alone.
+    chitchat: Option<Chitchat>,
+    /// Alone, the keys this node would gossip: what it reads back.
+    local: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -137,6 +142,74 @@ impl Membership {
         true
     }
 
+    /// Sets a key of this node's own gossip state.
+    pub async fn set_own(&self, key: &str, value: &str) {
+        match &self.chitchat {
+            Some(chitchat) => chitchat.lock().await.self_node_state().set(key, value),
+            None => {
+                self.local_keys().insert(key.to_string(), value.to_string());
+            }
+        }
+    }
+
+    /// Deletes a key of this node's own gossip state.
+    pub async fn delete_own(&self, key: &str) {
+        match &self.chitchat {
+            Some(chitchat) => {
+                let mut chitchat = chitchat.lock().await;
+                let own = chitchat.self_node_state();
+                if own.contains_key(key) {
+                    own.delete(key);
+                }
+            }
+            None => {
+                self.local_keys().remove(key);
+            }
+        }
+    }
+
+    fn local_keys(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, String>> {
+        self.local.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every node's ACME keys (this node's among them), whoever holds
+    /// them, with whether the node counts as live.
+    pub async fn acme_entries(&self) -> Vec<crate::acme::shared::Entry> {
+        use crate::acme::shared::Entry;
+        const PREFIX: &str = "acme/";
+        let Some(chitchat) = &self.chitchat else {
+            return self
+                .local_keys()
+                .range::<str, _>((
+                    std::ops::Bound::Included(PREFIX),
+                    std::ops::Bound::Unbounded,
+                ))
+                .take_while(|(key, _)| key.starts_with(PREFIX))
+                .map(|(key, value)| Entry {
+                    node: self.info.name.clone(),
+                    live: true,
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect();
+        };
+        let chitchat = chitchat.lock().await;
+        let live: std::collections::HashSet<&ChitchatId> = chitchat.live_nodes().collect();
+        let mut entries = Vec::new();
+        for (id, state) in chitchat.node_states() {
+            let is_live = live.contains(id);
+            for (key, value) in state.iter_prefix(PREFIX) {
+                entries.push(Entry {
+                    node: id.node_id.to_string(),
+                    live: is_live,
+                    key: key.to_string(),
+                    value: value.value.clone(),
+                });
+            }
+        }
+        entries
+    }
+
     /// Leaves the cluster: stops gossiping.
     pub async fn leave(&self) {
         if let Some(handle) = self.handle.lock().await.take() {
@@ -159,6 +232,8 @@ pub struct Joining<'a> {
     pub verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
     /// The generation of this node's route table, as it changes.
     pub table: watch::Receiver<Option<TableGeneration>>,
+    /// This node's state of each ACME certificate, as it changes.
+    pub certificates: watch::Receiver<Arc<Vec<CertificateState>>>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -184,6 +259,7 @@ fn first_view(
     verdicts: &Arc<Vec<Verdict>>,
     table: Option<TableGeneration>,
 ) -> ClusterView {
+    let certificates: &[CertificateState] = &[];
     ClusterView {
         node: me.info.name.clone(),
         cluster: cluster.to_string(),
@@ -192,8 +268,7 @@ fn first_view(
             me,
             me.info.started_unix_ms,
             None,
-            verdicts,
-            table,
+            (verdicts, table, certificates),
         )],
     }
 }
@@ -203,6 +278,7 @@ fn alone(joining: Joining<'_>, shutdown: Shutdown, tasks: &mut Tasks) -> Arc<Mem
         me,
         verdicts,
         table,
+        certificates,
         ..
     } = joining;
     let first = first_view(&me, "", &verdicts.borrow(), table.borrow().clone());
@@ -214,10 +290,21 @@ fn alone(joining: Joining<'_>, shutdown: Shutdown, tasks: &mut Tasks) -> Arc<Mem
         cluster: None,
         info: me.info.clone(),
         handle: tokio::sync::Mutex::new(None),
+        chitchat: None,
+        local: std::sync::Mutex::default(),
     });
     tasks.spawn(
         "view",
-        follow::alone(Arc::clone(&membership), me, verdicts, table, shutdown),
+        follow::alone(
+            Arc::clone(&membership),
+            me,
+            follow::Own {
+                verdicts,
+                table,
+                certificates,
+            },
+            shutdown,
+        ),
     );
     membership
 }
@@ -234,6 +321,7 @@ async fn join(
         mut me,
         verdicts,
         table,
+        certificates,
         metrics,
         ..
     } = joining;
@@ -302,6 +390,8 @@ async fn join(
         cluster: Some(settings.id.clone()),
         info: me.info.clone(),
         handle: tokio::sync::Mutex::new(Some(handle)),
+        chitchat: Some(Arc::clone(&chitchat)),
+        local: std::sync::Mutex::default(),
     });
     tasks.spawn(
         "gossip publish",
@@ -329,7 +419,11 @@ async fn join(
             Arc::clone(&membership),
             chitchat,
             me,
-            follow::Own { verdicts, table },
+            follow::Own {
+                verdicts,
+                table,
+                certificates,
+            },
             settings.gossip_interval,
             metrics,
             shutdown.clone(),

@@ -16,6 +16,7 @@
 // what the integration tests and benchmarks drive and observe. The rest
 // is the node's own.
 pub mod access;
+pub mod acme;
 pub mod breaker;
 pub mod changes;
 pub mod clock;

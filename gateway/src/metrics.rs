@@ -65,6 +65,20 @@ struct TableLabels {
     state: &'static str,
 }
 
+/// An ACME certificate (by its first name) and one of its phases.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AcmePhaseLabels {
+    certificate: String,
+    phase: &'static str,
+}
+
+/// An ACME certificate and how an order of it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AcmeOrderLabels {
+    certificate: String,
+    result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabels {
     direction: String,
@@ -238,6 +252,8 @@ pub struct Metrics {
     runtime_reachability_changes: Family<EndpointStateLabels, Counter>,
     certificate_expiry: Family<NameLabels, Gauge>,
     replica_certificate_expiry: Family<ReplicaLabels, Gauge>,
+    acme_phase: Family<AcmePhaseLabels, Gauge>,
+    acme_orders: Family<AcmeOrderLabels, Counter>,
     /// Client connections of the proxy listeners.
     pub connections: ConnectionMetrics,
     rate_limited: Family<RouteLabels, Counter>,
@@ -542,6 +558,18 @@ impl Metrics {
             "When the certificate each TLS replica presented to this node's last check expires, in Unix seconds",
             replica_certificate_expiry.clone(),
         );
+        let acme_phase = Family::<AcmePhaseLabels, Gauge>::default();
+        registry.register(
+            "acme_certificate_phase",
+            "This node's phase for each ACME certificate: 1 for the phase it is in (waiting, ordering, serving, renewing, failing), 0 for the others",
+            acme_phase.clone(),
+        );
+        let acme_orders = Family::<AcmeOrderLabels, Counter>::default();
+        registry.register(
+            "acme_orders",
+            "Orders of ACME certificates this node placed, by how they ended (issued, failed)",
+            acme_orders.clone(),
+        );
         let local = &*crate::resources::LOCAL;
         registry.register(
             "local_resource_errors",
@@ -692,7 +720,41 @@ impl Metrics {
             connections,
             certificate_expiry,
             replica_certificate_expiry,
+            acme_phase,
+            acme_orders,
         }
+    }
+
+    /// This node's phase for the ACME certificate `certificate`.
+    pub fn acme_phase(&self, certificate: &str, phase: picket_proto::AcmePhase) {
+        for each in picket_proto::AcmePhase::ALL {
+            self.acme_phase
+                .get_or_create(&AcmePhaseLabels {
+                    certificate: certificate.into(),
+                    phase: each.as_str(),
+                })
+                .set(i64::from(each == phase));
+        }
+    }
+
+    /// The ACME certificate `certificate` is no longer managed.
+    pub fn forget_acme(&self, certificate: &str) {
+        for each in picket_proto::AcmePhase::ALL {
+            self.acme_phase.remove(&AcmePhaseLabels {
+                certificate: certificate.into(),
+                phase: each.as_str(),
+            });
+        }
+    }
+
+    /// Counts an order this node placed, by how it ended.
+    pub fn acme_order(&self, certificate: &str, issued: bool) {
+        self.acme_orders
+            .get_or_create(&AcmeOrderLabels {
+                certificate: certificate.into(),
+                result: if issued { "issued" } else { "failed" },
+            })
+            .inc();
     }
 
     /// When the certificate a TLS replica presented to a check expires.

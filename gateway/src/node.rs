@@ -175,6 +175,8 @@ pub struct InForce {
     pub routes: Vec<RouteConfig>,
     /// The certificates handshakes get, as last reloaded or rotated.
     pub certificates: Vec<CertificateConfig>,
+    /// What the ACME part works on, as last reloaded.
+    pub acme: Option<crate::config::AcmeSettings>,
 }
 
 /// One gateway node.
@@ -185,6 +187,7 @@ pub struct Node {
     checker: Arc<Checker>,
     admin: Arc<AdminState>,
     certificates: Arc<Certificates>,
+    acme: Arc<crate::acme::Acme>,
     /// The configuration the node started on: what the parts that need a
     /// restart to change run on.
     started: Config,
@@ -231,12 +234,21 @@ impl Node {
                 None
             }
         };
-        let proxy = Arc::new(Proxy::new(table, Arc::clone(&metrics)).with_access_log(access_log));
-        let board = Arc::new(Board::default());
-        let certificates = Arc::new(Certificates::new(
-            config.certificates.clone(),
-            Arc::clone(&metrics),
+        let challenges = Arc::new(crate::acme::challenges::Challenges::default());
+        let acme = Arc::new(crate::acme::Acme::new(
+            config.acme.clone(),
+            Arc::clone(&challenges),
         ));
+        let proxy = Arc::new(
+            Proxy::new(table, Arc::clone(&metrics))
+                .with_access_log(access_log)
+                .with_challenges(Arc::clone(&challenges)),
+        );
+        let board = Arc::new(Board::default());
+        let certificates = Arc::new(
+            Certificates::new(config.certificates.clone(), Arc::clone(&metrics))
+                .with_challenges(challenges),
+        );
         let admin = AdminState::new(
             &config.node.name.value,
             metrics,
@@ -252,6 +264,7 @@ impl Node {
             checker,
             admin: Arc::new(admin),
             certificates,
+            acme,
             started: config.clone(),
             current: Mutex::new(Current {
                 config,
@@ -287,6 +300,11 @@ impl Node {
     }
 
     /// The certificates served to HTTPS clients.
+    /// The node's ACME part: its settings and its certificates' states.
+    pub fn acme(&self) -> &Arc<crate::acme::Acme> {
+        &self.acme
+    }
+
     pub fn certificates(&self) -> &Arc<Certificates> {
         &self.certificates
     }
@@ -328,6 +346,7 @@ impl Node {
             checks: self.checker.settings(),
             routes,
             certificates: self.certificates.load().entries.clone(),
+            acme: self.acme.settings(),
         }
     }
 
@@ -432,6 +451,7 @@ impl Node {
         self.ctx.metrics.reload(true);
         self.install(&config, &current.declared);
         self.certificates.replace(config.certificates.clone());
+        self.acme.set(config.acme.clone());
         self.checker.set(check_settings(&config));
         let keys = self.reload_keys(&config);
         if let reload::KeyReload::Read(_) = keys {
@@ -667,6 +687,18 @@ pub async fn run(listeners: Listeners, node: Arc<Node>, shutdown: Shutdown) -> i
             &mut tasks,
         );
     }
+    crate::acme::spawn(
+        Arc::clone(&node.acme),
+        Arc::clone(&membership),
+        Arc::clone(&node.certificates),
+        Arc::clone(&node.ctx.metrics),
+        node.started
+            .cluster
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.gossip_interval * 10),
+        shutdown.clone(),
+        &mut tasks,
+    );
     let _ = node.admin.membership.set(membership);
     let admin = spawn_admin(
         listeners.admin,
@@ -844,6 +876,7 @@ async fn join_cluster(
             me,
             verdicts: node.board.subscribe(),
             table: node.proxy.generation(),
+            certificates: node.acme.subscribe(),
             metrics: Arc::clone(&node.ctx.metrics),
         },
         shutdown.clone(),

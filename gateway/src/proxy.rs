@@ -250,6 +250,8 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     /// `None` when the access log is off.
     access_log: Option<Arc<crate::access::AccessLog>>,
+    /// ACME HTTP-01 challenges, answered before any route.
+    challenges: Arc<crate::acme::challenges::Challenges>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -269,7 +271,14 @@ impl Proxy {
             generation: watch::channel(Some(first)).0,
             metrics,
             access_log: None,
+            challenges: Arc::default(),
         }
+    }
+
+    /// The proxy, answering the ACME HTTP-01 challenges of `challenges`
+    /// before any route, on every listener.
+    pub fn with_challenges(self, challenges: Arc<crate::acme::challenges::Challenges>) -> Proxy {
+        Proxy { challenges, ..self }
     }
 
     /// The proxy, writing each request to `log`.
@@ -336,6 +345,9 @@ impl Proxy {
     ) -> Result<Arc<Route>, ProxyError> {
         let table = self.table.load();
         let (path, _query) = crate::h1::target::split_query(target);
+        if let Some(authorization) = self.challenges.http(path) {
+            return Err(ProxyError::Challenge(authorization));
+        }
         let raw_host = host;
         let host = host.and_then(|h| std::str::from_utf8(h).ok());
         let path = std::str::from_utf8(path)

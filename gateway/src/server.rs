@@ -308,7 +308,12 @@ async fn open(
             let tls = handshaken(handshake, peer, limits.header, connections)?;
             let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
             connections.tls_handshakes[usize::from(resumed)].inc();
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(crate::edge::ALPN_H2);
+            let alpn = tls.get_ref().1.alpn_protocol();
+            if alpn == Some(crate::acme::challenges::ALPN_ACME) {
+                // A TLS-ALPN-01 validation: the handshake was the answer.
+                return None;
+            }
+            let h2 = alpn == Some(crate::edge::ALPN_H2);
             (Either::Right(Box::new(tls)), Scheme::Https, Some(h2), port)
         }
     };

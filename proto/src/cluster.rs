@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Verdict;
+use crate::{CertificateState, Verdict};
 
 /// What a node says of itself in gossip.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,10 @@ pub struct Member {
     /// node too old to say).
     #[serde(default)]
     pub table: Option<TableGeneration>,
+    /// Its state of each certificate it obtains from ACME, by name; empty
+    /// without `[acme]` (or from a node too old to say).
+    #[serde(default)]
+    pub certificates: Vec<CertificateState>,
     /// Its verdicts, by route name. Shared, not copied: the view of a
     /// member whose values did not change holds the very verdicts the
     /// view before it held, and this node's own are those its checks

@@ -315,6 +315,7 @@ impl Held {
                     heard_unix_ms: head.heard_unix_ms,
                     info: head.info.clone(),
                     table: table.clone(),
+                    certificates: Vec::new(),
                     verdicts: Arc::clone(verdicts),
                 })
                 .collect(),

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acme;
 pub mod backoff;
 pub mod clock;
 mod cluster;
@@ -18,6 +19,7 @@ pub mod feed;
 pub mod gossip;
 mod verdict;
 
+pub use acme::{CertificateState, Phase as AcmePhase};
 pub use backoff::Backoff;
 pub use cluster::{ClusterView, Liveness, Member, NodeInfo, TableGeneration};
 pub use verdict::{BreakerState, Heart, ImageCount, NodeView, Verdict};

@@ -105,6 +105,9 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
     if old.certificates != new.certificates {
         plan.applied.push("certificate");
     }
+    if old.acme != new.acme {
+        plan.applied.push("acme");
+    }
     plan.needs_restart = node(&old.node, &new.node);
     plan.needs_restart
         .extend(runtime(&old.runtime, &new.runtime));

@@ -19,6 +19,7 @@ pub struct RawConfig {
     pub routes: Vec<Spanned<RawRoute>>,
     #[serde(default, rename = "certificate")]
     pub certificates: Vec<Spanned<RawCertificate>>,
+    pub acme: Option<Spanned<RawAcme>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -191,11 +192,24 @@ pub struct RawUpstreamTls {
     pub client_key: Option<Spanned<String>>,
 }
 
-/// `[[certificate]]`: a PEM chain and its key, served to HTTPS clients.
+/// `[[certificate]]`: a PEM chain and its key, served to HTTPS clients;
+/// or the names of one the cluster obtains from ACME.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCertificate {
-    pub cert: Spanned<String>,
-    pub key: Spanned<String>,
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
     pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
+    pub acme: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `[acme]`: where the cluster obtains certificates.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub directory: Option<Spanned<String>>,
+    pub email: Option<Spanned<String>>,
+    pub ca: Option<Spanned<String>>,
+    pub cache: Option<Spanned<String>>,
+    pub challenge: Option<Spanned<String>>,
 }

@@ -2,7 +2,8 @@
 //! position instead of stopping at the first.
 //!
 //! One file per section of the file: [`node`], [`global`], [`cluster`],
-//! [`runtime`], [`route`] and [`certificate`], each with its unit tests.
+//! [`runtime`], [`route`], [`certificate`] and [`acme`], each with its unit
+//! tests.
 //! Here: the entry ([`validate`]), the ranges every bound is checked
 //! against (the one copy: the command line's flags take theirs from here),
 //! and what every section shares.
@@ -18,21 +19,23 @@ use toml::Spanned;
 
 use super::error::{Positions, Problem};
 use super::raw::{
-    RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawHeaderRules, RawNode, RawPort,
-    RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize, RawUpstreamTls,
+    RawAcme, RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawHeaderRules, RawNode,
+    RawPort, RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize, RawUpstreamTls,
 };
 use super::{
-    AccessLogFormat, AccessLogTarget, BreakerSettings, CertificateConfig, CheckKind, Cidr,
-    ClientIdentity, ClusterSettings, Config, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
-    DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
-    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_INGRESS_CLASS, DEFAULT_MAX_TRIES,
-    ExternalHost, FeedSettings, GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin,
-    Protocol, RateKey, RateSettings, RouteConfig, RuntimeBreakerSettings, RuntimeKind,
-    RuntimeSettings, ServicePort, Setting, TrustedProxies, UpstreamConfig, UpstreamTls,
+    AccessLogFormat, AccessLogTarget, AcmeChallenge, AcmeSettings, BreakerSettings,
+    CertificateConfig, CheckKind, Cidr, ClientIdentity, ClusterSettings, Config,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY,
+    DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS,
+    DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
+    DEFAULT_INGRESS_CLASS, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings,
+    HeaderRules, HostMatch, NodeSettings, Origin, Protocol, RateKey, RateSettings, RouteConfig,
+    RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting, TrustedProxies,
+    UpstreamConfig, UpstreamTls,
 };
 use crate::certificate::Culprit;
 
+mod acme;
 mod certificate;
 mod cluster;
 mod global;
@@ -153,6 +156,7 @@ pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>
         .filter_map(|certificate| v.certificate(certificate, dir, now))
         .collect();
     v.edge(&raw);
+    let acme = v.acme(&raw, dir);
     if v.problems.is_empty() {
         Ok(Config {
             source: file.to_string(),
@@ -162,6 +166,7 @@ pub fn validate(file: &str, text: &str, now: i64) -> Result<Config, Vec<Problem>
             cluster,
             routes,
             certificates,
+            acme,
         })
     } else {
         v.problems.sort_by_key(|p| (p.line, p.column));

@@ -23,6 +23,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::Notify;
 
+use crate::acme::challenges::{ALPN_ACME, Challenges};
 use crate::certificate::Version;
 use crate::config::CertificateConfig;
 use crate::metrics::Metrics;
@@ -33,8 +34,11 @@ use crate::targets::RuntimeCertificate;
 pub struct Served {
     /// In the file's order; the first is the default.
     pub entries: Vec<CertificateConfig>,
-    /// From the runtime (an Ingress's TLS Secrets), after the file's: a
-    /// name the file serves keeps the file's certificate. Their `cert` and
+    /// Obtained from ACME, after the file's. Their `cert` and `key` name
+    /// the cache file; rotation never reads them.
+    pub acme: Vec<CertificateConfig>,
+    /// From the runtime (an Ingress's TLS Secrets), after the file's and
+    /// ACME's: a name they serve keeps their certificate. Their `cert` and
     /// `key` name the Secret, not files; rotation never reads them.
     pub runtime: Vec<CertificateConfig>,
     exact: HashMap<String, usize>,
@@ -44,16 +48,17 @@ pub struct Served {
 
 impl Served {
     pub fn new(entries: Vec<CertificateConfig>) -> Served {
-        Served::with_runtime(entries, Vec::new())
+        Served::with_runtime(entries, Vec::new(), Vec::new())
     }
 
-    /// The file's certificates, then the runtime's.
+    /// The file's certificates, then ACME's, then the runtime's.
     pub fn with_runtime(
         entries: Vec<CertificateConfig>,
+        acme: Vec<CertificateConfig>,
         runtime: Vec<CertificateConfig>,
     ) -> Served {
         let (mut exact, mut wildcard) = (HashMap::new(), HashMap::new());
-        for (i, entry) in entries.iter().chain(&runtime).enumerate() {
+        for (i, entry) in entries.iter().chain(&acme).chain(&runtime).enumerate() {
             for name in &entry.current.names {
                 let (index, key) = match name.strip_prefix("*.") {
                     Some(parent) => (&mut wildcard, parent),
@@ -64,23 +69,27 @@ impl Served {
         }
         Served {
             entries,
+            acme,
             runtime,
             exact,
             wildcard,
         }
     }
 
+    /// Every certificate, in the order of [`Served::pick`]'s indexes.
+    pub fn all(&self) -> impl Iterator<Item = &CertificateConfig> {
+        self.entries.iter().chain(&self.acme).chain(&self.runtime)
+    }
+
     /// The certificate at index `i` of [`Served::pick`].
     pub fn get(&self, i: usize) -> Option<&CertificateConfig> {
-        self.entries
-            .get(i)
-            .or_else(|| self.runtime.get(i - self.entries.len()))
+        self.all().nth(i)
     }
 
     /// The index of the certificate for a handshake that named
     /// `server_name`; `None` when there is no certificate at all.
     pub fn pick(&self, server_name: Option<&str>) -> Option<usize> {
-        if self.entries.is_empty() && self.runtime.is_empty() {
+        if self.entries.is_empty() && self.acme.is_empty() && self.runtime.is_empty() {
             return None;
         }
         let named = server_name.and_then(|name| {
@@ -119,6 +128,8 @@ pub struct Certificates {
     /// Woken when a reload replaced the list, so that rotation follows
     /// the new files.
     pub(super) replaced: Notify,
+    /// TLS-ALPN-01 challenges this node answers.
+    challenges: Arc<Challenges>,
 }
 
 /// What the writers of [`Certificates`] remember between snapshots.
@@ -149,9 +160,15 @@ impl Certificates {
             writer: Mutex::new(Writer::default()),
             metrics,
             replaced: Notify::new(),
+            challenges: Arc::default(),
         };
         certificates.replace(entries);
         certificates
+    }
+
+    /// The same, answering TLS-ALPN-01 challenges from `challenges`.
+    pub fn with_challenges(self, challenges: Arc<Challenges>) -> Certificates {
+        Certificates { challenges, ..self }
     }
 
     /// The snapshot handshakes read now.
@@ -202,24 +219,33 @@ impl Certificates {
                 }
             }
         }
-        let entries = self.served.load().entries.clone();
-        self.store_all(&mut writer, entries, runtime);
+        let served = self.served.load();
+        let (entries, acme) = (served.entries.clone(), served.acme.clone());
+        self.store_all(&mut writer, Served::with_runtime(entries, acme, runtime));
+    }
+
+    /// Serves the certificates obtained from ACME from the next handshake
+    /// on, after the file's: already checked.
+    pub fn set_acme(&self, acme: Vec<CertificateConfig>) {
+        let mut writer = self.lock();
+        let served = self.served.load();
+        if served.acme == acme {
+            return;
+        }
+        let (entries, runtime) = (served.entries.clone(), served.runtime.clone());
+        self.store_all(&mut writer, Served::with_runtime(entries, acme, runtime));
     }
 
     /// Swaps in a new snapshot and publishes its expiry metrics.
     pub(super) fn store(&self, writer: &mut Writer, entries: Vec<CertificateConfig>) {
-        let runtime = self.served.load().runtime.clone();
-        self.store_all(writer, entries, runtime);
+        let served = self.served.load();
+        let (acme, runtime) = (served.acme.clone(), served.runtime.clone());
+        self.store_all(writer, Served::with_runtime(entries, acme, runtime));
     }
 
-    fn store_all(
-        &self,
-        writer: &mut Writer,
-        entries: Vec<CertificateConfig>,
-        runtime: Vec<CertificateConfig>,
-    ) {
-        let names: Vec<String> = entries.iter().chain(&runtime).map(label).collect();
-        for (name, entry) in names.iter().zip(entries.iter().chain(&runtime)) {
+    fn store_all(&self, writer: &mut Writer, served: Served) {
+        let names: Vec<String> = served.all().map(label).collect();
+        for (name, entry) in names.iter().zip(served.all()) {
             self.metrics
                 .certificate_expiry(name, entry.current.not_after);
         }
@@ -227,8 +253,7 @@ impl Certificates {
             self.metrics.forget_certificate(gone);
         }
         writer.published = names;
-        self.served
-            .store(Arc::new(Served::with_runtime(entries, runtime)));
+        self.served.store(Arc::new(served));
     }
 }
 
@@ -245,6 +270,12 @@ pub fn label(entry: &CertificateConfig) -> String {
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A TLS-ALPN-01 validation offers `acme-tls/1` alone (RFC 8737):
+        // it gets the challenge certificate for its name, or nothing.
+        let mut alpn = hello.alpn().into_iter().flatten();
+        if alpn.any(|p| p == ALPN_ACME) {
+            return self.challenges.alpn(hello.server_name()?);
+        }
         let served = self.served.load();
         let i = served.pick(hello.server_name())?;
         Some(Arc::clone(&served.get(i)?.current.key))

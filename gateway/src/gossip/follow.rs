@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chitchat::{ChitchatId, DeletionStatus};
-use picket_proto::{ClusterView, Liveness, Member, TableGeneration, Verdict};
+use picket_proto::{CertificateState, ClusterView, Liveness, Member, TableGeneration, Verdict};
 use tokio::sync::watch;
 
 use super::view::{Assembler, Gossiped};
@@ -20,9 +20,13 @@ pub(super) fn self_member(
     me: &Me,
     generation: u64,
     gossip: Option<SocketAddr>,
-    verdicts: &Arc<Vec<Verdict>>,
-    table: Option<TableGeneration>,
+    own: (
+        &Arc<Vec<Verdict>>,
+        Option<TableGeneration>,
+        &[CertificateState],
+    ),
 ) -> Member {
+    let (verdicts, table, certificates) = own;
     Member {
         name: me.info.name.clone(),
         gossip: gossip.map(|a| a.to_string()).unwrap_or_default(),
@@ -31,14 +35,16 @@ pub(super) fn self_member(
         heard_unix_ms: now_unix_ms(),
         info: Some(me.info.clone()),
         table,
+        certificates: certificates.to_vec(),
         verdicts: Arc::clone(verdicts),
     }
 }
-/// What this node says of itself, as it changes: its verdicts and its
-/// route table's generation.
+/// What this node says of itself, as it changes: its verdicts, its
+/// route table's generation and its ACME certificates' states.
 pub(super) struct Own {
     pub verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
     pub table: watch::Receiver<Option<TableGeneration>>,
+    pub certificates: watch::Receiver<Arc<Vec<CertificateState>>>,
 }
 
 /// Reads gossip state into the view: on membership or state changes, on
@@ -55,6 +61,7 @@ pub(super) async fn run(
     let Own {
         mut verdicts,
         mut table,
+        mut certificates,
     } = own;
     let mut live_watch = chitchat.lock().await.live_nodes_watcher();
     let mut assembler = Assembler::default();
@@ -68,6 +75,7 @@ pub(super) async fn run(
             _ = live_watch.changed() => {}
             _ = verdicts.changed() => {}
             Ok(()) = table.changed() => {}
+            Ok(()) = certificates.changed() => {}
             _ = ticks.tick() => {}
             () = shutdown.wait() => return,
         }
@@ -105,7 +113,13 @@ pub(super) async fn run(
         };
         let own = verdicts.borrow_and_update().clone();
         let own_table = table.borrow_and_update().clone();
-        let me_now = self_member(&me, generation, membership.advertise, &own, own_table);
+        let own_certificates = certificates.borrow_and_update().clone();
+        let me_now = self_member(
+            &me,
+            generation,
+            membership.advertise,
+            (&own, own_table, &own_certificates),
+        );
         let (view, refused) =
             assembler.assemble(&me_now, &cluster, gossiped, now_unix_ms(), interval);
         for _ in 0..refused {
@@ -135,26 +149,32 @@ pub(super) async fn run(
 }
 
 /// A node without a cluster: its view is itself.
-pub(super) async fn alone(
-    membership: Arc<Membership>,
-    me: Me,
-    mut verdicts: watch::Receiver<Arc<Vec<Verdict>>>,
-    mut table: watch::Receiver<Option<TableGeneration>>,
-    mut shutdown: Shutdown,
-) {
+pub(super) async fn alone(membership: Arc<Membership>, me: Me, own: Own, mut shutdown: Shutdown) {
+    let Own {
+        mut verdicts,
+        mut table,
+        mut certificates,
+    } = own;
     let generation = me.info.started_unix_ms;
     loop {
         let own = verdicts.borrow_and_update().clone();
         let own_table = table.borrow_and_update().clone();
+        let own_certificates = certificates.borrow_and_update().clone();
         membership.publish(ClusterView {
             node: me.info.name.clone(),
             cluster: String::new(),
             taken_unix_ms: now_unix_ms(),
-            members: vec![self_member(&me, generation, None, &own, own_table)],
+            members: vec![self_member(
+                &me,
+                generation,
+                None,
+                (&own, own_table, &own_certificates),
+            )],
         });
         tokio::select! {
             changed = verdicts.changed() => if changed.is_err() { return },
             Ok(()) = table.changed() => {}
+            Ok(()) = certificates.changed() => {}
             () = shutdown.wait() => return,
         }
     }

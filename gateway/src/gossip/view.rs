@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picket_proto::gossip::{self, NODE_KEY, ROUTE_PREFIX, TABLE_KEY};
-use picket_proto::{ClusterView, Heart, Liveness, Member, NodeInfo, TableGeneration, Verdict};
+use picket_proto::{
+    CertificateState, ClusterView, Heart, Liveness, Member, NodeInfo, TableGeneration, Verdict,
+};
 
 use super::intern::Interner;
 
@@ -64,6 +66,8 @@ struct Known {
     info: Option<NodeInfo>,
     /// The generation of its route table, once it has said.
     table: Option<TableGeneration>,
+    /// Its state of each ACME certificate, by name.
+    certificates: Vec<CertificateState>,
     /// Its verdicts, by route name, shared with every view that shows
     /// them: replaced when its values change, never copied per view.
     verdicts: Arc<Vec<Verdict>>,
@@ -141,6 +145,7 @@ impl Assembler {
                 heard_unix_ms: known.heard_ms,
                 info: known.info.clone(),
                 table: known.table.clone(),
+                certificates: known.certificates.clone(),
                 verdicts: Arc::clone(&known.verdicts),
             });
         }
@@ -161,6 +166,7 @@ impl Assembler {
 fn update(known: &mut Known, values: Vec<(String, u64, String)>, interner: &mut Interner) -> usize {
     let mut refused = 0;
     let mut routes: Vec<(u64, Verdict)> = Vec::with_capacity(known.verdicts.len());
+    let mut certificates = Vec::new();
     for (key, version, value) in values {
         if key == NODE_KEY {
             match gossip::decode_value::<NodeInfo>(&value) {
@@ -171,6 +177,12 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>, interner: &mut 
             match gossip::decode_value::<TableGeneration>(&value) {
                 Ok(table) => known.table = Some(table),
                 Err(_) => refused += 1,
+            }
+        } else if let Some(name) = key.strip_prefix(picket_proto::acme::STATE_PREFIX) {
+            match gossip::decode_value::<CertificateState>(&value) {
+                // The key names the certificate, as it names a route.
+                Ok(state) if state.name == name => certificates.push(state),
+                _ => refused += 1,
             }
         } else if let Some(route) = key.strip_prefix(ROUTE_PREFIX) {
             let kept = known
@@ -188,6 +200,8 @@ fn update(known: &mut Known, values: Vec<(String, u64, String)>, interner: &mut 
             }
         }
     }
+    certificates.sort_by(|a, b| a.name.cmp(&b.name));
+    known.certificates = certificates;
     // Each key once (chitchat's keys are unique), so each route once.
     routes.sort_by(|a, b| a.1.route.cmp(&b.1.route));
     let (versions, verdicts): (Vec<u64>, Vec<Verdict>) = routes.into_iter().unzip();
@@ -350,6 +364,7 @@ mod tests {
             heard_unix_ms: NOW,
             info: None,
             table: None,
+            certificates: Vec::new(),
             verdicts: Arc::new(vec![verdict("api", Heart::Green)]),
         }
     }

@@ -48,6 +48,10 @@ pub enum ProxyError {
     RateLimited { retry_after: Duration },
     #[error("the request body is larger than this route takes ({0} bytes)")]
     TooLarge(u64),
+    /// Not a failure: an ACME HTTP-01 challenge, which the node answers
+    /// itself with this key authorization.
+    #[error("an ACME challenge, answered by the node")]
+    Challenge(Bytes),
 }
 
 /// A page the gateway writes itself.
@@ -101,6 +105,7 @@ impl ProxyError {
             | ProxyError::HttpsOnly(_)
             | ProxyError::RateLimited { .. }
             | ProxyError::TooLarge(_)
+            | ProxyError::Challenge(_)
             | ProxyError::ClientBody(_) => Fault::Downstream,
             ProxyError::Unreachable(failure) if !failure.blames_replica() => Fault::Node,
             ProxyError::Unavailable { .. }
@@ -114,6 +119,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Challenge(_) => StatusCode::OK,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::ClientBody(e) if e.is_timeout() => StatusCode::REQUEST_TIMEOUT,
             ProxyError::ClientBody(e) if e.is_too_large() => StatusCode::PAYLOAD_TOO_LARGE,
@@ -153,6 +159,7 @@ impl ProxyError {
             ProxyError::ClientBody(_) => "client_body",
             ProxyError::RateLimited { .. } => "rate_limit",
             ProxyError::TooLarge(_) => "max_body",
+            ProxyError::Challenge(_) => "acme_challenge",
         }
     }
 
@@ -161,6 +168,7 @@ impl ProxyError {
     pub fn ending(&self) -> Ending {
         use crate::ending::Bound;
         let (cause, phase) = match self {
+            ProxyError::Challenge(_) => return Ending::COMPLETE,
             ProxyError::Unavailable { .. }
             | ProxyError::NoRoute
             | ProxyError::BadRequest(_)
@@ -196,6 +204,16 @@ impl ProxyError {
     /// a small page in JSON or HTML and the seconds to wait.
     pub fn page(&self, accept: Option<&[u8]>, id: &RequestId) -> Page {
         let status = self.status();
+        if let ProxyError::Challenge(authorization) = self {
+            return Page {
+                status,
+                content_type: "application/octet-stream",
+                body: authorization.clone(),
+                retry_after: None,
+                location: None,
+                request_id: Some(*id),
+            };
+        }
         if let ProxyError::RateLimited { retry_after } = self {
             let seconds = super::limits::retry_after_secs(*retry_after);
             let body = format!(

@@ -98,7 +98,7 @@ pub fn status_of(error: &ProxyError) -> u32 {
         | ProxyError::Upstream(_)
         | ProxyError::UpstreamStalled(_)
         | ProxyError::HttpsOnly(_) => code::UNAVAILABLE,
-        ProxyError::NoRoute | ProxyError::Connect => code::UNIMPLEMENTED,
+        ProxyError::NoRoute | ProxyError::Connect | ProxyError::Challenge(_) => code::UNIMPLEMENTED,
         ProxyError::ClientBody(e) if e.is_timeout() => code::DEADLINE_EXCEEDED,
         ProxyError::ClientBody(e) if e.is_too_large() => code::RESOURCE_EXHAUSTED,
         ProxyError::RateLimited { .. } | ProxyError::TooLarge(_) => code::RESOURCE_EXHAUSTED,

@@ -2,7 +2,9 @@
 //! cluster as this node knows it, from the view gossip keeps current.
 //! Ages are counted at the moment of the answer.
 
-use picket_proto::{ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict};
+use picket_proto::{
+    CertificateState, ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict,
+};
 use serde::Serialize;
 
 use super::filter::Filter;
@@ -28,8 +30,12 @@ pub struct NodeAnswer {
     pub members: Counts,
     /// The HTTPS listener; `null` without one.
     pub listen_tls: Option<String>,
-    /// The certificates served to HTTPS clients, the default first.
+    /// The certificates served to HTTPS clients, the default first: the
+    /// file's, then those from ACME, then the runtime's.
     pub certificates: Vec<CertificateAnswer>,
+    /// This node's state of each certificate it obtains from ACME; empty
+    /// without `[acme]`.
+    pub acme: Vec<CertificateState>,
 }
 
 /// A certificate served to HTTPS clients.
@@ -69,6 +75,8 @@ pub struct MemberAnswer<'a> {
     pub table: Option<&'a TableGeneration>,
     /// It serves another table than most nodes do.
     pub table_differs: bool,
+    /// Its state of each certificate it obtains from ACME.
+    pub acme: &'a [CertificateState],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -142,6 +150,7 @@ fn member<'a>(
     MemberAnswer {
         table: m.table.as_ref(),
         table_differs,
+        acme: &m.certificates,
         name: &m.name,
         gossip: &m.gossip,
         generation: m.generation,
@@ -172,10 +181,15 @@ pub fn node(
     now: i64,
 ) -> NodeAnswer {
     let info = &membership.info;
-    let certificates = served
-        .entries
+    let view = membership.view();
+    let acme = view
+        .members
         .iter()
-        .chain(&served.runtime)
+        .find(|m| m.name == info.name)
+        .map(|m| m.certificates.clone())
+        .unwrap_or_default();
+    let certificates = served
+        .all()
         .map(|entry| {
             let current = &entry.current;
             CertificateAnswer {
@@ -197,9 +211,10 @@ pub fn node(
         feed_fingerprint: info.feed_fingerprint.clone(),
         runtime: info.runtime.clone(),
         started_unix_ms: info.started_unix_ms,
-        members: counts(&membership.view()),
+        members: counts(&view),
         listen_tls: listen_tls.map(|a| a.to_string()),
         certificates,
+        acme,
     }
 }
 

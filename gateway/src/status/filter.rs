@@ -104,6 +104,7 @@ pub(super) mod tests {
             heard_unix_ms: 0,
             info: None,
             table: None,
+            certificates: Vec::new(),
             verdicts: std::sync::Arc::new(verdicts),
         }
     }

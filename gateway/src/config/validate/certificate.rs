@@ -11,7 +11,24 @@ impl Validator<'_> {
         dir: &Path,
         now: i64,
     ) -> Option<CertificateConfig> {
+        let whole = raw.span();
         let raw = raw.get_ref();
+        if raw.acme.is_some() {
+            // Obtained from ACME: checked with `[acme]`.
+            return None;
+        }
+        let (Some(cert_field), Some(key_field)) = (&raw.cert, &raw.key) else {
+            let at = raw
+                .cert
+                .as_ref()
+                .or(raw.key.as_ref())
+                .map_or(whole, Spanned::span);
+            self.problem(
+                at,
+                "a [[certificate]] needs `cert` and `key` (a PEM chain and its key), or `acme` (the names to obtain from [acme])",
+            );
+            return None;
+        };
         let hosts = match &raw.hosts {
             None => None,
             Some(list) if list.get_ref().is_empty() => {
@@ -42,10 +59,10 @@ impl Validator<'_> {
             }
         };
         let path = |p: &Spanned<String>| std::path::absolute(dir.join(p.get_ref()));
-        let (cert, key) = match (path(&raw.cert), path(&raw.key)) {
+        let (cert, key) = match (path(cert_field), path(key_field)) {
             (Ok(cert), Ok(key)) => (cert, key),
             (Err(e), _) | (_, Err(e)) => {
-                self.problem(raw.cert.span(), format!("cannot resolve the path: {e}"));
+                self.problem(cert_field.span(), format!("cannot resolve the path: {e}"));
                 return None;
             }
         };
@@ -53,7 +70,7 @@ impl Validator<'_> {
             Ok(pem) => pem,
             Err(e) => {
                 self.problem(
-                    raw.cert.span(),
+                    cert_field.span(),
                     format!("cannot read certificate {}: {e}", cert.display()),
                 );
                 return None;
@@ -63,7 +80,7 @@ impl Validator<'_> {
             Ok(pem) => pem,
             Err(e) => {
                 self.problem(
-                    raw.key.span(),
+                    key_field.span(),
                     format!("cannot read key {}: {e}", key.display()),
                 );
                 return None;
@@ -78,16 +95,16 @@ impl Validator<'_> {
             }),
             Err(error) => {
                 let (span, file) = match error.culprit(hosts.as_deref()) {
-                    Culprit::Cert => (raw.cert.span(), format!("certificate {}", cert.display())),
+                    Culprit::Cert => (cert_field.span(), format!("certificate {}", cert.display())),
                     Culprit::Key => (
-                        raw.key.span(),
+                        key_field.span(),
                         format!("key {} (for certificate {})", key.display(), cert.display()),
                     ),
                     Culprit::Host(i) => (
                         raw.hosts
                             .as_ref()
                             .and_then(|h| h.get_ref().get(i))
-                            .map_or(raw.cert.span(), Spanned::span),
+                            .map_or(cert_field.span(), Spanned::span),
                         format!("certificate {}", cert.display()),
                     ),
                 };

@@ -1,0 +1,147 @@
+//! The HTTP client the ACME protocol runs on: one HTTP/1.1 connection over
+//! rustls (aws-lc-rs) per request, trusting `[acme] ca` or the Mozilla
+//! roots, each request bounded in time and its answer in size.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Limited};
+use hyper_util::rt::TokioIo;
+use instant_acme::{BodyWrapper, BytesResponse, Error, HttpClient};
+use rustls::pki_types::ServerName;
+
+/// How long one request to the CA may take, connection included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read from the CA: a certificate chain is a few KiB.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// The ACME client's HTTP.
+pub struct Http {
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// A failure on the way to the CA.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("the directory URL {0:?} has no host")]
+    NoHost(String),
+    #[error("{host}: {source}")]
+    Connect {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Hyper(#[from] hyper::Error),
+    #[error("the answer is larger than {MAX_ANSWER} bytes, or broke off: {0}")]
+    Body(String),
+    #[error("no answer within {}", humantime::format_duration(REQUEST_TIMEOUT))]
+    Timeout,
+}
+
+impl Http {
+    /// Trusting the PEM certificates `ca` (a private CA), else the Mozilla
+    /// roots.
+    pub fn new(ca: Option<&[u8]>) -> Result<Http, rustls::Error> {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let mut roots = rustls::RootCertStore::empty();
+        match ca {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem).flatten() {
+                    roots.add(cert)?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Http { tls: Arc::new(tls) })
+    }
+}
+
+impl HttpClient for Http {
+    fn request(
+        &self,
+        req: Request<BodyWrapper<Bytes>>,
+    ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, Error>> + Send>> {
+        let tls = Arc::clone(&self.tls);
+        Box::pin(async move {
+            match tokio::time::timeout(REQUEST_TIMEOUT, send(tls, req)).await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(error)) => Err(Error::Other(Box::new(error))),
+                Err(_) => Err(Error::Other(Box::new(HttpError::Timeout))),
+            }
+        })
+    }
+}
+
+async fn send(
+    tls: Arc<rustls::ClientConfig>,
+    req: Request<BodyWrapper<Bytes>>,
+) -> Result<BytesResponse, HttpError> {
+    let uri = req.uri().clone();
+    let host = uri
+        .host()
+        .ok_or_else(|| HttpError::NoHost(uri.to_string()))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let connect = |source| HttpError::Connect {
+        host: format!("{host}:{port}"),
+        source,
+    };
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(connect)?;
+    let name = ServerName::try_from(host.clone())
+        .map_err(|e| connect(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(connect)?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    // Origin form, with the authority in Host.
+    let (mut parts, body) = req.into_parts();
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or(host);
+    if let Ok(value) = http::HeaderValue::from_str(&authority) {
+        parts.headers.insert(http::header::HOST, value);
+    }
+    parts.uri = uri.path_and_query().map_or_else(
+        || http::Uri::from_static("/"),
+        |pq| {
+            pq.as_str()
+                .parse()
+                .unwrap_or_else(|_| http::Uri::from_static("/"))
+        },
+    );
+    let answer = sender
+        .send_request(Request::from_parts(parts, body))
+        .await?;
+    let (parts, body) = answer.into_parts();
+    let body = Limited::new(body, MAX_ANSWER)
+        .collect()
+        .await
+        .map_err(|e| HttpError::Body(e.to_string()))?
+        .to_bytes();
+    driver.abort();
+    Ok(BytesResponse {
+        parts,
+        body: Box::new(body),
+    })
+}

@@ -1,0 +1,84 @@
+//! The node's ACME cache, a directory on a volume: its account at each CA
+//! and each certificate it serves, so that a restarted node serves at
+//! once and orders nothing it already has.
+//!
+//! ```text
+//! account-<8 bytes of SHA-256 of the directory URL, hex>.json
+//! <first name>.pem      the chain, then the key
+//! ```
+//! Files are written whole (a temporary file, then a rename) and readable
+//! by the node's user only.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The file of the certificate named `name`.
+pub fn certificate_file(cache: &Path, name: &str) -> PathBuf {
+    cache.join(format!("{name}.pem"))
+}
+
+/// The file of the account at `directory`.
+pub fn account_file(cache: &Path, directory: &str) -> PathBuf {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, directory.as_bytes());
+    let id: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    cache.join(format!("account-{id}.json"))
+}
+
+/// Reads a file of the cache; `None` when there is none.
+pub fn read(path: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `text` to `path` whole, readable by this user only; creates the
+/// cache directory (this user's only) if it is not there.
+pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let partial = path.with_extension("partial");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&partial, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_written_whole_and_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("acme");
+        let file = certificate_file(&cache, "shop.example.com");
+        assert_eq!(read(&file).unwrap(), None);
+        write(&file, "one").unwrap();
+        write(&file, "two").unwrap();
+        assert_eq!(read(&file).unwrap().as_deref(), Some("two"));
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert_ne!(
+            account_file(&cache, "https://a/dir"),
+            account_file(&cache, "https://b/dir")
+        );
+    }
+}
