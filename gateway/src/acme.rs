@@ -423,6 +423,7 @@ impl Manager {
                 held: managed.serving.as_ref().map(|s| &s.held),
                 ordering: managed.order.is_some(),
                 ordered_elsewhere: ordered_elsewhere(&self.me, name, shared),
+                fresh_elsewhere: fresh_elsewhere(&self.me, name, shared, now),
                 retry_at: managed.failure.as_ref().map(|(_, at)| *at),
             };
             if !plan::start(&situation) {
@@ -537,6 +538,17 @@ fn ordered_elsewhere(me: &str, name: &str, shared: &shared::Shared) -> bool {
     })
 }
 
+/// Whether another live node serves `name` and it is not due yet.
+fn fresh_elsewhere(me: &str, name: &str, shared: &shared::Shared, now: i64) -> bool {
+    shared.states.iter().any(|(node, states)| {
+        node != me
+            && states
+                .get(name)
+                .and_then(|s| s.renew_at_unix)
+                .is_some_and(|at| at > now)
+    })
+}
+
 /// This node's state of one certificate.
 fn state(
     me: &str,
@@ -555,6 +567,7 @@ fn state(
         held,
         ordering: managed.order.is_some(),
         ordered_elsewhere: false,
+        fresh_elsewhere: false,
         retry_at: managed.failure.as_ref().map(|(_, at)| *at),
     };
     CertificateState {

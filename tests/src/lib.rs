@@ -20,6 +20,7 @@ pub mod grpc;
 pub mod logs;
 pub mod netns;
 pub mod node;
+pub mod pebble;
 pub mod ports;
 pub mod process;
 pub mod real_clients;

@@ -103,6 +103,57 @@ impl NodeProcess {
         }
     }
 
+    /// Starts `binary` as node `name` on the whole configuration `text`,
+    /// which names `addrs` (proxy, admin, gossip) itself, with `env` set,
+    /// logging to a file in `dir`.
+    pub fn start_text(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        addrs: (SocketAddr, SocketAddr, SocketAddr),
+        text: &str,
+        env: &[(&str, &str)],
+    ) -> NodeProcess {
+        let (proxy, admin, gossip) = addrs;
+        let config = dir.join(format!("{name}.toml"));
+        let log = dir.join(format!("{name}.log"));
+        std::fs::write(&config, text).expect("write the configuration");
+        let log_file = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("a log file");
+        let child = Command::new(binary)
+            .args(["run", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .env("PICKET_ACCESS_LOG", "off")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("the log file"))
+            .stderr(log_file)
+            .spawn()
+            .expect("picket starts");
+        NodeProcess {
+            name: name.to_string(),
+            proxy,
+            admin,
+            gossip,
+            config,
+            log,
+            child: Some(child),
+        }
+    }
+
+    /// Kills the process (SIGKILL: no goodbye, nothing flushed) and waits
+    /// for it to end.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// The node's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -7,7 +7,9 @@
 //!   takes its orders, and no other certificate moves.
 //! - **When**: with no certificate, at once; else at two thirds of its
 //!   lifetime ([`renew_at`]); after a failure, not before the back-off
-//!   ends. Never while another live node says it is ordering it.
+//!   ends. Never while another live node says it is ordering it, nor
+//!   while another live node serves one that is not due: that one is on
+//!   its way through gossip (a node that joins later orders nothing).
 //! - **Which certificate serves**: the newest known, wherever it came
 //!   from (this node's cache, any node's gossip): the one that expires
 //!   last ([`newest`]).
@@ -78,6 +80,8 @@ pub struct Situation<'a> {
     pub ordering: bool,
     /// Another live node says it is ordering it.
     pub ordered_elsewhere: bool,
+    /// Another live node serves one that is not due yet.
+    pub fresh_elsewhere: bool,
     /// After a failure: when this node may order again.
     pub retry_at: Option<i64>,
 }
@@ -88,6 +92,7 @@ pub fn start(s: &Situation<'_>) -> bool {
         && due(s.held, s.now)
         && !s.ordering
         && !s.ordered_elsewhere
+        && !s.fresh_elsewhere
         && s.retry_at.is_none_or(|at| s.now >= at)
 }
 
@@ -183,6 +188,7 @@ mod tests {
             held: Some(&cert),
             ordering: false,
             ordered_elsewhere: false,
+            fresh_elsewhere: false,
             retry_at: None,
         };
         assert!(start(&base));
@@ -203,6 +209,11 @@ mod tests {
             },
             Situation {
                 ordered_elsewhere: true,
+                ..base
+            },
+            Situation {
+                fresh_elsewhere: true,
+                held: None,
                 ..base
             },
             Situation {

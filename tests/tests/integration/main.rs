@@ -10,6 +10,7 @@
 //!   cargo test -p picket-tests --test integration               # every area
 //!   cargo test -p picket-tests --test integration -- smuggling:: # one area
 
+mod acme;
 mod answers;
 mod bounds;
 mod breaker;

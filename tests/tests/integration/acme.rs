@@ -1,0 +1,556 @@
+//! Certificates for the whole cluster from ACME, against Pebble (the ACME
+//! test server Let's Encrypt publishes): three `picket run` processes on
+//! 127.0.0.1, .2 and .3, listening on the same ports, as machines would.
+//! Pebble's DNS server resolves every name to the one node a test
+//! chooses, so the CA's validation reaches the node the test means it to.
+//!
+//! - One certificate for the cluster, ordered once, validated at a node
+//!   that did not order it, served by every node; a restarted node serves
+//!   it from its cache at once, and a node that joins later gets it from
+//!   its peers without ordering (`three_nodes_…`, `a_node_that_joins_…`).
+//! - TLS-ALPN-01 the same way (`tls_alpn_01_…`).
+//! - A node killed in the middle of its order hands the order over
+//!   (`an_order_hands_over_…`).
+//! - A renewal under 100 requests/s over TLS loses none
+//!   (`a_renewal_under_load_…`).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use picket_tests::pebble::{self, Pebble, Setup};
+use picket_tests::ports::free_port;
+use picket_tests::process::NodeProcess;
+use picket_tests::upstream::{Behaviour, Upstream};
+use picket_tests::{binaries, client, require};
+use tokio::time::Instant;
+
+/// The certificate's names; the first names it.
+const NAMES: [&str; 2] = ["shop.test", "www.shop.test"];
+
+/// The cluster of a test: its nodes, Pebble, and the files they share.
+struct Cluster {
+    pebble: Pebble,
+    dir: tempfile::TempDir,
+    key: PathBuf,
+    http_port: u16,
+    tls_port: u16,
+    challenge: &'static str,
+    upstream: Upstream,
+    /// Every node's gossip address, for the seeds.
+    seeds: Vec<SocketAddr>,
+    nodes: Vec<NodeProcess>,
+}
+
+/// The address node `i` (from 0) listens on: 127.0.0.(i+1).
+fn ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, u8::try_from(i + 1).expect("a few nodes"))
+}
+
+/// The node names of a test, one per address.
+fn names(test: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{test}-{}", i + 1)).collect()
+}
+
+/// The node that orders the certificate among `nodes`.
+fn orderer(nodes: &[String]) -> usize {
+    let picked = picket::acme::plan::orderer(NAMES[0], nodes.iter().map(String::as_str))
+        .expect("an orderer");
+    nodes.iter().position(|n| n == picked).expect("one of them")
+}
+
+impl Cluster {
+    /// Pebble validating at `validate_at`, and nodes `names` (not started).
+    async fn new(
+        validate_at: usize,
+        validity: Option<u64>,
+        challenge: &'static str,
+        nodes: usize,
+    ) -> Cluster {
+        let (http_port, tls_port) = (free_port(), free_port());
+        let pebble = Pebble::start(Setup {
+            http_port,
+            tls_port,
+            validate_at: ip(validate_at),
+            validity,
+        })
+        .await;
+        let dir = tempfile::tempdir().expect("a directory");
+        let key = picket_tests::cluster::key_file(dir.path(), "cluster.key");
+        Cluster {
+            pebble,
+            key,
+            http_port,
+            tls_port,
+            challenge,
+            upstream: Upstream::start("shop", Behaviour::Status(200)).await,
+            seeds: (0..nodes)
+                .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+                .collect(),
+            nodes: Vec::new(),
+            dir,
+        }
+    }
+
+    /// Starts node `name` on address `i`, with a cache of its own.
+    fn start(&mut self, i: usize, name: &str) {
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let gossip = match self.seeds.get(i) {
+            Some(gossip) => *gossip,
+            None => SocketAddr::from(([127, 0, 0, 1], free_port())),
+        };
+        let seeds: Vec<String> = self.seeds.iter().map(|s| format!("\"{s}\"")).collect();
+        let text = format!(
+            "[node]\nname = \"{name}\"\nlisten = \"{ip}:{http}\"\nlisten_tls = \"{ip}:{tls}\"\nadmin = \"{admin}\"\n\n\
+             [cluster]\nid = \"acme\"\ngossip = \"{gossip}\"\nseeds = [{seeds}]\nkey_file = {key:?}\ngossip_interval = \"100ms\"\n\n\
+             [acme]\ndirectory = \"{directory}\"\nemail = \"ops@example.com\"\nca = {ca:?}\ncache = {cache:?}\nchallenge = \"{challenge}\"\n\n\
+             [[certificate]]\nacme = [\"{a}\", \"{b}\"]\n\n\
+             [[route]]\nname = \"shop\"\nreplicas = [\"{upstream}\"]\n",
+            ip = ip(i),
+            http = self.http_port,
+            tls = self.tls_port,
+            seeds = seeds.join(", "),
+            key = self.key.display().to_string(),
+            directory = self.pebble.directory,
+            ca = self.pebble.ca_file.display().to_string(),
+            cache = self
+                .dir
+                .path()
+                .join(format!("cache-{name}"))
+                .display()
+                .to_string(),
+            challenge = self.challenge,
+            a = NAMES[0],
+            b = NAMES[1],
+            upstream = self.upstream.addr,
+        );
+        let proxy = SocketAddr::from((ip(i), self.http_port));
+        let node = NodeProcess::start_text(
+            &binaries::picket(),
+            self.dir.path(),
+            name,
+            (proxy, admin, gossip),
+            &text,
+            &[],
+        );
+        self.nodes.push(node);
+    }
+
+    fn node(&self, name: &str) -> &NodeProcess {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .expect("a node of the test")
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut NodeProcess {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .expect("a node of the test")
+    }
+
+    /// Every node's log, and Pebble's, for a failure's message.
+    fn logs(&self) -> String {
+        let mut text = String::new();
+        for node in &self.nodes {
+            text.push_str(&format!("--- {} ---\n{}\n", node.name, node.log_text()));
+        }
+        text.push_str(&format!("--- pebble ---\n{}", self.pebble.log()));
+        text
+    }
+
+    /// Waits until every node of `nodes` serves the same certificate
+    /// (another than `not`); returns its serial and who ordered it.
+    async fn serving(
+        &self,
+        nodes: &[&str],
+        not: Option<&str>,
+        within: Duration,
+    ) -> (String, String) {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut states = Vec::new();
+            for name in nodes {
+                states.push(acme_state(self.node(name)).await);
+            }
+            let first = states[0].clone();
+            let agreed = states.iter().all(|s| {
+                s.as_ref().is_some_and(|s| {
+                    s.phase == "serving"
+                        && Some(&s.serial) == first.as_ref().map(|f| &f.serial)
+                        && Some(s.serial.as_str()) != not
+                })
+            });
+            if agreed && let Some(state) = first {
+                return (state.serial, state.issued_by);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not every node serves a new certificate within {within:?}: {states:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The serial of the certificate node `i` shows for `name`, verified
+    /// against Pebble's root, and the status of `GET /` through it.
+    async fn shown(
+        &self,
+        i: usize,
+        name: &str,
+        roots: &Arc<rustls::ClientConfig>,
+    ) -> anyhow::Result<(String, u16)> {
+        let addr = SocketAddr::from((ip(i), self.tls_port));
+        let (answer, leaf, _) = picket_tests::tls::get(addr, Arc::clone(roots), name, "/").await?;
+        Ok((serial_of(leaf.as_ref()), answer.status.as_u16()))
+    }
+}
+
+/// A node's state of the certificate, from its `/v1/node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct State {
+    phase: String,
+    serial: String,
+    issued_by: String,
+    orderer: String,
+}
+
+async fn acme_state(node: &NodeProcess) -> Option<State> {
+    let answer = client::get(node.admin, "admin", "/v1/node").await.ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
+    let state = json["acme"].as_array()?.first()?.clone();
+    let text = |field: &str| state[field].as_str().unwrap_or_default().to_string();
+    Some(State {
+        phase: text("phase"),
+        serial: text("serial"),
+        issued_by: text("issued_by"),
+        orderer: text("orderer"),
+    })
+}
+
+/// The serial number of a DER certificate, lowercase hex (the content of
+/// its INTEGER, as the node reports it).
+fn serial_of(der: &[u8]) -> String {
+    /// The tag, the content and what follows of the element at `at`.
+    fn element(der: &[u8], at: usize) -> (u8, &[u8], usize) {
+        let tag = der[at];
+        let first = der[at + 1];
+        let (len, start) = if first < 0x80 {
+            (usize::from(first), at + 2)
+        } else {
+            let n = usize::from(first & 0x7f);
+            let len = der[at + 2..at + 2 + n]
+                .iter()
+                .fold(0usize, |l, b| (l << 8) | usize::from(*b));
+            (len, at + 2 + n)
+        };
+        (tag, &der[start..start + len], start + len)
+    }
+    let (_, certificate, _) = element(der, 0);
+    let (_, tbs, _) = element(certificate, 0);
+    let (tag, _, next) = element(tbs, 0);
+    // An explicit version ([0]) comes first when present.
+    let at = if tag == 0xa0 { next } else { 0 };
+    let (_, serial, _) = element(tbs, at);
+    serial.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The value of a sample in a node's `/metrics`, 0 when absent.
+async fn metric(node: &NodeProcess, sample: &str) -> f64 {
+    node.metric(sample).await.unwrap_or(0.0)
+}
+
+const ISSUED: &str = "picket_acme_orders_total{certificate=\"shop.test\",result=\"issued\"}";
+const ORDERING: &str = "ordering an ACME certificate";
+
+fn available() -> bool {
+    require("Pebble (Debian's pebble package)", pebble::available())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_obtain_one_certificate_validated_at_a_node_that_did_not_order_it() {
+    if !available() {
+        return;
+    }
+    let names = names("one", 3);
+    let ordering = orderer(&names);
+    let validating = (ordering + 1) % 3;
+    let mut cluster = Cluster::new(validating, None, "http-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let (serial, issued_by) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    println!(
+        "three nodes serve {serial}, {:?} after they started",
+        started.elapsed()
+    );
+    assert_eq!(
+        issued_by, names[ordering],
+        "the rendezvous orderer ordered it"
+    );
+    assert_ne!(validating, ordering, "validated elsewhere");
+    // The CA validated every name at the node that did not order.
+    let log = cluster.pebble.log();
+    assert!(
+        log.contains("Attempting to validate w/ HTTP"),
+        "Pebble validated over HTTP: {log}"
+    );
+    // One order in the whole cluster.
+    let mut issued = 0.0;
+    for node in &cluster.nodes {
+        issued += metric(node, ISSUED).await;
+    }
+    assert_eq!(issued, 1.0, "one order for the cluster\n{}", cluster.logs());
+    // Every node serves it, for each of its names, verified against the
+    // CA's root, and proxies through it.
+    let roots = cluster.pebble.issued_roots().await;
+    for i in 0..3 {
+        for name in NAMES {
+            let (shown, status) = cluster.shown(i, name, &roots).await.unwrap_or_else(|e| {
+                panic!("node {i} over TLS for {name}: {e:#}\n{}", cluster.logs())
+            });
+            assert_eq!(shown, serial, "node {i} for {name}");
+            assert_eq!(status, 200, "node {i} proxies over it");
+        }
+    }
+    // A restarted node serves it from its cache at once, ordering nothing.
+    let restarted = names[validating].clone();
+    cluster.node_mut(&restarted).kill();
+    cluster.nodes.retain(|n| n.name != restarted);
+    let cache = cluster.dir.path().join(format!("cache-{restarted}"));
+    assert!(cache.join("shop.test.pem").exists(), "kept in its cache");
+    let back = Instant::now();
+    cluster.start(validating, &restarted);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let shown = loop {
+        if let Ok((shown, _)) = cluster.shown(validating, NAMES[0], &roots).await {
+            break shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted node never served\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    println!(
+        "a restarted node served the certificate {:?} after it started",
+        back.elapsed()
+    );
+    assert_eq!(shown, serial, "from its cache");
+    assert!(
+        !cluster.node(&restarted).log_text().contains(ORDERING),
+        "the restarted node ordered nothing"
+    );
+    assert_eq!(metric(cluster.node(&restarted), ISSUED).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joins_later_serves_the_certificate_without_ordering() {
+    if !available() {
+        return;
+    }
+    let names = names("late", 4);
+    let first: Vec<String> = names[..3].to_vec();
+    let ordering = orderer(&first);
+    let mut cluster = Cluster::new((ordering + 1) % 3, None, "http-01", 3).await;
+    for (i, name) in first.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = first.iter().map(String::as_str).collect();
+    let (serial, _) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    let joined = Instant::now();
+    cluster.start(3, &names[3]);
+    let (late, _) = cluster
+        .serving(&[names[3].as_str()], None, Duration::from_secs(30))
+        .await;
+    println!(
+        "a node that joined later served the certificate {:?} after it started",
+        joined.elapsed()
+    );
+    assert_eq!(late, serial, "the cluster's certificate");
+    let roots = cluster.pebble.issued_roots().await;
+    let (shown, status) = cluster.shown(3, NAMES[1], &roots).await.expect("over TLS");
+    assert_eq!((shown.as_str(), status), (serial.as_str(), 200));
+    let node = cluster.node(&names[3]);
+    assert!(!node.log_text().contains(ORDERING), "it ordered nothing");
+    assert_eq!(metric(node, ISSUED).await, 0.0);
+    // Whoever orders for four nodes now, nothing was ordered again.
+    let mut issued = 0.0;
+    for node in &cluster.nodes {
+        issued += metric(node, ISSUED).await;
+    }
+    assert_eq!(issued, 1.0, "one order for the cluster\n{}", cluster.logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_alpn_01_is_answered_by_a_node_that_did_not_order() {
+    if !available() {
+        return;
+    }
+    let names = names("alpn", 3);
+    let ordering = orderer(&names);
+    let validating = (ordering + 2) % 3;
+    let mut cluster = Cluster::new(validating, None, "tls-alpn-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (serial, issued_by) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    assert_eq!(issued_by, names[ordering]);
+    // The CA's handshakes (no client has connected yet) reached the
+    // validating node only.
+    let handshakes = |i: usize| {
+        let node = cluster.node(&names[i]);
+        async move { metric(node, "picket_tls_handshakes_total{kind=\"full\"}").await }
+    };
+    assert!(
+        handshakes(validating).await >= 2.0,
+        "one per name at least\n{}",
+        cluster.logs()
+    );
+    assert_eq!(handshakes(ordering).await, 0.0, "none at the orderer");
+    let roots = cluster.pebble.issued_roots().await;
+    for i in 0..3 {
+        let (shown, _) = cluster.shown(i, NAMES[0], &roots).await.expect("over TLS");
+        assert_eq!(shown, serial, "node {i}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_hands_over_when_its_node_is_killed_in_the_middle() {
+    if !available() {
+        return;
+    }
+    let names = names("handover", 3);
+    let first = orderer(&names);
+    let rest: Vec<String> = names
+        .iter()
+        .filter(|n| **n != names[first])
+        .cloned()
+        .collect();
+    let second = names
+        .iter()
+        .position(|n| *n == rest[orderer(&rest)])
+        .expect("a node");
+    let third = (0..3)
+        .find(|i| *i != first && *i != second)
+        .expect("a node");
+    // The CA validates at the node that neither orders.
+    let mut cluster = Cluster::new(third, None, "http-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    // Killed once it says it is ordering.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = acme_state(cluster.node(&names[first])).await;
+        if state.as_ref().is_some_and(|s| s.phase == "ordering") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never ordered: {state:?}\n{}",
+            names[first],
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed = Instant::now();
+    cluster.node_mut(&names[first]).kill();
+    let survivors = [names[second].as_str(), names[third].as_str()];
+    let (_, issued_by) = cluster
+        .serving(&survivors, None, Duration::from_secs(60))
+        .await;
+    println!(
+        "the order was handed over and served {:?} after its node was killed",
+        killed.elapsed()
+    );
+    assert_eq!(
+        issued_by, names[second],
+        "the next node by rendezvous ordered it"
+    );
+    for name in survivors {
+        let state = acme_state(cluster.node(name)).await.expect("a state");
+        assert_eq!(
+            state.orderer, names[second],
+            "{name} reckons the new orderer"
+        );
+    }
+    assert_eq!(metric(cluster.node(&names[second]), ISSUED).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_under_100_requests_a_second_over_tls_loses_none() {
+    if !available() {
+        return;
+    }
+    let names = names("renew", 3);
+    let ordering = orderer(&names);
+    // Certificates of 24 s: renewed at 16 s.
+    let mut cluster = Cluster::new((ordering + 1) % 3, Some(24), "http-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (old, _) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    let roots = cluster.pebble.issued_roots().await;
+    let cluster = Arc::new(cluster);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let load = {
+        let cluster = Arc::clone(&cluster);
+        let roots = Arc::clone(&roots);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis(10));
+            let mut sent = 0usize;
+            let mut requests = tokio::task::JoinSet::new();
+            while !*stopped.borrow() {
+                ticks.tick().await;
+                let (cluster, roots) = (Arc::clone(&cluster), Arc::clone(&roots));
+                let i = sent % 3;
+                sent += 1;
+                requests.spawn(async move { cluster.shown(i, NAMES[sent % 2], &roots).await });
+            }
+            let mut outcomes = Vec::new();
+            while let Some(outcome) = requests.join_next().await {
+                outcomes.push(
+                    outcome
+                        .expect("a request task")
+                        .map_err(|e| format!("{e:#}")),
+                );
+            }
+            outcomes
+        })
+    };
+    let (new, issued_by) = cluster
+        .serving(&all, Some(&old), Duration::from_secs(60))
+        .await;
+    // A second and more of requests on the new certificate.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.send_replace(true);
+    let outcomes = load.await.expect("the load");
+    let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    let answered: Vec<&(String, u16)> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+    let on = |serial: &str| answered.iter().filter(|(s, _)| s == serial).count();
+    println!(
+        "renewal under load: {} requests over TLS, {} failed, {} on the old certificate, {} on the new",
+        outcomes.len(),
+        failed.len(),
+        on(&old),
+        on(&new)
+    );
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    assert!(
+        answered.iter().all(|(_, status)| *status == 200),
+        "every answer 200"
+    );
+    assert!(outcomes.len() >= 500, "the load ran: {}", outcomes.len());
+    assert!(on(&old) > 0 && on(&new) > 100, "both served under load");
+    assert_eq!(issued_by, names[ordering], "renewed by its orderer");
+    assert_eq!(metric(cluster.node(&names[ordering]), ISSUED).await, 2.0);
+}
