@@ -2,15 +2,15 @@
 # The whole test suite, from a fresh machine: installs what the tests use
 # (curl, wrk, iproute2, iptables, tmux, grpcio for the gRPC tests, git,
 # Chromium, Debian's docker-registry and a few wheels for the real-client
-# tests, and cargo-deny), then checks formatting, lints and dependencies
-# and runs every test of the workspace. Tests that build test hosts in network
+# tests, Pebble (the ACME test server) and cargo-deny), then checks
+# formatting, lints and dependencies and runs every test of the workspace. Tests that build test hosts in network
 # namespaces need root; with CI=true nothing may be skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
 for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux python3:python3-venv \
-  git:git chromium:chromium docker-registry:docker-registry; do
+  git:git chromium:chromium docker-registry:docker-registry pebble:pebble; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 # A virtual environment needs ensurepip, which Debian ships apart from python3.
