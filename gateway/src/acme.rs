@@ -7,7 +7,7 @@
 //!   it dies, the next one takes its orders over.
 //! - **Every node answers** the challenges: the ordering node writes each
 //!   HTTP-01 token (TLS-ALPN-01: each name) into its gossip; every node
-//!   answers what any live node wrote ([`challenges`]) and says so
+//!   answers what any live node wrote ([`crate::challenges`]) and says so
 //!   (`acme/held`); the ordering node asks the CA to validate once every
 //!   node answers, or after [`order::HELD_WAIT`].
 //! - **Every node serves** the newest certificate it knows: from its
@@ -26,7 +26,6 @@
 //! The decisions are pure ([`plan`], [`shared`]); the protocol is
 //! instant-acme's ([`order`]) over the node's own HTTP client ([`client`]).
 
-pub mod challenges;
 pub mod client;
 pub mod order;
 pub mod plan;
@@ -43,12 +42,12 @@ use picket_proto::acme::{CertificateState, HELD_KEY, Held, Issued, MAX_ERROR, Ph
 use picket_proto::gossip::encode_value;
 use tokio::sync::{mpsc, watch};
 
+use crate::challenges::Challenges;
 use crate::config::{AcmeSettings, CertificateConfig};
 use crate::edge::Certificates;
 use crate::gossip::Membership;
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, Tasks};
-use challenges::Challenges;
 
 /// The first wait after a failed order; it doubles up to [`RETRY_CAP`].
 pub const RETRY_FIRST: Duration = Duration::from_secs(10);
@@ -228,10 +227,10 @@ impl Manager {
             shared.http.clone().into_iter().collect(),
             shared.alpn.clone().into_iter().collect(),
         );
-        if settings.is_some() || !held.is_empty() {
-            if let Ok(value) = encode_value(&Held { challenges: held }) {
-                own.insert(HELD_KEY.to_string(), value);
-            }
+        if (settings.is_some() || !held.is_empty())
+            && let Ok(value) = encode_value(&Held { challenges: held })
+        {
+            own.insert(HELD_KEY.to_string(), value);
         }
         if let Some(settings) = settings {
             self.adopt(&shared, settings, now);

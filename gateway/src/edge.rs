@@ -77,7 +77,7 @@ pub fn server_config(
         ALPN_H2.to_vec(),
         ALPN_HTTP1.to_vec(),
         ALPN_HTTP10.to_vec(),
-        crate::acme::challenges::ALPN_ACME.to_vec(),
+        crate::challenges::ALPN_ACME.to_vec(),
     ];
     // Stateless resumption: a returning client skips the key exchange on
     // whichever node it reaches, and no session cache grows with the

@@ -10,7 +10,10 @@
 //! ## Keys a node writes (only its own)
 //! - `node`: its [`NodeInfo`];
 //! - `route/NAME`: its verdict on route `NAME`, written when it changes,
-//!   deleted when the route goes.
+//!   deleted when the route goes;
+//! - `acme/…`: its ACME certificates' states, the certificates it passes
+//!   on and the challenges it answers ([`picket_proto::acme`]), written by
+//!   [`crate::acme`] through [`Membership::set_own`].
 //!
 //! Values are [`picket_proto::gossip`] text, bounded in size. The
 //! generation id is the start time in milliseconds, so a restarted node's
@@ -73,6 +76,16 @@ pub enum ClusterError {
     NoKey,
     #[error("gossip on {addr}: {message}")]
     Gossip { addr: SocketAddr, message: String },
+}
+
+/// One key of one node, as gossip holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub node: String,
+    /// The failure detector counts the node live (this node is).
+    pub live: bool,
+    pub key: String,
+    pub value: String,
 }
 
 /// What this node says of itself, besides its verdicts.
@@ -174,8 +187,7 @@ impl Membership {
 
     /// Every node's ACME keys (this node's among them), whoever holds
     /// them, with whether the node counts as live.
-    pub async fn acme_entries(&self) -> Vec<crate::acme::shared::Entry> {
-        use crate::acme::shared::Entry;
+    pub async fn acme_entries(&self) -> Vec<Entry> {
         const PREFIX: &str = "acme/";
         let Some(chitchat) = &self.chitchat else {
             return self

@@ -18,6 +18,7 @@
 pub mod access;
 pub mod acme;
 pub mod breaker;
+pub mod challenges;
 pub mod changes;
 pub mod clock;
 pub mod config;

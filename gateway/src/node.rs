@@ -234,7 +234,7 @@ impl Node {
                 None
             }
         };
-        let challenges = Arc::new(crate::acme::challenges::Challenges::default());
+        let challenges = Arc::new(crate::challenges::Challenges::default());
         let acme = Arc::new(crate::acme::Acme::new(
             config.acme.clone(),
             Arc::clone(&challenges),

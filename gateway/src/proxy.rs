@@ -251,7 +251,7 @@ pub struct Proxy {
     /// `None` when the access log is off.
     access_log: Option<Arc<crate::access::AccessLog>>,
     /// ACME HTTP-01 challenges, answered before any route.
-    challenges: Arc<crate::acme::challenges::Challenges>,
+    challenges: Arc<crate::challenges::Challenges>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -277,7 +277,7 @@ impl Proxy {
 
     /// The proxy, answering the ACME HTTP-01 challenges of `challenges`
     /// before any route, on every listener.
-    pub fn with_challenges(self, challenges: Arc<crate::acme::challenges::Challenges>) -> Proxy {
+    pub fn with_challenges(self, challenges: Arc<crate::challenges::Challenges>) -> Proxy {
         Proxy { challenges, ..self }
     }
 

@@ -309,7 +309,7 @@ async fn open(
             let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
             connections.tls_handshakes[usize::from(resumed)].inc();
             let alpn = tls.get_ref().1.alpn_protocol();
-            if alpn == Some(crate::acme::challenges::ALPN_ACME) {
+            if alpn == Some(crate::challenges::ALPN_ACME) {
                 // A TLS-ALPN-01 validation: the handshake was the answer.
                 return None;
             }

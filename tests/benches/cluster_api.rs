@@ -67,6 +67,7 @@ fn view(nodes: usize, routes: usize) -> ClusterView {
                     started_unix_ms: 1_796_000_000_000,
                 }),
                 table: None,
+                certificates: Vec::new(),
                 verdicts: std::sync::Arc::new((0..routes).map(|r| verdict(n, r)).collect()),
             })
             .collect(),

@@ -93,6 +93,8 @@ async fn start(i: usize, routes: usize, transport: &Arc<dyn Transport>) -> Bench
             verdicts: rx,
             // No route table: the bench's nodes say none.
             table: tokio::sync::watch::channel(None).1,
+            // No ACME certificates either.
+            certificates: tokio::sync::watch::channel(Arc::default()).1,
             metrics: Arc::new(Metrics::new()),
         },
         shutdown,

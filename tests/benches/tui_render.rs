@@ -83,6 +83,7 @@ fn cluster(nodes: usize, routes: usize) -> ClusterView {
                 routes: 500,
                 since_unix_ms: T0,
             }),
+            certificates: Vec::new(),
             verdicts: std::sync::Arc::new(
                 (0..routes)
                     .map(|r| Verdict {

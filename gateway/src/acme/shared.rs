@@ -14,15 +14,7 @@ use picket_proto::acme::{
 };
 use picket_proto::gossip::{decode_value, encode_value};
 
-/// One key of one node, as gossip holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub node: String,
-    /// The failure detector counts the node live (this node is).
-    pub live: bool,
-    pub key: String,
-    pub value: String,
-}
+pub use crate::gossip::Entry;
 
 /// A certificate some node passes on, whole.
 #[derive(Debug, Clone, PartialEq, Eq)]

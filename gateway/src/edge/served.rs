@@ -23,8 +23,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::Notify;
 
-use crate::acme::challenges::{ALPN_ACME, Challenges};
 use crate::certificate::Version;
+use crate::challenges::{ALPN_ACME, Challenges};
 use crate::config::CertificateConfig;
 use crate::metrics::Metrics;
 use crate::targets::RuntimeCertificate;

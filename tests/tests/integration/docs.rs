@@ -60,6 +60,7 @@ fn every_configuration_field_is_in_the_reference_under_its_section() {
             "route.rate" => "### Limits",
             "route" => "## `[[route]]`",
             "certificate" => "## `[[certificate]]`",
+            "acme" => "## `[acme]`",
             other => panic!("a table the reference has no section for: {other}"),
         };
         if matches!(field, "breaker") && table == "global" {

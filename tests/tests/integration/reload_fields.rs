@@ -501,6 +501,42 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[\"edge.test\"]",
     ),
     (
+        "acme.directory",
+        "[acme]\ncache = \"{dir}/acme\"\ndirectory = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"https://127.0.0.1:9/dir\"",
+        "\"https://127.0.0.1:9/other\"",
+    ),
+    (
+        "acme.email",
+        "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\nemail = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"a@example.com\"",
+        "\"b@example.com\"",
+    ),
+    (
+        "acme.ca",
+        "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\nca = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
+        "acme.cache",
+        "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"{dir}/acme\"",
+        "\"{dir}/acme2\"",
+    ),
+    (
+        "acme.challenge",
+        "[node]\nlisten_tls = \"127.0.0.1:0\"\n[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\nchallenge = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"http-01\"",
+        "\"tls-alpn-01\"",
+    ),
+    (
+        "certificate.acme",
+        "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\n[[certificate]]\nacme = $\n",
+        "[\"shop.test\"]",
+        "[\"www.shop.test\"]",
+    ),
+    (
         "route.tls.ca",
         route!("tls = { server_name = \"localhost\", ca = $ }"),
         "\"{dir}/feed.crt\"",

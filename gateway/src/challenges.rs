@@ -1,6 +1,7 @@
-//! The challenges this node answers now, whichever node ordered: HTTP-01
-//! tokens on the plain listener, TLS-ALPN-01 certificates on the HTTPS
-//! listener. Read by every request and handshake, replaced whole.
+//! The ACME challenges this node answers now, whichever node ordered
+//! ([`crate::acme`]): HTTP-01 tokens on every listener, before any route;
+//! TLS-ALPN-01 certificates on the HTTPS listener. Read by every request
+//! and handshake, replaced whole.
 
 use std::collections::HashMap;
 use std::sync::Arc;
