@@ -27,5 +27,6 @@ trap 'rm -rf "$context"' EXIT
 objcopy --only-keep-debug "$release/picket" "$release/picket.debug"
 objcopy --strip-all --add-gnu-debuglink="$release/picket.debug" "$release/picket" "$context/picket"
 cp "$root/deploy/Dockerfile" "$context/Dockerfile"
+mkdir -m 0700 "$context/acme"
 docker build -q -t "picket:$tag" "$context"
 echo "built picket:$tag: $(docker image inspect -f '{{.Size}}' "picket:$tag" | awk '{ printf "%.1f MB", $1 / 1e6 }')"

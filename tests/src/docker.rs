@@ -107,6 +107,14 @@ impl Images {
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
             std::fs::copy(&dockerfile, context.path().join("Dockerfile"))
                 .expect("copy the Dockerfile");
+            // The ACME cache's mount point, as deploy/build-image.sh makes it.
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(context.path().join("acme"))
+                    .expect("the ACME cache's directory");
+            }
             let path = context.path().to_str().expect("UTF-8 path");
             docker(&["build", "-q", "-t", &tag, path]).expect("build the Picket image");
             built.tags.push(tag.clone());

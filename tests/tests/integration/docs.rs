@@ -141,6 +141,10 @@ fn examples() -> Vec<(String, String)> {
         "deploy/swarm/picket.toml".into(),
         shipped(&std::fs::read_to_string(root().join("deploy/swarm/picket.toml")).unwrap()),
     ));
+    found.push((
+        "deploy/swarm/acme.toml".into(),
+        std::fs::read_to_string(root().join("deploy/swarm/acme.toml")).unwrap(),
+    ));
     let configmap =
         std::fs::read_to_string(root().join("deploy/kubernetes/configmap.yaml")).unwrap();
     let configmap: serde_json::Value = serde_norway::from_str(&configmap).unwrap();
@@ -186,4 +190,73 @@ fn every_example_configuration_passes_picket_check() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+}
+
+/// The Swarm stack with ACME is the stack without certificate secrets:
+/// the same services, the configuration `acme.toml` (which passes `picket
+/// check` above), the cache on a volume of each machine where that
+/// configuration keeps it, and the CA's ports published.
+#[test]
+fn the_acme_stack_holds_no_certificate_and_keeps_its_cache_on_a_volume() {
+    let read = |name: &str| {
+        let text = std::fs::read_to_string(root().join("deploy/swarm").join(name)).unwrap();
+        serde_norway::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    let (base, acme) = (read("stack.yml"), read("stack-acme.yml"));
+    let services = |stack: &serde_json::Value| {
+        let mut names: Vec<String> = stack["services"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(services(&acme), services(&base));
+    assert_eq!(
+        acme["services"]["socket-proxy"], base["services"]["socket-proxy"],
+        "the socket proxy as in the base stack"
+    );
+    let picket = &acme["services"]["picket"];
+    let secrets: Vec<&str> = picket["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(secrets, ["picket-gossip-key"], "no certificate secrets");
+    assert_eq!(
+        acme["secrets"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["picket-gossip-key"]
+    );
+    let text = std::fs::read_to_string(root().join("deploy/swarm/acme.toml")).unwrap();
+    let config: toml::Value = toml::from_str(&text).unwrap();
+    let cache = config["acme"]["cache"].as_str().unwrap();
+    let volume = &picket["volumes"][0];
+    assert_eq!(volume["type"], "volume");
+    assert_eq!(volume["target"], cache, "the cache is the volume");
+    assert!(acme["volumes"].get(volume["source"].as_str().unwrap()).is_some());
+    assert!(
+        config["certificate"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c.get("acme").is_some() && c.get("cert").is_none()),
+        "every certificate from ACME"
+    );
+    let published: Vec<(i64, i64)> = picket["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["published"].as_i64().unwrap(), p["target"].as_i64().unwrap()))
+        .collect();
+    assert!(published.contains(&(80, 8080)) && published.contains(&(443, 8443)));
+    assert_eq!(
+        acme["configs"]["picket-acme-config"]["file"], "./acme.toml",
+        "the stack hands the nodes acme.toml"
+    );
+    // The image carries the volume's mount point, the node's user's own.
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    assert!(dockerfile.contains(&format!("COPY --chown=65534:65534 acme {cache}")));
 }
