@@ -554,3 +554,57 @@ async fn a_renewal_under_100_requests_a_second_over_tls_loses_none() {
     assert_eq!(issued_by, names[ordering], "renewed by its orderer");
     assert_eq!(metric(cluster.node(&names[ordering]), ISSUED).await, 2.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_order_shows_the_cas_error_and_waits_before_the_next() {
+    if !available() {
+        return;
+    }
+    let names = names("failing", 1);
+    // The CA validates at an address where nothing listens.
+    let mut cluster = Cluster::new(8, None, "http-01", 1).await;
+    cluster.start(0, &names[0]);
+    let node = cluster.node(&names[0]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let state = loop {
+        let answer = client::get(node.admin, "admin", "/v1/node").await;
+        let json: serde_json::Value = answer
+            .ok()
+            .and_then(|a| serde_json::from_slice(&a.body).ok())
+            .unwrap_or_default();
+        let state = json["acme"][0].clone();
+        if state["phase"] == "failing" {
+            break state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never failing: {json}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let error = state["error"].as_str().expect("the error");
+    assert!(
+        error.contains("acme-challenge") && error.contains("127.0.0.9"),
+        "the CA's own words, naming where it looked: {error}"
+    );
+    let retry_at = state["retry_at_unix"].as_i64().expect("when it retries");
+    let now = picket::clock::now_unix();
+    assert!(
+        retry_at > now,
+        "it waits before ordering again: {retry_at} vs {now}"
+    );
+    assert!(state["serial"].is_null(), "nothing served");
+    let failed = "picket_acme_orders_total{certificate=\"shop.test\",result=\"failed\"}";
+    assert_eq!(metric(node, failed).await, 1.0);
+    assert_eq!(
+        metric(
+            node,
+            "picket_acme_certificate_phase{certificate=\"shop.test\",phase=\"failing\"}"
+        )
+        .await,
+        1.0
+    );
+    let logged = node.log_text().matches("ACME order failed").count();
+    assert_eq!(logged, 1, "one line per failed order");
+}
