@@ -227,7 +227,11 @@ fn the_acme_stack_holds_no_certificate_and_keeps_its_cache_on_a_volume() {
         .collect();
     assert_eq!(secrets, ["picket-gossip-key"], "no certificate secrets");
     assert_eq!(
-        acme["secrets"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        acme["secrets"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
         ["picket-gossip-key"]
     );
     let text = std::fs::read_to_string(root().join("deploy/swarm/acme.toml")).unwrap();
@@ -236,7 +240,11 @@ fn the_acme_stack_holds_no_certificate_and_keeps_its_cache_on_a_volume() {
     let volume = &picket["volumes"][0];
     assert_eq!(volume["type"], "volume");
     assert_eq!(volume["target"], cache, "the cache is the volume");
-    assert!(acme["volumes"].get(volume["source"].as_str().unwrap()).is_some());
+    assert!(
+        acme["volumes"]
+            .get(volume["source"].as_str().unwrap())
+            .is_some()
+    );
     assert!(
         config["certificate"]
             .as_array()
@@ -249,7 +257,12 @@ fn the_acme_stack_holds_no_certificate_and_keeps_its_cache_on_a_volume() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["published"].as_i64().unwrap(), p["target"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["published"].as_i64().unwrap(),
+                p["target"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert!(published.contains(&(80, 8080)) && published.contains(&(443, 8443)));
     assert_eq!(
