@@ -18,6 +18,9 @@ use crate::tls::TestCa;
 /// How a Pebble instance is set up.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {
+    /// Where its directory and management interface listen: loopback, or
+    /// the address containers reach the machine at.
+    pub listen: Ipv4Addr,
     /// Where the CA sends HTTP-01 validations (every node listens there).
     pub http_port: u16,
     /// Where it sends TLS-ALPN-01 validations.
@@ -36,6 +39,7 @@ pub struct Pebble {
     /// The CA of the directory's certificate, for `[acme] ca`.
     pub ca_file: PathBuf,
     management: SocketAddr,
+    listen: Ipv4Addr,
     ca: Arc<rustls::ClientConfig>,
     log: PathBuf,
     children: Vec<Child>,
@@ -54,7 +58,8 @@ impl Pebble {
     pub async fn start(setup: Setup) -> Pebble {
         let dir = tempfile::tempdir().expect("a directory for Pebble");
         let ca = TestCa::new("pebble directory CA");
-        let leaf = ca.write_leaf(dir.path(), "directory", &["127.0.0.1", "localhost"]);
+        let listen = setup.listen.to_string();
+        let leaf = ca.write_leaf(dir.path(), "directory", &[listen.as_str(), "localhost"]);
         let ca_file = ca.write_pem(dir.path());
         let (acme, management, dns, dns_management) =
             (free_port(), free_port(), free_port(), free_port());
@@ -66,7 +71,7 @@ impl Pebble {
         std::fs::write(
             &config,
             format!(
-                "{{\"pebble\": {{\"listenAddress\": \"127.0.0.1:{acme}\", \"managementListenAddress\": \"127.0.0.1:{management}\", \
+                "{{\"pebble\": {{\"listenAddress\": \"{listen}:{acme}\", \"managementListenAddress\": \"{listen}:{management}\", \
                  \"certificate\": {:?}, \"privateKey\": {:?}, \"httpPort\": {}, \"tlsPort\": {}, \
                  \"ocspResponderURL\": \"\", \"externalAccountBindingRequired\": false{validity}}}}}",
                 leaf.cert.display().to_string(),
@@ -114,9 +119,10 @@ impl Pebble {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca.der.clone()).expect("the CA as a root");
         let pebble = Pebble {
-            directory: format!("https://127.0.0.1:{acme}/dir"),
+            directory: format!("https://{listen}:{acme}/dir"),
             ca_file,
-            management: SocketAddr::from(([127, 0, 0, 1], management)),
+            management: SocketAddr::from((setup.listen, management)),
+            listen: setup.listen,
             ca: client(roots),
             log,
             children: vec![dns_server, pebble],
@@ -124,7 +130,7 @@ impl Pebble {
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let dns_up = SocketAddr::from(([127, 0, 0, 1], dns_management));
-        while tokio::net::TcpStream::connect(("127.0.0.1", acme))
+        while tokio::net::TcpStream::connect((setup.listen, acme))
             .await
             .is_err()
             || tokio::net::TcpStream::connect(dns_up).await.is_err()
@@ -150,9 +156,14 @@ impl Pebble {
     /// served now.
     pub async fn issued_roots(&self) -> Arc<rustls::ClientConfig> {
         use rustls::pki_types::{CertificateDer, pem::PemObject};
-        let answer = get(self.management, &self.ca, "/roots/0")
-            .await
-            .unwrap_or_else(|e| panic!("Pebble's root: {e:#}\n{}", self.log()));
+        let answer = get(
+            self.management,
+            &self.ca,
+            &self.listen.to_string(),
+            "/roots/0",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("Pebble's root: {e:#}\n{}", self.log()));
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(&answer).flatten() {
             roots.add(cert).expect("Pebble's root");
@@ -187,9 +198,10 @@ fn client(roots: rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
 async fn get(
     addr: SocketAddr,
     config: &Arc<rustls::ClientConfig>,
+    name: &str,
     path: &str,
 ) -> anyhow::Result<Vec<u8>> {
-    let (answer, _, _) = crate::tls::get(addr, Arc::clone(config), "127.0.0.1", path).await?;
+    let (answer, _, _) = crate::tls::get(addr, Arc::clone(config), name, path).await?;
     anyhow::ensure!(answer.status.is_success(), "{} from {path}", answer.status);
     Ok(answer.body.to_vec())
 }

@@ -37,14 +37,20 @@ pub fn read(path: &Path) -> std::io::Result<Option<String>> {
 }
 
 /// Writes `text` to `path` whole, readable by this user only; creates the
-/// cache directory (this user's only) if it is not there.
+/// cache directory (this user's only) if it is not there, and takes it
+/// back from the group and others if it was theirs too (a volume's mount
+/// point, made 0755): it holds private keys.
 pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
     let partial = path.with_extension("partial");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -74,6 +80,11 @@ mod tests {
         assert_eq!(read(&file).unwrap().as_deref(), Some("two"));
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A directory that was the group's and others' too is taken back.
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write(&file, "three").unwrap();
         let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
         assert_ne!(

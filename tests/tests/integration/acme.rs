@@ -70,6 +70,7 @@ impl Cluster {
     ) -> Cluster {
         let (http_port, tls_port) = (free_port(), free_port());
         let pebble = Pebble::start(Setup {
+            listen: Ipv4Addr::LOCALHOST,
             http_port,
             tls_port,
             validate_at: ip(validate_at),

@@ -79,10 +79,13 @@ fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// The stack removed, its secrets deleted, when the test ends.
+/// The stack removed, its secrets and volumes deleted, when the test
+/// ends.
 struct Deployed {
     stack: String,
     secrets: Vec<String>,
+    /// Named volumes of the stack, which `stack rm` leaves.
+    volumes: Vec<String>,
 }
 
 impl Drop for Deployed {
@@ -101,6 +104,9 @@ impl Drop for Deployed {
         }
         for secret in &self.secrets {
             let _ = docker(&["secret", "rm", secret]);
+        }
+        for volume in &self.volumes {
+            let _ = docker(&["volume", "rm", volume]);
         }
     }
 }
@@ -205,6 +211,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
     let mut deployed = Deployed {
         stack: stack_name.to_string(),
         secrets: Vec::new(),
+        volumes: Vec::new(),
     };
     for (name, file) in [
         ("picket-gossip-key", &key_file),
@@ -518,6 +525,179 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
             v["nodes"][0]["verdict"]["heart"] == "red" && v["nodes"][0]["verdict"]["ready"] == 0
         })
     });
+}
+
+/// `deploy/swarm/stack-acme.yml` as docs/install.md deploys it, against
+/// Pebble on the machine (listening where containers reach it): no
+/// certificate secret, the node obtains its certificate, validated through
+/// the published port, serves it through the published TLS port, keeps it
+/// on its volume (the node's user's own, the key 0600), and a replaced
+/// task serves it from that volume without ordering again.
+#[test]
+fn the_acme_stack_obtains_its_certificate_and_keeps_it_on_its_volume() {
+    let _turn = docker::swarm_turn_blocking();
+    if !engine()
+        || !require(
+            "Pebble (Debian's pebble package)",
+            picket_tests::pebble::available(),
+        )
+    {
+        return;
+    }
+    let Some(_swarm) = docker::Swarm::hold() else {
+        return;
+    };
+    let images = docker::Images::hold();
+    let image = images.picket();
+    let stack_name = format!("picket-acme-t{}", std::process::id());
+    let stack_name = stack_name.as_str();
+    // Containers reach the machine at the gateway of docker_gwbridge.
+    let gateway: std::net::Ipv4Addr = docker(&[
+        "network",
+        "inspect",
+        "docker_gwbridge",
+        "-f",
+        "{{(index .IPAM.Config 0).Gateway}}",
+    ])
+    .unwrap()
+    .trim()
+    .parse()
+    .expect("the gateway of docker_gwbridge");
+    let (proxy, https, admin, feed) = (free_port(), free_port(), free_port(), free_port());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Every name resolves to 127.0.0.1: the published port of the one node.
+    let pebble = runtime.block_on(picket_tests::pebble::Pebble::start(
+        picket_tests::pebble::Setup {
+            listen: gateway,
+            http_port: proxy,
+            tls_port: https,
+            validate_at: std::net::Ipv4Addr::LOCALHOST,
+            validity: None,
+        },
+    ));
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/swarm");
+    let secret = format!("picket-gossip-key-t{}", std::process::id());
+    let stack = std::fs::read_to_string(deploy.join("stack-acme.yml"))
+        .unwrap()
+        .replace("image: picket:latest", &format!("image: {image}"))
+        .replace("published: 80,", &format!("published: {proxy},"))
+        .replace("published: 443,", &format!("published: {https},"))
+        .replace("published: 9900,", &format!("published: {admin},"))
+        .replace("published: 9901,", &format!("published: {feed},"))
+        .replace(
+            "  picket-gossip-key:\n    external: true\n",
+            &format!("  picket-gossip-key:\n    external: true\n    name: {secret}\n"),
+        )
+        // The CA of Pebble's directory, as a config of the stack.
+        .replace(
+            "      - source: picket-acme-config\n        target: /etc/picket/picket.toml\n",
+            "      - source: picket-acme-config\n        target: /etc/picket/picket.toml\n      - source: acme-ca\n        target: /etc/picket/acme-ca.pem\n",
+        )
+        .replace(
+            "    file: ./acme.toml\n",
+            "    file: ./acme.toml\n  acme-ca:\n    file: ./acme-ca.pem\n",
+        );
+    assert!(
+        stack.contains(&secret) && stack.contains("acme-ca.pem"),
+        "{stack}"
+    );
+    let config = std::fs::read_to_string(deploy.join("acme.toml"))
+        .unwrap()
+        .replace(
+            "directory = \"https://acme-v02.api.letsencrypt.org/directory\"",
+            &format!(
+                "directory = \"{}\"\nca = \"/etc/picket/acme-ca.pem\"",
+                pebble.directory
+            ),
+        )
+        .replace(
+            "service = \"shop_web\"",
+            &format!("service = \"{stack_name}_web\""),
+        )
+        .replace(
+            "network = \"picket_upstreams\"",
+            &format!("network = \"{stack_name}_upstreams\""),
+        );
+    assert!(config.contains(&pebble.directory), "{config}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stack-acme.yml"), &stack).unwrap();
+    std::fs::write(dir.path().join("acme.toml"), &config).unwrap();
+    std::fs::copy(&pebble.ca_file, dir.path().join("acme-ca.pem")).unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, picket::gossip::keys::generate().unwrap()).unwrap();
+    let volume = format!("{stack_name}_acme-cache");
+    let _deployed = Deployed {
+        stack: stack_name.to_string(),
+        secrets: vec![secret.clone()],
+        volumes: vec![volume.clone()],
+    };
+    docker(&["secret", "create", &secret, key_file.to_str().unwrap()]).unwrap();
+    let stack_file = dir.path().join("stack-acme.yml");
+    docker(&[
+        "stack",
+        "deploy",
+        "-c",
+        stack_file.to_str().unwrap(),
+        stack_name,
+    ])
+    .unwrap_or_else(|e| panic!("{e}\n{stack}"));
+    let admin = SocketAddr::from(([127, 0, 0, 1], admin));
+    let https = SocketAddr::from(([127, 0, 0, 1], https));
+    let acme = |admin: SocketAddr| {
+        let (status, body) = http(admin, "GET", "/v1/node")?;
+        let node: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (status == 200).then(|| node["acme"][0].clone())
+    };
+    let state = until("the node serves a certificate from ACME", || {
+        acme(admin).filter(|s| s["phase"] == "serving")
+    });
+    let serial = state["serial"].as_str().unwrap().to_string();
+    // Through the published TLS port, verified against the CA's root.
+    let roots = runtime.block_on(pebble.issued_roots());
+    let shown = |name: &str| {
+        runtime
+            .block_on(tls::get(https, std::sync::Arc::clone(&roots), name, "/"))
+            .map(|(_, leaf, _)| leaf)
+    };
+    for name in ["shop.example.com", "www.shop.example.com"] {
+        shown(name).unwrap_or_else(|e| panic!("{name} over the published TLS port: {e:#}"));
+    }
+    // On its volume: the node's user's own, the key readable by it alone.
+    let mountpoint = docker(&["volume", "inspect", "-f", "{{.Mountpoint}}", &volume]).unwrap();
+    let cache = Path::new(mountpoint.trim());
+    let file = cache.join("shop.example.com.pem");
+    {
+        use std::os::unix::fs::MetadataExt;
+        let (dir_meta, file_meta) = (
+            std::fs::metadata(cache).unwrap(),
+            std::fs::metadata(&file).unwrap(),
+        );
+        assert_eq!((dir_meta.uid(), dir_meta.mode() & 0o777), (65534, 0o700));
+        assert_eq!((file_meta.uid(), file_meta.mode() & 0o777), (65534, 0o600));
+    }
+    // A replaced task serves it from the volume, ordering nothing.
+    docker(&[
+        "service",
+        "update",
+        "--detach=false",
+        "--force",
+        &format!("{stack_name}_picket"),
+    ])
+    .unwrap();
+    let again = until("the new task serves the same certificate", || {
+        acme(admin).filter(|s| s["phase"] == "serving")
+    });
+    assert_eq!(
+        again["serial"].as_str(),
+        Some(serial.as_str()),
+        "from the volume"
+    );
+    let (_, metrics) = http(admin, "GET", "/metrics").unwrap();
+    assert!(
+        !metrics.contains("picket_acme_orders_total{"),
+        "the new task ordered nothing:\n{metrics}"
+    );
+    shown("shop.example.com").expect("served after the update");
 }
 
 /// On an engine in a swarm the tests did not make, holding an operator's
