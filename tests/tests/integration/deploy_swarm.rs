@@ -8,7 +8,9 @@
 //! inside a node, the socket proxy refusing a create,
 //! rolling updates of a two-replica service under load (stop-first and
 //! start-first: nothing fails, nothing waits a second), the service scaled
-//! to 0, the stack removed and the swarm left.
+//! to 0, the stack removed and the swarm left. `deploy/swarm/stack-acme.yml`
+//! the same way, against Pebble: its certificate from ACME, kept on its
+//! volume.
 //!
 //! Everything it makes has a name of its run's own (the stack, its secrets,
 //! the images) and is removed at its end. It never touches a swarm it did
