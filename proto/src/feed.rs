@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict};
+use crate::{CertificateState, ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict};
 
 /// The ALPN both ends of the feed speak.
 pub const ALPN: &[u8] = b"picket-feed/1";
@@ -93,12 +93,18 @@ pub enum Frame {
     Gone { node: String },
     /// The view is whole again, as taken at `taken_unix_ms`.
     Synced { taken_unix_ms: u64 },
-    /// A member serves another route table. Last of the variants, so that
-    /// the others keep their bytes: a follower too old to know it refuses
+    /// A member serves another route table. After the older variants, so
+    /// that they keep their bytes: a follower too old to know it refuses
     /// this frame alone.
     Table {
         node: String,
         table: Option<TableGeneration>,
+    },
+    /// A member's state of each certificate it obtains from ACME, whole.
+    /// Last of the variants, as `Table` was.
+    Certificates {
+        node: String,
+        certificates: Vec<CertificateState>,
     },
 }
 
@@ -115,6 +121,12 @@ pub fn snapshot(view: &ClusterView) -> Vec<Frame> {
             frames.push(Frame::Table {
                 node: member.name.clone(),
                 table: member.table.clone(),
+            });
+        }
+        if !member.certificates.is_empty() {
+            frames.push(Frame::Certificates {
+                node: member.name.clone(),
+                certificates: member.certificates.clone(),
             });
         }
         frames.extend(member.verdicts.iter().map(|verdict| Frame::Verdict {
@@ -155,6 +167,16 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
                 table: member.table.clone(),
             });
         }
+        let told: &[CertificateState] = match old {
+            Some(old) if !fresh => &old.certificates,
+            _ => &[],
+        };
+        if told != member.certificates.as_slice() {
+            frames.push(Frame::Certificates {
+                node: member.name.clone(),
+                certificates: member.certificates.clone(),
+            });
+        }
         let old_verdicts: BTreeMap<&str, &Verdict> = match old {
             Some(old) if !fresh => old.verdicts.iter().map(|v| (&*v.route, v)).collect(),
             _ => BTreeMap::new(),
@@ -187,7 +209,11 @@ pub fn diff(from: &ClusterView, to: &ClusterView) -> Vec<Frame> {
     let whole = 2 + to
         .members
         .iter()
-        .map(|m| 1 + usize::from(m.table.is_some()) + m.verdicts.len())
+        .map(|m| {
+            1 + usize::from(m.table.is_some())
+                + usize::from(!m.certificates.is_empty())
+                + m.verdicts.len()
+        })
         .sum::<usize>();
     if frames.len() > whole {
         return snapshot(to);
@@ -219,9 +245,26 @@ struct Held {
     members: BTreeMap<String, HeldMember>,
 }
 
-/// A member as frames told it: its head, its route table and its verdicts
-/// by route name.
-type HeldMember = (Head, Option<TableGeneration>, Arc<Vec<Verdict>>);
+/// A member as frames told it.
+#[derive(Debug)]
+struct HeldMember {
+    head: Head,
+    table: Option<TableGeneration>,
+    certificates: Vec<CertificateState>,
+    /// By route name.
+    verdicts: Arc<Vec<Verdict>>,
+}
+
+impl HeldMember {
+    fn new(head: Head) -> HeldMember {
+        HeldMember {
+            head,
+            table: None,
+            certificates: Vec::new(),
+            verdicts: Arc::default(),
+        }
+    }
+}
 
 impl Follower {
     pub fn new() -> Follower {
@@ -248,30 +291,33 @@ impl Follower {
         match frame {
             Frame::Reset { .. } => {}
             Frame::Head(head) => match held.members.get_mut(&head.name) {
-                Some((old, table, verdicts)) => {
-                    if old.generation != head.generation {
-                        *verdicts = Arc::default();
-                        *table = None;
-                    }
-                    *old = head;
+                Some(member) if member.head.generation != head.generation => {
+                    *member = HeldMember::new(head);
                 }
+                Some(member) => member.head = head,
                 None => {
                     held.members
-                        .insert(head.name.clone(), (head, None, Arc::default()));
+                        .insert(head.name.clone(), HeldMember::new(head));
                 }
             },
             Frame::Table { node, table } => {
-                let (_, held_table, _) = held
-                    .members
+                held.members
                     .get_mut(&node)
-                    .ok_or(FollowError::UnknownMember(node))?;
-                *held_table = table;
+                    .ok_or(FollowError::UnknownMember(node))?
+                    .table = table;
+            }
+            Frame::Certificates { node, certificates } => {
+                held.members
+                    .get_mut(&node)
+                    .ok_or(FollowError::UnknownMember(node))?
+                    .certificates = certificates;
             }
             Frame::Verdict { node, verdict } => {
-                let (_, _, verdicts) = held
+                let verdicts = &mut held
                     .members
                     .get_mut(&node)
-                    .ok_or(FollowError::UnknownMember(node))?;
+                    .ok_or(FollowError::UnknownMember(node))?
+                    .verdicts;
                 // Copied only if the last view given out still holds it:
                 // once per changed member per batch.
                 let verdicts = Arc::make_mut(verdicts);
@@ -281,10 +327,11 @@ impl Follower {
                 }
             }
             Frame::RouteGone { node, route } => {
-                let (_, _, verdicts) = held
+                let verdicts = &mut held
                     .members
                     .get_mut(&node)
-                    .ok_or(FollowError::UnknownMember(node))?;
+                    .ok_or(FollowError::UnknownMember(node))?
+                    .verdicts;
                 if let Ok(at) = verdicts.binary_search_by(|v| (*v.route).cmp(&route)) {
                     Arc::make_mut(verdicts).remove(at);
                 }
@@ -307,16 +354,16 @@ impl Held {
             members: self
                 .members
                 .values()
-                .map(|(head, table, verdicts)| Member {
-                    name: head.name.clone(),
-                    gossip: head.gossip.clone(),
-                    generation: head.generation,
-                    liveness: head.liveness,
-                    heard_unix_ms: head.heard_unix_ms,
-                    info: head.info.clone(),
-                    table: table.clone(),
-                    certificates: Vec::new(),
-                    verdicts: Arc::clone(verdicts),
+                .map(|member| Member {
+                    name: member.head.name.clone(),
+                    gossip: member.head.gossip.clone(),
+                    generation: member.head.generation,
+                    liveness: member.head.liveness,
+                    heard_unix_ms: member.head.heard_unix_ms,
+                    info: member.head.info.clone(),
+                    table: member.table.clone(),
+                    certificates: member.certificates.clone(),
+                    verdicts: Arc::clone(&member.verdicts),
                 })
                 .collect(),
         }
@@ -374,9 +421,10 @@ mod tests {
             proptest::option::of(".{0,6}"),
             proptest::option::of(("[a-c]", 0..3u32)),
             proptest::collection::vec(verdict(), 0..5),
+            proptest::collection::vec(("[a-b]", 0..5u8), 0..3),
         )
             .prop_map(
-                |(name, generation, liveness, heard, admin, table, verdicts)| {
+                |(name, generation, liveness, heard, admin, table, verdicts, certificates)| {
                     let mut verdicts: BTreeMap<String, Verdict> = verdicts
                         .into_iter()
                         .map(|v| (v.route.to_string(), v))
@@ -402,6 +450,20 @@ mod tests {
                             routes,
                             since_unix_ms: 0,
                         }),
+                        certificates: certificates
+                            .into_iter()
+                            .map(|(name, phase)| CertificateState {
+                                serial: (phase > 1).then(|| format!("{phase:02x}")),
+                                name,
+                                phase: crate::acme::Phase::ALL[usize::from(phase)],
+                                not_after_unix: None,
+                                renew_at_unix: None,
+                                orderer: Some("n0".into()),
+                                issued_by: None,
+                                error: (phase == 4).then(|| "refused".into()),
+                                retry_at_unix: None,
+                            })
+                            .collect(),
                         verdicts: Arc::new(std::mem::take(&mut verdicts).into_values().collect()),
                     }
                 },
@@ -493,6 +555,7 @@ mod tests {
             heard_unix_ms: 1,
             info: None,
             table: None,
+            certificates: Vec::new(),
             verdicts: Arc::new(verdicts),
         };
         let before = ClusterView {
@@ -523,6 +586,64 @@ mod tests {
         assert_eq!(
             &*first.members[1].verdicts[0].reason, "up",
             "the view given out is not changed"
+        );
+    }
+
+    #[test]
+    fn a_certificate_state_change_is_one_frame_and_a_new_generation_forgets_the_old() {
+        let state = |phase| CertificateState {
+            name: "shop.example.com".into(),
+            phase,
+            serial: None,
+            not_after_unix: None,
+            renew_at_unix: None,
+            orderer: Some("n2".into()),
+            issued_by: None,
+            error: None,
+            retry_at_unix: None,
+        };
+        let member = |generation, certificates: Vec<CertificateState>| Member {
+            name: "n2".into(),
+            gossip: "n2:7946".into(),
+            generation,
+            liveness: Liveness::Alive,
+            heard_unix_ms: 1,
+            info: None,
+            table: None,
+            certificates,
+            verdicts: Arc::default(),
+        };
+        let view = |member| ClusterView {
+            node: "n1".into(),
+            cluster: "c".into(),
+            taken_unix_ms: 1,
+            members: vec![member],
+        };
+        let waiting = view(member(1, vec![state(crate::acme::Phase::Waiting)]));
+        let serving = view(member(1, vec![state(crate::acme::Phase::Serving)]));
+        let mut follower = Follower::new();
+        assert_eq!(
+            follow(&mut follower, snapshot(&waiting)),
+            Some(waiting.clone())
+        );
+        let frames = diff(&waiting, &serving);
+        assert_eq!(
+            frames,
+            [
+                Frame::Certificates {
+                    node: "n2".into(),
+                    certificates: serving.members[0].certificates.clone(),
+                },
+                Frame::Synced { taken_unix_ms: 1 },
+            ]
+        );
+        assert_eq!(follow(&mut follower, frames), Some(serving.clone()));
+        assert_eq!(diff(&serving, &serving).len(), 1, "unchanged: Synced alone");
+        // A restarted node has said nothing of its certificates yet.
+        let restarted = view(member(2, Vec::new()));
+        assert_eq!(
+            follow(&mut follower, diff(&serving, &restarted)),
+            Some(restarted)
         );
     }
 

@@ -20,7 +20,10 @@ use std::sync::Arc;
 use picket_proto::codec::{self, VERSION};
 use picket_proto::feed::{Ask, Frame, Head};
 use picket_proto::gossip::{decode_value, encode_value};
-use picket_proto::{BreakerState, Heart, ImageCount, Liveness, NodeInfo, TableGeneration, Verdict};
+use picket_proto::{
+    AcmePhase, BreakerState, CertificateState, Heart, ImageCount, Liveness, NodeInfo,
+    TableGeneration, Verdict,
+};
 
 fn info() -> NodeInfo {
     NodeInfo {
@@ -90,6 +93,21 @@ fn frames() -> Vec<Frame> {
                 routes: 12,
                 since_unix_ms: 1_796_000_002_500,
             }),
+        },
+        // Added later still, after `Table`.
+        Frame::Certificates {
+            node: "edge-2".into(),
+            certificates: vec![CertificateState {
+                name: "shop.example.com".into(),
+                phase: AcmePhase::Renewing,
+                serial: Some("fa4e6f5a3c6d1b02".into()),
+                not_after_unix: Some(1_803_427_199),
+                renew_at_unix: Some(1_801_699_199),
+                orderer: Some("edge-2".into()),
+                issued_by: Some("edge-1".into()),
+                error: None,
+                retry_at_unix: None,
+            }],
         },
     ]
 }
