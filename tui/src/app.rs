@@ -93,6 +93,8 @@ pub enum Mode {
     /// Typing the filter.
     Filter,
     Help,
+    /// Each node's state of each ACME certificate, over the matrix.
+    Certificates,
     /// Choosing a node to attach to; `selected` indexes
     /// [`App::picker_entries`].
     Picker {
@@ -269,6 +271,11 @@ impl App {
                 KeyCode::Char('q') => self.quit = true,
                 _ => {}
             },
+            Mode::Certificates => match key.code {
+                KeyCode::Char('c') | KeyCode::Esc => self.mode = Mode::Normal,
+                KeyCode::Char('q') => self.quit = true,
+                _ => {}
+            },
             Mode::Picker { selected } => self.key_picker(key.code, selected),
         }
     }
@@ -284,6 +291,7 @@ impl App {
             }
             KeyCode::Char('?') => self.mode = Mode::Help,
             KeyCode::Char('n') => self.mode = Mode::Picker { selected: 0 },
+            KeyCode::Char('c') => self.mode = Mode::Certificates,
             code => self.move_selection(code),
         }
     }

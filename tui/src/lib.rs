@@ -5,11 +5,13 @@
 //! [`app::Msg`]), [`view::render`] draws and does nothing else, and
 //! [`theme`] holds every colour and symbol. The matrix shows routes as rows
 //! and nodes as columns, collapsing the columns into counts when they do
-//! not fit; a detail pane shows the selected route on every node.
+//! not fit; a detail pane shows the selected route on every node, and an
+//! overlay ([`certificates`]) each node's state of each ACME certificate.
 
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod certificates;
 pub mod cli;
 pub mod feed;
 pub mod table;

@@ -135,7 +135,69 @@ pub fn table(view: &ClusterView) -> String {
     out.push_str(
         "♥ green  ❣ orange  ♡ red  ◇ stale  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree\n",
     );
+    certificates(&mut out, view, &headers);
     out
+}
+
+/// Each node's state of each ACME certificate, a column per node as above;
+/// nothing without any. `≠`: live nodes serve different serials, or one
+/// fails (its error follows).
+fn certificates(out: &mut String, view: &ClusterView, headers: &[String]) {
+    let rows = crate::certificates::rows(view);
+    if rows.is_empty() {
+        return;
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.cells
+                .iter()
+                .map(|c| crate::certificates::cell(*c))
+                .collect()
+        })
+        .collect();
+    let name_width = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("certificate".len());
+    let widths: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .chain([h.chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut line = format!("  {:<name_width$}", "certificate");
+    for (header, width) in headers.iter().zip(&widths) {
+        let _ = write!(line, "  {header:<width$}");
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    for (row, cells) in rows.iter().zip(&cells) {
+        let mark = if row.disagree || !row.failing.is_empty() {
+            theme::DISAGREEMENT
+        } else {
+            " "
+        };
+        let mut line = format!("{mark} {:<name_width$}", row.name);
+        for (cell, width) in cells.iter().zip(&widths) {
+            let _ = write!(line, "  {cell:<width$}");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+        for (member, state) in view.members.iter().zip(&row.cells) {
+            if let Some(error) = state.and_then(|s| s.error.as_deref()) {
+                let _ = writeln!(out, "    {}: {error}", member.name);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +219,39 @@ mod tests {
                 "  web     ♥ 2/2  ♥ 2/2  ♥ 2/2",
                 "♥ green  ❣ orange  ♡ red  ◇ stale  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree",
             ]
+        );
+    }
+
+    #[test]
+    fn acme_certificates_follow_the_routes_node_by_node() {
+        use picket_proto::{AcmePhase, CertificateState};
+        let mut view = three_nodes();
+        let state = |phase, serial: Option<&str>, error: Option<&str>| CertificateState {
+            name: "shop.example.com".into(),
+            phase,
+            serial: serial.map(str::to_string),
+            not_after_unix: None,
+            renew_at_unix: None,
+            orderer: Some("n1".into()),
+            issued_by: None,
+            error: error.map(str::to_string),
+            retry_at_unix: None,
+        };
+        view.members[0].certificates = vec![state(AcmePhase::Serving, Some("fa4e6f5a3c"), None)];
+        view.members[2].certificates = vec![state(AcmePhase::Failing, None, Some("refused"))];
+        let text = table(&view);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[lines.len() - 3..],
+            [
+                "  certificate       n1 ●              n2 ◌  n3 ●",
+                "≠ shop.example.com  serving fa4e6f5a  ·     failing",
+                "    n3: refused",
+            ]
+        );
+        assert!(
+            !table(&three_nodes()).contains("certificate"),
+            "none without ACME"
         );
     }
 

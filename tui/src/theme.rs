@@ -154,6 +154,11 @@ pub fn warning() -> Style {
     Style::new().fg(ORANGE)
 }
 
+/// An ACME certificate whose last order failed on a node.
+pub fn failing() -> Style {
+    Style::new().fg(RED)
+}
+
 pub fn no_verdict() -> Style {
     Style::new().fg(Color::DarkGray)
 }

@@ -50,6 +50,7 @@ pub fn render(frame: &mut Frame, app: &App) {
     match app.mode() {
         Mode::Help => overlay::help(frame, frame.area()),
         Mode::Picker { selected } => overlay::picker(frame, frame.area(), app, selected),
+        Mode::Certificates => overlay::certificates(frame, frame.area(), app),
         Mode::Normal | Mode::Filter => {}
     }
 }
@@ -169,8 +170,50 @@ fn status_line(app: &App, terse: u8) -> Line<'static> {
                 theme::disagreement(),
             )),
         }
+        if let Some(view) = app.view() {
+            spans.extend(certificates_status(view, terse));
+        }
     }
     Line::from(spans)
+}
+
+/// The ACME certificates in a few words: how many, and the worst of them
+/// (a live node failing, then live nodes on different serials); the
+/// overlay (`c`) has them side by side.
+fn certificates_status(view: &picket_proto::ClusterView, terse: u8) -> Option<Span<'static>> {
+    let rows = crate::certificates::rows(view);
+    if rows.is_empty() {
+        return None;
+    }
+    if let Some(row) = rows.iter().find(|r| !r.failing.is_empty()) {
+        let text = match terse {
+            0 => format!("  ✗ {} failing on {}", row.name, row.failing.join(", ")),
+            1 => format!("  ✗ {} failing", row.name),
+            _ => "  ✗ cert".to_owned(),
+        };
+        return Some(Span::styled(text, theme::failing()));
+    }
+    if let Some(row) = rows.iter().find(|r| r.disagree) {
+        let text = match terse {
+            0 => format!("  {} {} on two serials", theme::DISAGREEMENT, row.name),
+            _ => format!("  {} cert", theme::DISAGREEMENT),
+        };
+        return Some(Span::styled(text, theme::disagreement()));
+    }
+    (terse == 0).then(|| {
+        let n = rows.len();
+        Span::styled(
+            format!(
+                "  {n} {}",
+                if n == 1 {
+                    "certificate"
+                } else {
+                    "certificates"
+                }
+            ),
+            theme::muted(),
+        )
+    })
 }
 
 fn render_footer(frame: &mut Frame, area: Rect, app: &App) {

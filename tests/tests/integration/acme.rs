@@ -41,6 +41,8 @@ struct Cluster {
     /// Every node's gossip address, for the seeds.
     seeds: Vec<SocketAddr>,
     nodes: Vec<NodeProcess>,
+    /// Each node's QUIC feed, by name.
+    feeds: Vec<(String, SocketAddr)>,
 }
 
 /// The address node `i` (from 0) listens on: 127.0.0.(i+1).
@@ -90,6 +92,7 @@ impl Cluster {
                 .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
                 .collect(),
             nodes: Vec::new(),
+            feeds: Vec::new(),
             dir,
         }
     }
@@ -97,13 +100,15 @@ impl Cluster {
     /// Starts node `name` on address `i`, with a cache of its own.
     fn start(&mut self, i: usize, name: &str) {
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let feed = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        self.feeds.push((name.to_string(), feed));
         let gossip = match self.seeds.get(i) {
             Some(gossip) => *gossip,
             None => SocketAddr::from(([127, 0, 0, 1], free_port())),
         };
         let seeds: Vec<String> = self.seeds.iter().map(|s| format!("\"{s}\"")).collect();
         let text = format!(
-            "[node]\nname = \"{name}\"\nlisten = \"{ip}:{http}\"\nlisten_tls = \"{ip}:{tls}\"\nadmin = \"{admin}\"\n\n\
+            "[node]\nname = \"{name}\"\nlisten = \"{ip}:{http}\"\nlisten_tls = \"{ip}:{tls}\"\nadmin = \"{admin}\"\nfeed = \"{feed}\"\n\n\
              [cluster]\nid = \"acme\"\ngossip = \"{gossip}\"\nseeds = [{seeds}]\nkey_file = {key:?}\ngossip_interval = \"100ms\"\n\n\
              [acme]\ndirectory = \"{directory}\"\nemail = \"ops@example.com\"\nca = {ca:?}\ncache = {cache:?}\nchallenge = \"{challenge}\"\n\n\
              [[certificate]]\nacme = [\"{a}\", \"{b}\"]\n\n\
@@ -307,6 +312,22 @@ async fn three_nodes_obtain_one_certificate_validated_at_a_node_that_did_not_ord
         issued += metric(node, ISSUED).await;
     }
     assert_eq!(issued, 1.0, "one order for the cluster\n{}", cluster.logs());
+    // picket-tui, attached to any node, shows every node serving it.
+    let feed = cluster.feeds[validating].1;
+    let output = std::process::Command::new(binaries::picket_tui())
+        .args(["--insecure", "--once", &feed.to_string()])
+        .output()
+        .expect("picket-tui runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.contains("shop.test") && !l.contains("certificate"))
+        .unwrap_or_else(|| panic!("no certificate row: {text}"));
+    assert_eq!(
+        row.matches(&format!("serving {}", &serial[..8])).count(),
+        3,
+        "every node serving, side by side: {text}"
+    );
     // Every node serves it, for each of its names, verified against the
     // CA's root, and proxies through it.
     let roots = cluster.pebble.issued_roots().await;

@@ -51,6 +51,7 @@ pub fn member(name: &str, liveness: Liveness, age_ms: u64, verdicts: Vec<Verdict
             started_unix_ms: T0 - 3_600_000,
         }),
         table: None,
+        certificates: Vec::new(),
         verdicts: std::sync::Arc::new(verdicts),
     }
 }

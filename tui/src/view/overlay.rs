@@ -9,7 +9,7 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use crate::app::{App, PAGE};
 use crate::theme;
 
-fn keys() -> [(&'static str, String); 9] {
+fn keys() -> [(&'static str, String); 10] {
     [
         ("↑ ↓  j k", "move the selection"),
         ("PgUp PgDn", &format!("move by {PAGE} rows")),
@@ -18,6 +18,7 @@ fn keys() -> [(&'static str, String); 9] {
         ("Esc", "clear the filter"),
         ("s", "sort by severity (disagreement, worst heart) or name"),
         ("n", "attach to another node's feed"),
+        ("c", "each node's ACME certificates, side by side"),
         ("?", "this help"),
         ("q  Ctrl-C", "quit"),
     ]
@@ -58,6 +59,121 @@ pub(super) fn help(frame: &mut Frame, area: Rect) {
     let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
     let inner = popup(frame, area, 72, height, "help — ? or Esc closes");
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// Each node's state of each ACME certificate: a row per certificate, a
+/// column per member (as many as fit), then the errors of the failing.
+pub(super) fn certificates(frame: &mut Frame, area: Rect, app: &App) {
+    let Some(view) = app.view() else {
+        return;
+    };
+    let rows = crate::certificates::rows(view);
+    const CELL: usize = 18;
+    let name_width = rows
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp("certificate".len(), 32);
+    let fit_columns =
+        usize::from(area.width.saturating_sub(4)).saturating_sub(name_width + 2) / (CELL + 1);
+    let shown = view.members.len().min(fit_columns.max(1));
+    let mut lines = Vec::new();
+    let mut header = vec![Span::styled(
+        format!("  {:<name_width$}", "certificate"),
+        theme::header(),
+    )];
+    for member in view.members.iter().take(shown) {
+        header.push(Span::styled(
+            format!(" {:<CELL$}", super::fit_tail(&member.name, CELL)),
+            theme::header(),
+        ));
+    }
+    lines.push(Line::from(header));
+    if rows.is_empty() {
+        lines.push(Line::styled(
+            "  no node obtains certificates from ACME",
+            theme::muted(),
+        ));
+    }
+    let mut errors = Vec::new();
+    for row in &rows {
+        let mark = if row.disagree || !row.failing.is_empty() {
+            Span::styled(format!("{} ", theme::DISAGREEMENT), theme::disagreement())
+        } else {
+            Span::raw("  ")
+        };
+        let mut spans = vec![
+            mark,
+            Span::raw(format!("{:<name_width$}", super::fit(row.name, name_width))),
+        ];
+        for (member, state) in view.members.iter().zip(&row.cells).take(shown) {
+            let text = crate::certificates::cell(*state);
+            let style = match state.map(|s| s.phase) {
+                Some(picket_proto::AcmePhase::Failing) => theme::failing(),
+                Some(picket_proto::AcmePhase::Serving) => Style::new(),
+                Some(_) => theme::connecting(),
+                None => theme::no_verdict(),
+            };
+            let style = if member.liveness == picket_proto::Liveness::Dead {
+                theme::dead()
+            } else {
+                style
+            };
+            spans.push(Span::styled(
+                format!(" {:<CELL$}", super::fit(&text, CELL)),
+                style,
+            ));
+            if let Some(error) = state.and_then(|s| s.error.as_deref()) {
+                errors.push(format!("{} on {}: {error}", row.name, member.name));
+            }
+        }
+        lines.push(Line::from(spans));
+    }
+    if shown < view.members.len() {
+        lines.push(Line::styled(
+            format!(
+                "  … {} more nodes (a wider terminal shows them)",
+                view.members.len() - shown
+            ),
+            theme::muted(),
+        ));
+    }
+    for error in errors {
+        lines.push(Line::styled(format!("  {error}"), theme::failing()));
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::from(vec![
+        Span::styled("c", theme::key()),
+        Span::raw(" or "),
+        Span::styled("Esc", theme::key()),
+        Span::raw(" close"),
+    ]));
+    // As wide as the table and the errors, as the terminal allows; as high
+    // as the lines once wrapped.
+    let widest = lines.iter().map(Line::width).max().unwrap_or(0);
+    let width = (widest + 2)
+        .max(name_width + 4 + shown * (CELL + 1))
+        .max(48)
+        .min(usize::from(area.width));
+    let inner_width = width.saturating_sub(2).max(1);
+    let wrapped: usize = lines
+        .iter()
+        .map(|l| l.width().div_ceil(inner_width).max(1))
+        .sum();
+    let width = u16::try_from(width).unwrap_or(u16::MAX);
+    let height = u16::try_from(wrapped + 2).unwrap_or(u16::MAX);
+    let inner = popup(
+        frame,
+        area,
+        width,
+        height,
+        "ACME certificates, node by node",
+    );
+    frame.render_widget(
+        Paragraph::new(lines).wrap(ratatui::widgets::Wrap { trim: false }),
+        inner,
+    );
 }
 
 /// The members that advertise a feed, with their liveness.

@@ -662,3 +662,69 @@ fn a_node_on_another_route_table_is_marked_as_a_disagreement_is() {
         "n1 is on the cluster's table"
     );
 }
+
+/// Three nodes' ACME states: n1 and n2 serve one certificate, n3 fails.
+fn with_certificates() -> ClusterView {
+    use picket_proto::{AcmePhase, CertificateState};
+    let state = |phase: AcmePhase, serial: Option<&str>, error: Option<&str>| CertificateState {
+        name: "shop.example.com".into(),
+        phase,
+        serial: serial.map(str::to_string),
+        not_after_unix: None,
+        renew_at_unix: None,
+        orderer: Some("n1".into()),
+        issued_by: Some("n1".into()),
+        error: error.map(str::to_string),
+        retry_at_unix: None,
+    };
+    let mut view = three_nodes();
+    view.members[0].certificates = vec![state(AcmePhase::Serving, Some("fa4e6f5a3c6d1b02"), None)];
+    view.members[1].certificates = vec![state(AcmePhase::Renewing, Some("fa4e6f5a3c6d1b02"), None)];
+    view.members[2].certificates = vec![state(
+        AcmePhase::Failing,
+        None,
+        Some("the CA found shop.example.com invalid: connection refused"),
+    )];
+    view
+}
+
+#[test]
+fn acme_certificates_show_node_by_node_and_a_failure_in_the_status_line() {
+    let mut app = app_with(with_certificates());
+    let text = lines(&draw(&app, 120, 24));
+    assert!(
+        text[0].ends_with("≠ 1 route disagrees  ✗ shop.example.com failing on n3"),
+        "{}",
+        text[0]
+    );
+    app.update(key(KeyCode::Char('c')));
+    let buffer = draw(&app, 120, 24);
+    let text = lines(&buffer);
+    let row = row_of(&text, "≠ shop.example.com");
+    let line = &text[row];
+    for needle in [
+        "≠ shop.example.com",
+        "serving fa4e6f5a",
+        "renewing fa4e6f5a",
+        "failing",
+    ] {
+        assert!(line.contains(needle), "{needle:?} in {line:?}");
+    }
+    let failing = u16::try_from(line.find("failing").unwrap()).unwrap();
+    let x = u16::try_from(line[..usize::from(failing)].chars().count()).unwrap();
+    assert_eq!(at(&buffer, x, u16::try_from(row).unwrap()).1, Color::Red);
+    row_of(
+        &text,
+        "shop.example.com on n3: the CA found shop.example.com invalid: connection refused",
+    );
+    app.update(key(KeyCode::Char('c')));
+    let text = lines(&draw(&app, 120, 24));
+    assert!(
+        !text.iter().any(|l| l.contains("ACME certificates")),
+        "closed"
+    );
+    // Without any, the status line says nothing of certificates.
+    let quiet = app_with(three_nodes());
+    let text = lines(&draw(&quiet, 120, 24));
+    assert!(!text[0].contains("certificate"), "{}", text[0]);
+}
