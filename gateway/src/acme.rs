@@ -235,10 +235,11 @@ impl Manager {
         if let Some(settings) = settings {
             self.adopt(&shared, settings, now);
             self.order(&shared, settings, now);
+            let settled = tokio::time::Instant::now() >= self.settled;
             for (name, managed) in &mut self.managed {
                 let state = state(&self.me, name, managed, &shared, now);
                 if managed.state.as_ref() != Some(&state) {
-                    log_change(name, managed.state.as_ref(), &state);
+                    log_change(name, managed.state.as_ref(), &state, settled);
                     self.metrics.acme_phase(name, state.phase);
                     managed.state = Some(state.clone());
                 }
@@ -586,20 +587,30 @@ fn state(
     }
 }
 
-/// One line per change of phase or certificate.
-fn log_change(name: &str, before: Option<&CertificateState>, now: &CertificateState) {
-    let changed = before.is_none_or(|b| b.phase != now.phase || b.serial != now.serial);
-    if !changed {
-        return;
-    }
-    match now.phase {
-        Phase::Failing => {}
-        _ => tracing::info!(
+/// One line per change: the first state of a certificate (what the node
+/// starts with), and a new ordering node once the node has settled (before,
+/// it is still hearing of the others). Orders, certificates issued or
+/// received, and failures have their own lines where they happen.
+fn log_change(
+    name: &str,
+    before: Option<&CertificateState>,
+    now: &CertificateState,
+    settled: bool,
+) {
+    match before {
+        None => tracing::info!(
             certificate = %name, phase = now.phase.as_str(),
             serial = now.serial.as_deref().unwrap_or("-"),
             orderer = now.orderer.as_deref().unwrap_or("-"),
-            "ACME certificate state"
+            "ACME certificate managed"
         ),
+        Some(before) if settled && before.orderer != now.orderer => tracing::info!(
+            certificate = %name,
+            from = before.orderer.as_deref().unwrap_or("-"),
+            to = now.orderer.as_deref().unwrap_or("-"),
+            "ACME orders of the certificate pass to another node"
+        ),
+        Some(_) => {}
     }
 }
 

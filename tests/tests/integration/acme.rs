@@ -503,6 +503,17 @@ async fn an_order_hands_over_when_its_node_is_killed_in_the_middle() {
             state.orderer, names[second],
             "{name} reckons the new orderer"
         );
+        let log = cluster.node(name).log_text();
+        let handed: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("ACME orders of the certificate pass to another node"))
+            .collect();
+        assert_eq!(handed.len(), 1, "{name} says it once: {handed:?}");
+        assert!(
+            handed[0].contains(&format!("to=\"{}\"", names[second])),
+            "{}",
+            handed[0]
+        );
     }
     assert_eq!(metric(cluster.node(&names[second]), ISSUED).await, 1.0);
 }
