@@ -49,8 +49,10 @@ use crate::gossip::Membership;
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, Tasks};
 
-/// The first wait after a failed order; it doubles up to [`RETRY_CAP`].
-pub const RETRY_FIRST: Duration = Duration::from_secs(10);
+/// The first wait after a failed order; it doubles up to [`RETRY_CAP`]. A
+/// CA limits failed validations (Let's Encrypt: 5 an hour for one account
+/// and name): a minute, then two, then four…
+pub const RETRY_FIRST: Duration = Duration::from_secs(60);
 /// The longest wait between two orders of a failing certificate.
 pub const RETRY_CAP: Duration = Duration::from_secs(3600);
 /// How often the node looks again when nothing wakes it.
@@ -399,6 +401,9 @@ impl Manager {
                         pem: passed.pem.clone(),
                         config,
                     });
+                    // Another node got it: this node's failure is moot.
+                    managed.failure = None;
+                    managed.backoff.reset();
                 }
                 Err(error) => {
                     tracing::debug!(certificate = %name, from = %passed.node, %error, "a certificate passed on is not served");
@@ -414,12 +419,11 @@ impl Manager {
             return;
         }
         for (name, managed) in &mut self.managed {
-            let managers = managers(&self.me, name, shared);
-            let orderer = plan::orderer(name, managers.iter().map(String::as_str));
+            let orderer = orderer_of(&self.me, managed.failure.is_some(), name, shared);
             let situation = plan::Situation {
                 now,
                 me: &self.me,
-                orderer,
+                orderer: orderer.as_deref(),
                 held: managed.serving.as_ref().map(|s| &s.held),
                 ordering: managed.order.is_some(),
                 ordered_elsewhere: ordered_elsewhere(&self.me, name, shared),
@@ -513,19 +517,21 @@ impl Manager {
     }
 }
 
-/// The live nodes that manage the certificate `name` (they publish a
-/// state of it), this node among them.
-fn managers(me: &str, name: &str, shared: &shared::Shared) -> Vec<String> {
-    let mut nodes: Vec<String> = shared
+/// The node that orders the certificate `name`: of the live nodes that
+/// manage it (they publish a state of it; this node among them, failing
+/// when `me_failing`), those whose last order did not fail, else all.
+fn orderer_of(me: &str, me_failing: bool, name: &str, shared: &shared::Shared) -> Option<String> {
+    let mut candidates: Vec<(&str, bool)> = shared
         .states
         .iter()
-        .filter(|(_, states)| states.contains_key(name))
-        .map(|(node, _)| node.clone())
+        .filter(|(node, _)| node.as_str() != me)
+        .filter_map(|(node, states)| {
+            let state = states.get(name)?;
+            Some((node.as_str(), state.phase == Phase::Failing))
+        })
         .collect();
-    if !nodes.iter().any(|n| n == me) {
-        nodes.push(me.to_string());
-    }
-    nodes
+    candidates.push((me, me_failing));
+    plan::orderer_among(name, &candidates).map(str::to_string)
 }
 
 /// Whether another live node says it orders `name` now.
@@ -557,8 +563,7 @@ fn state(
     shared: &shared::Shared,
     now: i64,
 ) -> CertificateState {
-    let managers = managers(me, name, shared);
-    let orderer = plan::orderer(name, managers.iter().map(String::as_str)).map(str::to_string);
+    let orderer = orderer_of(me, managed.failure.is_some(), name, shared);
     let held = managed.serving.as_ref().map(|s| &s.held);
     let situation = plan::Situation {
         now,

@@ -4,7 +4,10 @@
 //! - **Who orders**: rendezvous hashing of the certificate's name over
 //!   the live nodes that manage it ([`orderer`]). Every node reckons the
 //!   same one from the same members; when that node dies, the next one
-//!   takes its orders, and no other certificate moves.
+//!   takes its orders, and no other certificate moves. A node whose last
+//!   order failed (it cannot reach the CA, say) is passed over while
+//!   another is not failing ([`orderer_among`]), so its orders go to the
+//!   next node too.
 //! - **When**: with no certificate, at once; else at two thirds of its
 //!   lifetime ([`renew_at`]); after a failure, not before the back-off
 //!   ends. Never while another live node says it is ordering it, nor
@@ -40,6 +43,16 @@ pub fn orderer<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|node| (score(node, name), node))
         .max()
         .map(|(_, node)| node)
+}
+
+/// The orderer of `name` among `candidates` (node, its last order
+/// failed): of those not failing, else of all.
+pub fn orderer_among<'a>(name: &str, candidates: &[(&'a str, bool)]) -> Option<&'a str> {
+    let standing = candidates
+        .iter()
+        .filter(|(_, failing)| !failing)
+        .map(|(node, _)| *node);
+    orderer(name, standing).or_else(|| orderer(name, candidates.iter().map(|(node, _)| *node)))
 }
 
 fn score(node: &str, name: &str) -> [u8; 32] {
@@ -167,6 +180,26 @@ mod tests {
             }
         }
         assert_eq!(orderer("x", []), None);
+    }
+
+    #[test]
+    fn a_failing_node_is_passed_over_while_another_is_not_failing() {
+        let nodes = ["a", "b", "c"];
+        let first = orderer("shop.example.com", nodes).unwrap();
+        let all_well: Vec<(&str, bool)> = nodes.iter().map(|n| (*n, false)).collect();
+        assert_eq!(orderer_among("shop.example.com", &all_well), Some(first));
+        let first_failing: Vec<(&str, bool)> = nodes.iter().map(|n| (*n, *n == first)).collect();
+        let next = orderer_among("shop.example.com", &first_failing).unwrap();
+        assert_ne!(next, first);
+        let rest: Vec<&str> = nodes.iter().copied().filter(|n| *n != first).collect();
+        assert_eq!(
+            Some(next),
+            orderer("shop.example.com", rest),
+            "the next by rendezvous"
+        );
+        let all_failing: Vec<(&str, bool)> = nodes.iter().map(|n| (*n, true)).collect();
+        assert_eq!(orderer_among("shop.example.com", &all_failing), Some(first));
+        assert_eq!(orderer_among("shop.example.com", &[]), None);
     }
 
     #[test]

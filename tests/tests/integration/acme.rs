@@ -99,6 +99,12 @@ impl Cluster {
 
     /// Starts node `name` on address `i`, with a cache of its own.
     fn start(&mut self, i: usize, name: &str) {
+        let ca = self.pebble.ca_file.clone();
+        self.start_trusting(i, name, &ca);
+    }
+
+    /// [`Cluster::start`], trusting `ca` for the CA's directory.
+    fn start_trusting(&mut self, i: usize, name: &str, ca: &std::path::Path) {
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let feed = SocketAddr::from(([127, 0, 0, 1], free_port()));
         self.feeds.push((name.to_string(), feed));
@@ -119,7 +125,7 @@ impl Cluster {
             seeds = seeds.join(", "),
             key = self.key.display().to_string(),
             directory = self.pebble.directory,
-            ca = self.pebble.ca_file.display().to_string(),
+            ca = ca.display().to_string(),
             cache = self
                 .dir
                 .path()
@@ -640,4 +646,50 @@ async fn a_failed_order_shows_the_cas_error_and_waits_before_the_next() {
     );
     let logged = node.log_text().matches("ACME order failed").count();
     assert_eq!(logged, 1, "one line per failed order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_reach_the_ca_passes_its_orders_to_the_next() {
+    if !available() {
+        return;
+    }
+    let names = names("unreachable", 2);
+    let stuck = orderer(&names);
+    let other = 1 - stuck;
+    let mut cluster = Cluster::new(other, None, "http-01", 2).await;
+    // The ordering node trusts another CA than the directory's: every
+    // order it places fails at the TLS handshake with the CA.
+    let elsewhere = cluster.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("a directory");
+    let wrong = picket_tests::tls::TestCa::new("another CA").write_pem(&elsewhere);
+    cluster.start_trusting(stuck, &names[stuck], &wrong);
+    cluster.start(other, &names[other]);
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (_, issued_by) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    assert_eq!(
+        issued_by, names[other],
+        "ordered by the node that reaches the CA"
+    );
+    let failed = "picket_acme_orders_total{certificate=\"shop.test\",result=\"failed\"}";
+    let node = cluster.node(&names[stuck]);
+    assert!(
+        metric(node, failed).await >= 1.0,
+        "it tried first\n{}",
+        cluster.logs()
+    );
+    assert_eq!(metric(node, ISSUED).await, 0.0);
+    let state = client::get(node.admin, "admin", "/v1/node")
+        .await
+        .expect("/v1/node");
+    let json: serde_json::Value = serde_json::from_slice(&state.body).expect("JSON");
+    assert_eq!(json["acme"][0]["phase"], "serving");
+    assert!(
+        json["acme"][0]["error"].is_null(),
+        "its failure is moot once served: {json}"
+    );
+    assert_eq!(
+        json["acme"][0]["orderer"],
+        names[stuck].as_str(),
+        "its own again once well"
+    );
 }
