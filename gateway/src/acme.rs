@@ -4,7 +4,8 @@
 //! ## Who does what
 //! - **One node orders** each certificate: the one rendezvous hashing
 //!   picks among the live nodes that manage it ([`plan::orderer`]). When
-//!   it dies, the next one takes its orders over.
+//!   it dies, or while its last order failed, the next one takes its
+//!   orders over ([`plan::orderer_among`]).
 //! - **Every node answers** the challenges: the ordering node writes each
 //!   HTTP-01 token (TLS-ALPN-01: each name) into its gossip; every node
 //!   answers what any live node wrote ([`crate::challenges`]) and says so
