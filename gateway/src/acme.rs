@@ -130,7 +130,7 @@ pub fn spawn(
     tasks: &mut Tasks,
 ) {
     let (done, results) = mpsc::unbounded_channel();
-    let manager = Manager {
+    let keeper = Keeper {
         settled: tokio::time::Instant::now() + settle,
         me: membership.info.name.clone(),
         acme,
@@ -142,7 +142,7 @@ pub fn spawn(
         http: None,
         done,
     };
-    tasks.spawn("acme", manager.run(results, shutdown));
+    tasks.spawn("acme", keeper.run(results, shutdown));
 }
 
 /// A certificate this node serves, checked.
@@ -173,7 +173,9 @@ struct Done {
     result: Result<String, String>,
 }
 
-struct Manager {
+/// What the node's ACME task keeps between steps: the certificates it
+/// manages, the keys it wrote, its client, and how orders end.
+struct Keeper {
     /// No order before this.
     settled: tokio::time::Instant,
     me: String,
@@ -191,7 +193,7 @@ struct Manager {
     done: mpsc::UnboundedSender<Done>,
 }
 
-impl Manager {
+impl Keeper {
     async fn run(mut self, mut results: mpsc::UnboundedReceiver<Done>, mut shutdown: Shutdown) {
         let mut settings = self.acme.settings.subscribe();
         let mut views = self.membership.subscribe();

@@ -17,13 +17,24 @@ use picket_proto::gossip::{decode_value, encode_value};
 pub use crate::gossip::Entry;
 
 /// A certificate some node passes on, whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Passed {
     pub node: String,
     pub name: String,
     pub issued: Issued,
     /// The chain, then the key, as PEM.
     pub pem: String,
+}
+
+impl std::fmt::Debug for Passed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("Passed")
+            .field("node", &self.node)
+            .field("name", &self.name)
+            .field("issued", &self.issued)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What gossip holds, by kind.
