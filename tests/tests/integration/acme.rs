@@ -318,6 +318,16 @@ async fn three_nodes_obtain_one_certificate_validated_at_a_node_that_did_not_ord
         issued += metric(node, ISSUED).await;
     }
     assert_eq!(issued, 1.0, "one order for the cluster\n{}", cluster.logs());
+    // /v1/node and /v1/cluster answer as the OpenAPI description says,
+    // each node's state of the certificate in them.
+    let spec = crate::status_api::openapi();
+    for (path, documented) in [("/v1/node", "/v1/node"), ("/v1/cluster", "/v1/cluster")] {
+        let answer = client::get(cluster.nodes[0].admin, "admin", path)
+            .await
+            .expect("the status API");
+        let json: serde_json::Value = serde_json::from_slice(&answer.body).expect("JSON");
+        crate::status_api::check(&spec, documented, "200", &json);
+    }
     // picket-tui, attached to any node, shows every node serving it.
     let feed = cluster.feeds[validating].1;
     let output = std::process::Command::new(binaries::picket_tui())
@@ -622,6 +632,11 @@ async fn a_failed_order_shows_the_cas_error_and_waits_before_the_next() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let answer = client::get(node.admin, "admin", "/v1/node")
+        .await
+        .expect("/v1/node");
+    let json: serde_json::Value = serde_json::from_slice(&answer.body).expect("JSON");
+    crate::status_api::check(&crate::status_api::openapi(), "/v1/node", "200", &json);
     let error = state["error"].as_str().expect("the error");
     assert!(
         error.contains("acme-challenge") && error.contains("127.0.0.9"),

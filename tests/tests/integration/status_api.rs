@@ -13,7 +13,7 @@ use picket_tests::tls::TestCa;
 use picket_tests::upstream::{Behaviour, Upstream};
 use serde_json::{Value, json};
 
-fn openapi() -> Value {
+pub(crate) fn openapi() -> Value {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/status-api.openapi.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("the OpenAPI file"))
@@ -32,7 +32,7 @@ fn schema(spec: &Value, path: &str, status: &str) -> Value {
     })
 }
 
-fn check(spec: &Value, path: &str, status: &str, answer: &Value) {
+pub(crate) fn check(spec: &Value, path: &str, status: &str, answer: &Value) {
     let validator = jsonschema::validator_for(&schema(spec, path, status)).expect("a valid schema");
     let errors: Vec<String> = validator
         .iter_errors(answer)
