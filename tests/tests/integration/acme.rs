@@ -115,7 +115,7 @@ impl Cluster {
         let seeds: Vec<String> = self.seeds.iter().map(|s| format!("\"{s}\"")).collect();
         let text = format!(
             "[node]\nname = \"{name}\"\nlisten = \"{ip}:{http}\"\nlisten_tls = \"{ip}:{tls}\"\nadmin = \"{admin}\"\nfeed = \"{feed}\"\n\n\
-             [cluster]\nid = \"acme\"\ngossip = \"{gossip}\"\nseeds = [{seeds}]\nkey_file = {key:?}\ngossip_interval = \"100ms\"\n\n\
+             [cluster]\nid = \"acme\"\ngossip = \"{gossip}\"\nseeds = [{seeds}]\nkey_file = {key:?}\ngossip_interval = \"200ms\"\n\n\
              [acme]\ndirectory = \"{directory}\"\nemail = \"ops@example.com\"\nca = {ca:?}\ncache = {cache:?}\nchallenge = \"{challenge}\"\n\n\
              [[certificate]]\nacme = [\"{a}\", \"{b}\"]\n\n\
              [[route]]\nname = \"shop\"\nreplicas = [\"{upstream}\"]\n",
@@ -328,22 +328,33 @@ async fn three_nodes_obtain_one_certificate_validated_at_a_node_that_did_not_ord
         let json: serde_json::Value = serde_json::from_slice(&answer.body).expect("JSON");
         crate::status_api::check(&spec, documented, "200", &json);
     }
-    // picket-tui, attached to any node, shows every node serving it.
+    // picket-tui, attached to any node, shows every node serving it (once
+    // the node has heard the others' states: a few gossip rounds).
     let feed = cluster.feeds[validating].1;
-    let output = std::process::Command::new(binaries::picket_tui())
-        .args(["--insecure", "--once", &feed.to_string()])
-        .output()
-        .expect("picket-tui runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    let row = text
-        .lines()
-        .find(|l| l.contains("shop.test") && !l.contains("certificate"))
-        .unwrap_or_else(|| panic!("no certificate row: {text}"));
-    assert_eq!(
-        row.matches(&format!("serving {}", &serial[..8])).count(),
-        3,
-        "every node serving, side by side: {text}"
-    );
+    let serving = format!("serving {}", &serial[..8]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let output = std::process::Command::new(binaries::picket_tui())
+            .args(["--insecure", "--once", &feed.to_string()])
+            .output()
+            .expect("picket-tui runs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let row = text
+            .lines()
+            .find(|l| l.contains("shop.test") && !l.contains("certificate"))
+            .map(str::to_string);
+        if row
+            .as_ref()
+            .is_some_and(|r| r.matches(&serving).count() == 3)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "picket-tui never showed every node serving, side by side: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Every node serves it, for each of its names, verified against the
     // CA's root, and proxies through it.
     let roots = cluster.pebble.issued_roots().await;
@@ -579,8 +590,8 @@ async fn a_renewal_under_100_requests_a_second_over_tls_loses_none() {
     let (new, issued_by) = cluster
         .serving(&all, Some(&old), Duration::from_secs(60))
         .await;
-    // A second and more of requests on the new certificate.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Two seconds of requests on the new certificate.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     stop.send_replace(true);
     let outcomes = load.await.expect("the load");
     let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
