@@ -8,7 +8,9 @@
 //! Reports: rounds and seconds until every node holds every verdict; a
 //! change on one node reaching all others; a new node joining the full
 //! cluster; bytes per gossip round per node (before the 83 bytes each
-//! datagram gains when sealed).
+//! datagram gains when sealed). Then every node passes on an ACME
+//! certificate (a 4 KiB chain and key, in parts, as `[acme]` does), and
+//! another node joins: when it holds a whole certificate, and all of them.
 
 // Wall time is measured beside the paused clock, on purpose.
 #![allow(clippy::disallowed_types)]
@@ -200,8 +202,109 @@ fn main() {
             took.as_secs_f64() / INTERVAL.as_secs_f64(),
             wall.elapsed().as_secs_f64()
         );
+
+        // Every node passes on the certificate it serves, as with `[acme]`.
+        let pem = certificate_pem();
+        let issued = picket_proto::acme::Issued {
+            serial: "0a1b2c3d4e5f".into(),
+            not_before_unix: 1_796_000_000,
+            not_after_unix: 1_803_776_000,
+            by: "n000".into(),
+            parts: 0,
+            digest: String::new(),
+        };
+        let keys = picket::acme::shared::pass_on("shop.example.com", &issued, &pem)
+            .expect("a certificate fits");
+        let before = channel.statistics();
+        let passing = Instant::now();
+        for node in &nodes {
+            for (key, value) in &keys {
+                node.membership.set_own(key, value).await;
+            }
+        }
+        let copies = nodes.len();
+        let took = until_certificates(&nodes, copies).await;
+        let after = channel.statistics();
+        println!(
+            "every node passes on a certificate ({} bytes of PEM in {} keys): every node holds all {copies} copies after {:.1} s = {:.0} rounds; {:.0} bytes per round per node meanwhile",
+            pem.len(),
+            keys.len(),
+            took.as_secs_f64(),
+            took.as_secs_f64() / INTERVAL.as_secs_f64(),
+            (after.num_bytes_total - before.num_bytes_total) as f64
+                / (passing.elapsed().as_secs_f64() / INTERVAL.as_secs_f64()).max(1.0)
+                / copies as f64
+        );
+        let before = channel.statistics();
+        tokio::time::sleep(INTERVAL * 10).await;
+        let after = channel.statistics();
+        println!(
+            "steady state with certificates: {:.0} bytes per gossip round per node",
+            (after.num_bytes_total - before.num_bytes_total) as f64 / 10.0 / copies as f64
+        );
+        // A node that joins later: its first whole certificate, then all.
+        let wall = Wall::now();
+        let joined = Instant::now();
+        nodes.push(start(copies, routes, &transport).await);
+        let late = nodes.last().expect("the new node");
+        let first = loop {
+            let shared = picket::acme::shared::read(&late.membership.acme_entries().await);
+            if !shared.certificates.is_empty() {
+                break joined.elapsed();
+            }
+            assert!(joined.elapsed() < Duration::from_secs(3600), "never got one");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let all = until_certificates(std::slice::from_ref(late), copies).await + first;
+        println!(
+            "a node that joins later holds a whole certificate after {:.1} s = {:.0} rounds, all {copies} copies after {:.1} s (wall {:.1} s)",
+            first.as_secs_f64(),
+            first.as_secs_f64() / INTERVAL.as_secs_f64(),
+            all.as_secs_f64(),
+            wall.elapsed().as_secs_f64()
+        );
         for node in &nodes {
             node.membership.leave().await;
         }
     });
+}
+
+/// Polls (in virtual time) until every node holds `copies` whole
+/// certificates passed on.
+async fn until_certificates(nodes: &[BenchNode], copies: usize) -> Duration {
+    let start = Instant::now();
+    loop {
+        let mut held = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let entries = node.membership.acme_entries().await;
+            held.push(picket::acme::shared::read(&entries).certificates.len());
+        }
+        if held.iter().all(|n| *n >= copies) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3600),
+            "never converged: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A chain and key of the size Let's Encrypt issues (a leaf and an
+/// intermediate, an ECDSA key): about 4 KiB of PEM.
+fn certificate_pem() -> String {
+    let body = |n: usize, seed: usize| -> String {
+        let line: String = (0..64)
+            .map(|i| char::from(b'A' + ((i * 7 + seed) % 26) as u8))
+            .collect();
+        std::iter::repeat_n(format!("{line}\n"), n).collect()
+    };
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}-----END CERTIFICATE-----\n\
+         -----BEGIN CERTIFICATE-----\n{}-----END CERTIFICATE-----\n\
+         -----BEGIN PRIVATE KEY-----\n{}-----END PRIVATE KEY-----\n",
+        body(21, 1),
+        body(27, 2),
+        body(3, 3)
+    )
 }
