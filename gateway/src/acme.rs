@@ -348,13 +348,17 @@ impl Keeper {
                     None
                 }
             };
+            // A failure kept from before a restart holds until its time.
+            let failure = store::read_failure(&store::failure_file(&settings.cache, name))
+                .filter(|(retry_at, _)| *retry_at > now)
+                .map(|(retry_at, error)| (error, retry_at));
             self.managed.insert(
                 name.clone(),
                 Managed {
                     names: names.clone(),
                     serving,
                     order: None,
-                    failure: None,
+                    failure,
                     backoff: Backoff::new(RETRY_FIRST, RETRY_CAP),
                     state: None,
                 },
@@ -407,6 +411,7 @@ impl Keeper {
                     // Another node got it: this node's failure is moot.
                     managed.failure = None;
                     managed.backoff.reset();
+                    store::clear_failure(&store::failure_file(&settings.cache, name));
                 }
                 Err(error) => {
                     tracing::debug!(certificate = %name, from = %passed.node, %error, "a certificate passed on is not served");
@@ -489,6 +494,7 @@ impl Keeper {
                 });
                 managed.failure = None;
                 managed.backoff.reset();
+                store::clear_failure(&store::failure_file(&settings.cache, &done.name));
             }
             Err(error) => {
                 self.metrics.acme_order(&done.name, false);
@@ -499,7 +505,12 @@ impl Keeper {
                     retry_in = %humantime::format_duration(Duration::from_secs(wait.as_secs().max(1))),
                     "ACME order failed"
                 );
-                managed.failure = Some((cut(&error), retry_at));
+                let error = cut(&error);
+                let kept = store::failure_file(&settings.cache, &done.name);
+                if let Err(e) = store::write_failure(&kept, retry_at, &error) {
+                    tracing::warn!(file = %kept.display(), error = %e, "cannot keep the ACME failure");
+                }
+                managed.failure = Some((error, retry_at));
             }
         }
     }

@@ -5,7 +5,11 @@
 //! ```text
 //! account-<8 bytes of SHA-256 of the directory URL, hex>.json
 //! <first name>.pem      the chain, then the key
+//! <first name>.failure  the last order's failure: when to order again
+//!                       (Unix seconds), then the error; gone once served
 //! ```
+//! The failure outlives a restart, so a node that restarts in a loop
+//! does not ask the CA again before its back-off ends.
 //! Files are written whole (a temporary file, then a rename) and readable
 //! by the node's user only.
 
@@ -25,6 +29,33 @@ pub fn account_file(cache: &Path, directory: &str) -> PathBuf {
         .map(|b| format!("{b:02x}"))
         .collect();
     cache.join(format!("account-{id}.json"))
+}
+
+/// The file of the last failed order of the certificate named `name`.
+pub fn failure_file(cache: &Path, name: &str) -> PathBuf {
+    cache.join(format!("{name}.failure"))
+}
+
+/// Keeps a failed order: when to order again, and why.
+pub fn write_failure(path: &Path, retry_at: i64, error: &str) -> std::io::Result<()> {
+    write(path, &format!("{retry_at}\n{error}\n"))
+}
+
+/// The failure kept at `path`, if any and readable.
+pub fn read_failure(path: &Path) -> Option<(i64, String)> {
+    let text = read(path).ok()??;
+    let (retry_at, error) = text.split_once('\n')?;
+    Some((retry_at.trim().parse().ok()?, error.trim_end().to_string()))
+}
+
+/// Forgets the failure at `path`: the certificate is served.
+pub fn clear_failure(path: &Path) {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(file = %path.display(), error = %e, "cannot remove the kept ACME failure");
+        }
+        _ => {}
+    }
 }
 
 /// Reads a file of the cache; `None` when there is none.
@@ -91,5 +122,15 @@ mod tests {
             account_file(&cache, "https://a/dir"),
             account_file(&cache, "https://b/dir")
         );
+        let failure = failure_file(&cache, "shop.example.com");
+        assert_eq!(read_failure(&failure), None);
+        write_failure(&failure, 1_800_000_060, "the CA said no\nat length").unwrap();
+        assert_eq!(
+            read_failure(&failure),
+            Some((1_800_000_060, "the CA said no\nat length".into()))
+        );
+        clear_failure(&failure);
+        clear_failure(&failure);
+        assert_eq!(read_failure(&failure), None);
     }
 }

@@ -672,6 +672,47 @@ async fn a_failed_order_shows_the_cas_error_and_waits_before_the_next() {
     );
     let logged = node.log_text().matches("ACME order failed").count();
     assert_eq!(logged, 1, "one line per failed order");
+    // Restarted, it keeps the failure and its time: no new order before.
+    let name = names[0].clone();
+    cluster.node_mut(&name).kill();
+    cluster.nodes.clear();
+    cluster.start(0, &name);
+    let node = cluster.node(&name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        let answer = client::get(node.admin, "admin", "/v1/node").await;
+        let json: serde_json::Value = answer
+            .ok()
+            .and_then(|a| serde_json::from_slice(&a.body).ok())
+            .unwrap_or_default();
+        if json["acme"][0]["phase"] == "failing" {
+            break json["acme"][0].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not failing after the restart: {json}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        again["retry_at_unix"], state["retry_at_unix"],
+        "the same time to order again"
+    );
+    assert_eq!(again["error"], state["error"]);
+    // Past its first gossip rounds, still no order.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        metric(node, failed).await,
+        0.0,
+        "no order since the restart"
+    );
+    // The log runs on across the restart: the first process's order only.
+    let log = node.log_text();
+    assert_eq!(log.matches(ORDERING).count(), 1, "{log}");
+    assert!(
+        log.contains("ACME certificate managed certificate=shop.test phase=\"failing\""),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
