@@ -139,6 +139,7 @@ pub fn spawn(
         metrics,
         managed: BTreeMap::new(),
         written: BTreeMap::new(),
+        answered: None,
         http: None,
         done,
     };
@@ -173,6 +174,13 @@ struct Done {
     result: Result<String, String>,
 }
 
+/// Key authorizations asked of the cluster: HTTP-01 by token, TLS-ALPN-01
+/// by name.
+type Asked = (BTreeMap<String, String>, BTreeMap<String, String>);
+
+/// `[acme] ca`: its file, and its PEM.
+type CaFile = (PathBuf, Vec<u8>);
+
 /// What the node's ACME task keeps between steps: the certificates it
 /// manages, the keys it wrote, its client, and how orders end.
 struct Keeper {
@@ -188,8 +196,11 @@ struct Keeper {
     /// This node's ACME keys as written (states, certificates, held),
     /// not the challenges orders write.
     written: BTreeMap<String, String>,
-    /// The client, for the CA roots it was made with.
-    http: Option<(Option<Vec<u8>>, Arc<client::Http>)>,
+    /// The challenges asked of the cluster (HTTP-01 by token, TLS-ALPN-01
+    /// by name) as last answered, and what the node says it answers.
+    answered: Option<(Asked, Vec<String>)>,
+    /// The client, with the `[acme] ca` it was made with.
+    http: Option<(Option<CaFile>, Arc<client::Http>)>,
     done: mpsc::UnboundedSender<Done>,
 }
 
@@ -227,11 +238,21 @@ impl Keeper {
             self.metrics.value_refused();
         }
         let mut own = BTreeMap::new();
-        // Answer what any live node asks the CA to validate.
-        let held = self.acme.challenges.set(
-            shared.http.clone().into_iter().collect(),
-            shared.alpn.clone().into_iter().collect(),
-        );
+        // Answer what any live node asks the CA to validate: set again
+        // only when that changed, not at every view.
+        let asked = (shared.http.clone(), shared.alpn.clone());
+        if self.answered.as_ref().is_none_or(|(was, _)| *was != asked) {
+            let held = self.acme.challenges.set(
+                asked.0.clone().into_iter().collect(),
+                asked.1.clone().into_iter().collect(),
+            );
+            self.answered = Some((asked, held));
+        }
+        let held = self
+            .answered
+            .as_ref()
+            .map(|(_, held)| held.clone())
+            .unwrap_or_default();
         if (settings.is_some() || !held.is_empty())
             && let Ok(value) = encode_value(&Held { challenges: held })
         {
@@ -242,7 +263,7 @@ impl Keeper {
             self.order(&shared, settings, now);
             let settled = tokio::time::Instant::now() >= self.settled;
             for (name, managed) in &mut self.managed {
-                let state = state(&self.me, name, managed, &shared, now);
+                let state = state(&self.me, name, managed, &shared);
                 if managed.state.as_ref() != Some(&state) {
                     log_change(name, managed.state.as_ref(), &state, settled);
                     self.metrics.acme_phase(name, state.phase);
@@ -313,9 +334,9 @@ impl Keeper {
             self.http = None;
             return;
         };
-        let ca = settings.ca.as_ref().map(|(_, pem)| pem.clone());
+        let ca = settings.ca.clone();
         if self.http.as_ref().is_none_or(|(was, _)| *was != ca) {
-            match client::Http::new(ca.as_deref()) {
+            match client::Http::new(ca.clone()) {
                 Ok(http) => self.http = Some((ca, Arc::new(http))),
                 Err(error) => {
                     tracing::error!(%error, "[acme] ca: the roots cannot be used");
@@ -505,7 +526,7 @@ impl Keeper {
                     retry_in = %humantime::format_duration(Duration::from_secs(wait.as_secs().max(1))),
                     "ACME order failed"
                 );
-                let error = cut(&error);
+                let error = picket_proto::gossip::cut(&error, MAX_ERROR).unwrap_or(error);
                 let kept = store::failure_file(&settings.cache, &done.name);
                 if let Err(e) = store::write_failure(&kept, retry_at, &error) {
                     tracing::warn!(file = %kept.display(), error = %e, "cannot keep the ACME failure");
@@ -570,28 +591,16 @@ fn fresh_elsewhere(me: &str, name: &str, shared: &shared::Shared, now: i64) -> b
 }
 
 /// This node's state of one certificate.
-fn state(
-    me: &str,
-    name: &str,
-    managed: &Managed,
-    shared: &shared::Shared,
-    now: i64,
-) -> CertificateState {
+fn state(me: &str, name: &str, managed: &Managed, shared: &shared::Shared) -> CertificateState {
     let orderer = orderer_of(me, managed.failure.is_some(), name, shared);
     let held = managed.serving.as_ref().map(|s| &s.held);
-    let situation = plan::Situation {
-        now,
-        me,
-        orderer: orderer.as_deref(),
-        held,
-        ordering: managed.order.is_some(),
-        ordered_elsewhere: false,
-        fresh_elsewhere: false,
-        retry_at: managed.failure.as_ref().map(|(_, at)| *at),
-    };
     CertificateState {
         name: name.to_string(),
-        phase: plan::phase(&situation, managed.failure.is_some()),
+        phase: plan::phase(
+            held.is_some(),
+            managed.order.is_some(),
+            managed.failure.is_some(),
+        ),
         serial: held.map(|h| h.serial.clone()),
         not_after_unix: held.map(|h| h.not_after),
         renew_at_unix: held.map(|h| plan::renew_at(h.not_before, h.not_after)),
@@ -666,16 +675,4 @@ fn check(
         current: Arc::new(checked),
     };
     Ok((held, config))
-}
-
-/// An error cut to what a state carries.
-fn cut(error: &str) -> String {
-    if error.len() <= MAX_ERROR {
-        return error.to_string();
-    }
-    let mut end = MAX_ERROR - '…'.len_utf8();
-    while !error.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &error[..end])
 }

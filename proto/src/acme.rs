@@ -119,11 +119,9 @@ pub struct Held {
 
 /// What [`Held`] lists for a token or a name.
 pub fn held_id(what: &str) -> String {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, what.as_bytes());
-    digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut digest = crate::feed::fingerprint(what.as_bytes());
+    digest.truncate(16);
+    digest
 }
 
 #[cfg(test)]

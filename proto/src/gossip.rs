@@ -57,8 +57,9 @@ pub fn decode_value<T: DeserializeOwned>(text: &str) -> Result<T, CodecError> {
     codec::decode(&bytes)
 }
 
-/// `text` cut to its first `max` bytes, ending with `…` when cut.
-fn cut(text: &str, max: usize) -> Option<String> {
+/// `text` cut to its first `max` bytes, ending with `…` when cut; `None`
+/// when it fits.
+pub fn cut(text: &str, max: usize) -> Option<String> {
     if text.len() <= max {
         return None;
     }

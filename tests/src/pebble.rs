@@ -183,15 +183,7 @@ impl Drop for Pebble {
 }
 
 fn client(roots: rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    config.resumption = rustls::client::Resumption::disabled();
-    Arc::new(config)
+    crate::tls::client_trusting(roots, &[b"http/1.1"])
 }
 
 /// `GET path` from Pebble's management interface.

@@ -74,33 +74,11 @@ impl NodeProcess {
     ) -> NodeProcess {
         let proxy = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let config = dir.join(format!("{name}.toml"));
-        let log = dir.join(format!("{name}.log"));
         let text = format!(
             "[node]\nname = \"{name}\"\nlisten = \"{proxy}\"\nadmin = \"{admin}\"\n\n{body}"
         );
-        std::fs::write(&config, text).expect("write the configuration");
-        let log_file = std::fs::File::create(&log).expect("a log file");
-        let child = Command::new(binary)
-            .args(["run", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .env("PICKET_ACCESS_LOG", "off")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("the log file"))
-            .stderr(log_file)
-            .spawn()
-            .expect("picket starts");
-        NodeProcess {
-            name: name.to_string(),
-            proxy,
-            admin,
-            gossip: SocketAddr::from(([127, 0, 0, 1], 0)),
-            config,
-            log,
-            child: Some(child),
-        }
+        let gossip = SocketAddr::from(([127, 0, 0, 1], 0));
+        NodeProcess::start_text(binary, dir, name, (proxy, admin, gossip), &text, env)
     }
 
     /// Starts `binary` as node `name` on the whole configuration `text`,

@@ -205,6 +205,11 @@ impl Leaf {
 pub fn client_config(ca: &TestCa, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.der.clone()).expect("the CA as a root");
+    client_trusting(roots, alpn)
+}
+
+/// A client that trusts `roots`, offers `alpn`, and never resumes.
+pub fn client_trusting(roots: rustls::RootCertStore, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

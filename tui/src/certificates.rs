@@ -81,20 +81,11 @@ pub fn cell(state: Option<&CertificateState>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::fixture::three_nodes;
+    use crate::app::fixture::{certificate, three_nodes};
 
-    pub(crate) fn state(phase: AcmePhase, serial: Option<&str>) -> CertificateState {
-        CertificateState {
-            name: "shop.example.com".into(),
-            phase,
-            serial: serial.map(str::to_string),
-            not_after_unix: None,
-            renew_at_unix: None,
-            orderer: Some("n1".into()),
-            issued_by: None,
-            error: (phase == AcmePhase::Failing).then(|| "the CA said no".into()),
-            retry_at_unix: None,
-        }
+    fn state(phase: AcmePhase, serial: Option<&str>) -> CertificateState {
+        let error = (phase == AcmePhase::Failing).then_some("the CA said no");
+        certificate(phase, serial, error)
     }
 
     #[test]

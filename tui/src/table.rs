@@ -100,38 +100,10 @@ pub fn table(view: &ClusterView) -> String {
         .iter()
         .map(|m| format!("{} {}", m.name, theme::liveness_symbol(m.liveness)))
         .collect();
-    let route_width = rows
-        .iter()
-        .map(|(_, r, _)| r.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max("route".len());
-    let widths: Vec<usize> = headers
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            rows.iter()
-                .map(|(_, _, cells)| cells[i].chars().count())
-                .chain([h.chars().count()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut line = format!("  {:<route_width$}", "route");
-    for (header, width) in headers.iter().zip(&widths) {
-        let _ = write!(line, "  {header:<width$}");
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
-    for (disagree, route, cells) in &rows {
-        let mark = if *disagree { theme::DISAGREEMENT } else { " " };
-        let mut line = format!("{mark} {route:<route_width$}");
-        for (cell, width) in cells.iter().zip(&widths) {
-            let _ = write!(line, "  {cell:<width$}");
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let names: Vec<&str> = rows.iter().map(|(_, route, _)| *route).collect();
+    let cells: Vec<&[String]> = rows.iter().map(|(_, _, cells)| cells.as_slice()).collect();
+    let marks: Vec<bool> = rows.iter().map(|(disagree, _, _)| *disagree).collect();
+    grid(&mut out, "route", &headers, &names, &cells, &marks);
     out.push_str(
         "♥ green  ❣ orange  ♡ red  ◇ stale  ◐ half-open  ○ open  · no verdict  ≠ live nodes disagree\n",
     );
@@ -139,9 +111,9 @@ pub fn table(view: &ClusterView) -> String {
     out
 }
 
-/// Each node's state of each ACME certificate, a column per node as above;
-/// nothing without any. `≠`: live nodes serve different serials, or one
-/// fails (its error follows).
+/// Each node's state of each ACME certificate, a column per node as above,
+/// then the errors of failing nodes; nothing without any. `≠`: live nodes
+/// serve different serials, or one fails.
 fn certificates(out: &mut String, view: &ClusterView, headers: &[String]) {
     let rows = crate::certificates::rows(view);
     if rows.is_empty() {
@@ -156,47 +128,65 @@ fn certificates(out: &mut String, view: &ClusterView, headers: &[String]) {
                 .collect()
         })
         .collect();
-    let name_width = rows
+    let names: Vec<&str> = rows.iter().map(|row| row.name).collect();
+    let cell_refs: Vec<&[String]> = cells.iter().map(Vec::as_slice).collect();
+    let marks: Vec<bool> = rows
         .iter()
-        .map(|r| r.name.chars().count())
+        .map(|row| row.disagree || !row.failing.is_empty())
+        .collect();
+    grid(out, "certificate", headers, &names, &cell_refs, &marks);
+    for row in &rows {
+        for (member, state) in view.members.iter().zip(&row.cells) {
+            if let Some(error) = state.and_then(|s| s.error.as_deref()) {
+                let _ = writeln!(out, "    {} on {}: {error}", row.name, member.name);
+            }
+        }
+    }
+}
+
+/// A header line (`first` over the row names, then `headers`) and a line
+/// per row (`≠` when marked, its name, its cells), each column as wide as
+/// its widest text.
+fn grid(
+    out: &mut String,
+    first: &str,
+    headers: &[String],
+    names: &[&str],
+    cells: &[&[String]],
+    marks: &[bool],
+) {
+    let name_width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .chain([first.chars().count()])
         .max()
-        .unwrap_or(0)
-        .max("certificate".len());
+        .unwrap_or(0);
     let widths: Vec<usize> = headers
         .iter()
         .enumerate()
         .map(|(i, h)| {
             cells
                 .iter()
-                .map(|c| c[i].chars().count())
+                .map(|row| row[i].chars().count())
                 .chain([h.chars().count()])
                 .max()
                 .unwrap_or(0)
         })
         .collect();
-    let mut line = format!("  {:<name_width$}", "certificate");
+    let mut line = format!("  {first:<name_width$}");
     for (header, width) in headers.iter().zip(&widths) {
         let _ = write!(line, "  {header:<width$}");
     }
     out.push_str(line.trim_end());
     out.push('\n');
-    for (row, cells) in rows.iter().zip(&cells) {
-        let mark = if row.disagree || !row.failing.is_empty() {
-            theme::DISAGREEMENT
-        } else {
-            " "
-        };
-        let mut line = format!("{mark} {:<name_width$}", row.name);
-        for (cell, width) in cells.iter().zip(&widths) {
+    for ((name, row), marked) in names.iter().zip(cells).zip(marks) {
+        let mark = if *marked { theme::DISAGREEMENT } else { " " };
+        let mut line = format!("{mark} {name:<name_width$}");
+        for (cell, width) in row.iter().zip(&widths) {
             let _ = write!(line, "  {cell:<width$}");
         }
         out.push_str(line.trim_end());
         out.push('\n');
-        for (member, state) in view.members.iter().zip(&row.cells) {
-            if let Some(error) = state.and_then(|s| s.error.as_deref()) {
-                let _ = writeln!(out, "    {}: {error}", member.name);
-            }
-        }
     }
 }
 
@@ -224,21 +214,12 @@ mod tests {
 
     #[test]
     fn acme_certificates_follow_the_routes_node_by_node() {
-        use picket_proto::{AcmePhase, CertificateState};
+        use crate::app::fixture::certificate;
+        use picket_proto::AcmePhase;
         let mut view = three_nodes();
-        let state = |phase, serial: Option<&str>, error: Option<&str>| CertificateState {
-            name: "shop.example.com".into(),
-            phase,
-            serial: serial.map(str::to_string),
-            not_after_unix: None,
-            renew_at_unix: None,
-            orderer: Some("n1".into()),
-            issued_by: None,
-            error: error.map(str::to_string),
-            retry_at_unix: None,
-        };
-        view.members[0].certificates = vec![state(AcmePhase::Serving, Some("fa4e6f5a3c"), None)];
-        view.members[2].certificates = vec![state(AcmePhase::Failing, None, Some("refused"))];
+        view.members[0].certificates =
+            vec![certificate(AcmePhase::Serving, Some("fa4e6f5a3c"), None)];
+        view.members[2].certificates = vec![certificate(AcmePhase::Failing, None, Some("refused"))];
         let text = table(&view);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -246,7 +227,7 @@ mod tests {
             [
                 "  certificate       n1 ●              n2 ◌  n3 ●",
                 "≠ shop.example.com  serving fa4e6f5a  ·     failing",
-                "    n3: refused",
+                "    shop.example.com on n3: refused",
             ]
         );
         assert!(

@@ -44,26 +44,16 @@ pub enum HttpError {
 }
 
 impl Http {
-    /// Trusting the PEM certificates `ca` (a private CA), else the Mozilla
-    /// roots.
-    pub fn new(ca: Option<&[u8]>) -> Result<Http, rustls::Error> {
-        use rustls::pki_types::{CertificateDer, pem::PemObject};
-        let mut roots = rustls::RootCertStore::empty();
-        match ca {
-            Some(pem) => {
-                for cert in CertificateDer::pem_slice_iter(pem).flatten() {
-                    roots.add(cert)?;
-                }
-            }
-            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Http { tls: Arc::new(tls) })
+    /// Trusting the PEM certificates of `ca` (its file, and the PEM: a
+    /// private CA), else the Mozilla roots: as a route's `tls` trusts its
+    /// replicas.
+    pub fn new(ca: Option<(std::path::PathBuf, Vec<u8>)>) -> Result<Http, crate::tls::TlsError> {
+        let tls = crate::tls::upstream_config(&crate::config::UpstreamTls {
+            ca,
+            server_name: None,
+            client: None,
+        })?;
+        Ok(Http { tls })
     }
 }
 

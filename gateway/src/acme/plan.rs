@@ -109,9 +109,10 @@ pub fn start(s: &Situation<'_>) -> bool {
         && s.retry_at.is_none_or(|at| s.now >= at)
 }
 
-/// The phase a node reports.
-pub fn phase(s: &Situation<'_>, failed: bool) -> Phase {
-    match (s.held.is_some(), s.ordering) {
+/// The phase a node reports: it `held` a certificate, is `ordering`, its
+/// last order `failed`.
+pub fn phase(held: bool, ordering: bool, failed: bool) -> Phase {
+    match (held, ordering) {
         (false, true) => Phase::Ordering,
         (true, true) => Phase::Renewing,
         _ if failed => Phase::Failing,
@@ -225,7 +226,6 @@ mod tests {
             retry_at: None,
         };
         assert!(start(&base));
-        assert_eq!(phase(&base, false), Phase::Serving);
         let cases = [
             Situation {
                 orderer: Some("b"),
@@ -266,31 +266,21 @@ mod tests {
             now: 0,
             ..base
         }));
-        assert_eq!(
-            phase(
-                &Situation {
-                    ordering: true,
-                    ..base
-                },
-                false
-            ),
-            Phase::Renewing
-        );
-        assert_eq!(
-            phase(
-                &Situation {
-                    ordering: true,
-                    held: None,
-                    ..base
-                },
-                true
-            ),
-            Phase::Ordering
-        );
-        assert_eq!(phase(&base, true), Phase::Failing);
-        assert_eq!(
-            phase(&Situation { held: None, ..base }, false),
-            Phase::Waiting
-        );
+        // held, ordering, failed
+        let cases = [
+            ((true, false, false), Phase::Serving),
+            ((true, true, false), Phase::Renewing),
+            ((false, true, true), Phase::Ordering),
+            ((true, false, true), Phase::Failing),
+            ((false, false, true), Phase::Failing),
+            ((false, false, false), Phase::Waiting),
+        ];
+        for ((held, ordering, failed), expected) in cases {
+            assert_eq!(
+                phase(held, ordering, failed),
+                expected,
+                "{held} {ordering} {failed}"
+            );
+        }
     }
 }

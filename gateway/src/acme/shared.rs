@@ -139,11 +139,7 @@ pub fn read(entries: &[Entry]) -> Shared {
 
 /// The SHA-256 of `pem`, lowercase hex.
 pub fn digest(pem: &str) -> String {
-    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, pem.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    picket_proto::feed::fingerprint(pem.as_bytes())
 }
 
 /// The keys and values that pass on the certificate `name`; `None` when

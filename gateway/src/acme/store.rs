@@ -23,12 +23,8 @@ pub fn certificate_file(cache: &Path, name: &str) -> PathBuf {
 
 /// The file of the account at `directory`.
 pub fn account_file(cache: &Path, directory: &str) -> PathBuf {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, directory.as_bytes());
-    let id: String = digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    cache.join(format!("account-{id}.json"))
+    let digest = picket_proto::feed::fingerprint(directory.as_bytes());
+    cache.join(format!("account-{}.json", &digest[..16]))
 }
 
 /// The file of the last failed order of the certificate named `name`.

@@ -230,9 +230,40 @@ struct State {
     orderer: String,
 }
 
+/// A node's `/v1/node`; `Null` while it does not answer.
+async fn node_json(node: &NodeProcess) -> serde_json::Value {
+    let answer = client::get(node.admin, "admin", "/v1/node").await;
+    answer
+        .ok()
+        .and_then(|a| serde_json::from_slice(&a.body).ok())
+        .unwrap_or_default()
+}
+
+/// Waits until the node's state of the certificate is in `phase`, and
+/// returns the whole `/v1/node`.
+async fn node_in_phase(
+    node: &NodeProcess,
+    phase: &str,
+    within: Duration,
+    logs: impl Fn() -> String,
+) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let json = node_json(node).await;
+        if json["acme"][0]["phase"] == phase {
+            return json;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {phase} within {within:?}: {json}\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn acme_state(node: &NodeProcess) -> Option<State> {
-    let answer = client::get(node.admin, "admin", "/v1/node").await.ok()?;
-    let json: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
+    let json = node_json(node).await;
     let state = json["acme"].as_array()?.first()?.clone();
     let text = |field: &str| state[field].as_str().unwrap_or_default().to_string();
     Some(State {
@@ -625,29 +656,9 @@ async fn a_failed_order_shows_the_cas_error_and_waits_before_the_next() {
     let mut cluster = Cluster::new(8, None, "http-01", 1).await;
     cluster.start(0, &names[0]);
     let node = cluster.node(&names[0]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let state = loop {
-        let answer = client::get(node.admin, "admin", "/v1/node").await;
-        let json: serde_json::Value = answer
-            .ok()
-            .and_then(|a| serde_json::from_slice(&a.body).ok())
-            .unwrap_or_default();
-        let state = json["acme"][0].clone();
-        if state["phase"] == "failing" {
-            break state;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never failing: {json}\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let answer = client::get(node.admin, "admin", "/v1/node")
-        .await
-        .expect("/v1/node");
-    let json: serde_json::Value = serde_json::from_slice(&answer.body).expect("JSON");
+    let json = node_in_phase(node, "failing", Duration::from_secs(60), || cluster.logs()).await;
     crate::status_api::check(&crate::status_api::openapi(), "/v1/node", "200", &json);
+    let state = json["acme"][0].clone();
     let error = state["error"].as_str().expect("the error");
     assert!(
         error.contains("acme-challenge") && error.contains("127.0.0.9"),
@@ -678,22 +689,8 @@ async fn a_failed_order_shows_the_cas_error_and_waits_before_the_next() {
     cluster.nodes.clear();
     cluster.start(0, &name);
     let node = cluster.node(&name);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let again = loop {
-        let answer = client::get(node.admin, "admin", "/v1/node").await;
-        let json: serde_json::Value = answer
-            .ok()
-            .and_then(|a| serde_json::from_slice(&a.body).ok())
-            .unwrap_or_default();
-        if json["acme"][0]["phase"] == "failing" {
-            break json["acme"][0].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not failing after the restart: {json}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let again = node_in_phase(node, "failing", Duration::from_secs(30), String::new).await;
+    let again = &again["acme"][0];
     assert_eq!(
         again["retry_at_unix"], state["retry_at_unix"],
         "the same time to order again"
@@ -745,10 +742,7 @@ async fn a_node_that_cannot_reach_the_ca_passes_its_orders_to_the_next() {
         cluster.logs()
     );
     assert_eq!(metric(node, ISSUED).await, 0.0);
-    let state = client::get(node.admin, "admin", "/v1/node")
-        .await
-        .expect("/v1/node");
-    let json: serde_json::Value = serde_json::from_slice(&state.body).expect("JSON");
+    let json = node_json(node).await;
     assert_eq!(json["acme"][0]["phase"], "serving");
     assert!(
         json["acme"][0]["error"].is_null(),

@@ -128,6 +128,23 @@ fn verdict(admin: SocketAddr, route: &str) -> Option<serde_json::Value> {
     (status == 200).then(|| serde_json::from_str(&body).ok())?
 }
 
+/// A shipped stack file with this test's image, its ports published at
+/// the free ones given (`(shipped, free)`).
+fn shipped(file: &Path, image: &str, ports: &[(u16, u16)]) -> String {
+    let stack = std::fs::read_to_string(file)
+        .unwrap()
+        .replace("image: picket:latest", &format!("image: {image}"));
+    ports.iter().fold(stack, |stack, (shipped, free)| {
+        let published = format!("published: {shipped},");
+        assert!(
+            stack.contains(&published),
+            "{published} in {}",
+            file.display()
+        );
+        stack.replace(&published, &format!("published: {free},"))
+    })
+}
+
 fn engine() -> bool {
     require("a Docker engine", docker::available())
         && require(
@@ -168,14 +185,12 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
             ),
         )
     };
-    let stack = std::fs::read_to_string(deploy.join("stack.yml"))
-        .unwrap()
-        .replace("image: picket:latest", &format!("image: {image}"))
-        .replace("published: 8080,", &format!("published: {proxy},"))
-        .replace("published: 8443,", &format!("published: {https},"))
-        .replace("published: 9900,", &format!("published: {admin},"))
-        .replace("published: 9901,", &format!("published: {feed},"))
-        .replace(
+    let stack = shipped(
+        &deploy.join("stack.yml"),
+        &image,
+        &[(8080, proxy), (8443, https), (9900, admin), (9901, feed)],
+    )
+    .replace(
             "\nnetworks:\n",
             &format!(
                 "\n  web:\n    image: {upstream}\n    command: [\"--listen\", \"0.0.0.0:8080\", \"--name\", \"web\"]\n    \
@@ -579,14 +594,12 @@ fn the_acme_stack_obtains_its_certificate_and_keeps_it_on_its_volume() {
     ));
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/swarm");
     let secret = format!("picket-gossip-key-t{}", std::process::id());
-    let stack = std::fs::read_to_string(deploy.join("stack-acme.yml"))
-        .unwrap()
-        .replace("image: picket:latest", &format!("image: {image}"))
-        .replace("published: 80,", &format!("published: {proxy},"))
-        .replace("published: 443,", &format!("published: {https},"))
-        .replace("published: 9900,", &format!("published: {admin},"))
-        .replace("published: 9901,", &format!("published: {feed},"))
-        .replace(
+    let stack = shipped(
+        &deploy.join("stack-acme.yml"),
+        &image,
+        &[(80, proxy), (443, https), (9900, admin), (9901, feed)],
+    )
+    .replace(
             "  picket-gossip-key:\n    external: true\n",
             &format!("  picket-gossip-key:\n    external: true\n    name: {secret}\n"),
         )

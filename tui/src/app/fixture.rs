@@ -156,3 +156,23 @@ pub fn keys(app: &mut App, text: &str) {
         app.update(key(KeyCode::Char(c)));
     }
 }
+
+/// A node's state of the ACME certificate `shop.example.com`, ordered by
+/// n1.
+pub fn certificate(
+    phase: picket_proto::AcmePhase,
+    serial: Option<&str>,
+    error: Option<&str>,
+) -> picket_proto::CertificateState {
+    picket_proto::CertificateState {
+        name: "shop.example.com".into(),
+        phase,
+        serial: serial.map(str::to_string),
+        not_after_unix: None,
+        renew_at_unix: None,
+        orderer: Some("n1".into()),
+        issued_by: None,
+        error: error.map(str::to_string),
+        retry_at_unix: None,
+    }
+}

@@ -665,18 +665,9 @@ fn a_node_on_another_route_table_is_marked_as_a_disagreement_is() {
 
 /// Three nodes' ACME states: n1 and n2 serve one certificate, n3 fails.
 fn with_certificates() -> ClusterView {
-    use picket_proto::{AcmePhase, CertificateState};
-    let state = |phase: AcmePhase, serial: Option<&str>, error: Option<&str>| CertificateState {
-        name: "shop.example.com".into(),
-        phase,
-        serial: serial.map(str::to_string),
-        not_after_unix: None,
-        renew_at_unix: None,
-        orderer: Some("n1".into()),
-        issued_by: Some("n1".into()),
-        error: error.map(str::to_string),
-        retry_at_unix: None,
-    };
+    use crate::app::fixture::certificate as state;
+    use picket_proto::AcmePhase;
+
     let mut view = three_nodes();
     view.members[0].certificates = vec![state(AcmePhase::Serving, Some("fa4e6f5a3c6d1b02"), None)];
     view.members[1].certificates = vec![state(AcmePhase::Renewing, Some("fa4e6f5a3c6d1b02"), None)];
