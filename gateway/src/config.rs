@@ -16,6 +16,7 @@ pub mod declared;
 mod diff;
 mod error;
 pub mod fields;
+pub mod ownership;
 pub mod raw;
 mod render;
 mod validate;
@@ -657,6 +658,9 @@ pub struct RuntimeSettings {
     pub ingress_class: String,
     /// The breaker in front of each runtime API endpoint.
     pub breaker: RuntimeBreakerSettings,
+    /// What the runtime may claim: `[runtime] hosts`, and each namespace's
+    /// own in the table form of `[runtime.namespaces]`.
+    pub hosts: ownership::HostRules,
 }
 
 /// The class of the Ingresses a node serves when `[runtime] ingress_class`
@@ -712,6 +716,7 @@ impl Default for RuntimeSettings {
             namespaces: Vec::new(),
             ingress_class: DEFAULT_INGRESS_CLASS.to_string(),
             breaker: RuntimeBreakerSettings::default(),
+            hosts: ownership::HostRules::default(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod config;
 pub mod demo;
 pub mod edge;
 pub mod gossip;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod proxy;

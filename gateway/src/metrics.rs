@@ -251,6 +251,7 @@ pub struct Metrics {
     runtime_reachable: Family<EndpointLabels, Gauge>,
     runtime_reachability_changes: Family<EndpointStateLabels, Counter>,
     certificate_expiry: Family<NameLabels, Gauge>,
+    certificate_names_refused: Gauge,
     replica_certificate_expiry: Family<ReplicaLabels, Gauge>,
     acme_phase: Family<AcmePhaseLabels, Gauge>,
     acme_orders: Family<AcmeOrderLabels, Counter>,
@@ -552,6 +553,12 @@ impl Metrics {
             "When each certificate served to HTTPS clients expires, in Unix seconds, by its first name",
             certificate_expiry.clone(),
         );
+        let certificate_names_refused = Gauge::default();
+        registry.register(
+            "runtime_certificate_names_refused",
+            "Names that certificates from the runtime ask to serve and the ownership rule refuses them (see /v1/node)",
+            certificate_names_refused.clone(),
+        );
         let replica_certificate_expiry = Family::<ReplicaLabels, Gauge>::default();
         registry.register(
             "replica_certificate_expiry_seconds",
@@ -719,6 +726,7 @@ impl Metrics {
             catch_up,
             connections,
             certificate_expiry,
+            certificate_names_refused,
             replica_certificate_expiry,
             acme_phase,
             acme_orders,
@@ -1034,6 +1042,12 @@ impl Metrics {
         self.certificate_expiry
             .get_or_create(&NameLabels { name: name.into() })
             .set(not_after);
+    }
+
+    /// How many names the runtime's certificates may not serve.
+    pub fn certificate_names_refused(&self, n: usize) {
+        self.certificate_names_refused
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Drops the series of a certificate no longer served.

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::checks::{self, Checker};
 use crate::config::declared::{self, Merged};
+use crate::config::ownership;
 use crate::config::{
     self, CertificateConfig, ClusterSettings, Config, NodeSettings, Overrides, ReloadPlan,
     RouteConfig, RuntimeKind, RuntimeSettings,
@@ -31,7 +32,7 @@ use crate::config::{
 use crate::edge::{self, Certificates};
 use crate::gossip::{self, Keys, Membership};
 use crate::metrics::Metrics;
-use crate::proxy::{Proxy, RouteContext, Table, build_table};
+use crate::proxy::{Proxy, RouteContext, build_table};
 use crate::shutdown::{self, Shutdown, Tasks, Trigger};
 use crate::status::{AdminState, feed};
 use crate::targets::{Catalog, Declarations, Link, docker, kube, swarm};
@@ -328,7 +329,13 @@ impl Node {
 
     /// What the node's parts use now.
     pub fn in_force(&self) -> InForce {
-        let key_file = self.lock().key_file.clone();
+        let (key_file, hosts) = {
+            let current = self.lock();
+            (
+                current.key_file.clone(),
+                current.config.runtime.hosts.clone(),
+            )
+        };
         let mut routes: Vec<RouteConfig> = self
             .proxy
             .table()
@@ -338,7 +345,12 @@ impl Node {
         routes.sort_by(|a, b| a.name.cmp(&b.name));
         InForce {
             node: self.started.node.clone(),
-            runtime: self.started.runtime.clone(),
+            // What the runtime may claim applies at once; the rest of
+            // `[runtime]` at restart.
+            runtime: RuntimeSettings {
+                hosts,
+                ..self.started.runtime.clone()
+            },
             cluster: self.started.cluster.clone().map(|cluster| ClusterSettings {
                 key_file,
                 ..cluster
@@ -356,7 +368,12 @@ impl Node {
     fn running(&self, current: &Current) -> Config {
         Config {
             node: self.started.node.clone(),
-            runtime: self.started.runtime.clone(),
+            // What the runtime may claim applies at once; the rest of
+            // `[runtime]` at restart.
+            runtime: RuntimeSettings {
+                hosts: current.config.runtime.hosts.clone(),
+                ..self.started.runtime.clone()
+            },
             cluster: self.started.cluster.clone().map(|cluster| ClusterSettings {
                 key_file: current.key_file.clone(),
                 ..cluster
@@ -467,29 +484,36 @@ impl Node {
 
 impl Node {
     /// Builds the route table from the file's routes and the runtime's
-    /// ([`declared::merge`]: the file wins) and swaps it in. Routes whose
+    /// ([`declared::merge`]: the ownership rule decides) and swaps it in,
+    /// with the runtime's certificates the rule admits. Routes whose
     /// configuration did not change keep their replica health and pooled
     /// connections; the series of routes that went are forgotten (a route
     /// rebuilt under its name keeps its counters and resets its gauges
-    /// itself). Returns what was merged, and the table it replaced.
-    fn install(&self, config: &Config, declared: &Declarations) -> (Merged, Arc<Table>) {
+    /// itself). Logs one line per runtime route added, changed, removed
+    /// or refused anew.
+    fn install(&self, config: &Config, declared: &Declarations) {
+        let old = self.proxy.table();
+        let before = self.proxy.refused();
+        let serving: Vec<RouteConfig> = old
+            .values()
+            .filter(|r| r.config.declared_by.is_some())
+            .map(|r| r.config.clone())
+            .collect();
         let merged = declared::merge(
             &config.routes,
             &declared.routes,
             declared::Against {
                 global: &config.global,
                 runtime: &self.started.runtime,
+                hosts: &config.runtime.hosts,
                 https: self.started.node.listen_tls.is_some(),
             },
+            &serving,
         );
-        let old = self.proxy.table();
         let table = build_table(&merged.routes, Some(&old), &self.ctx);
         self.proxy.install(table, merged.refused.clone());
-        let runtime = merged
-            .routes
-            .iter()
-            .filter(|r| r.declared_by.is_some())
-            .count();
+        self.admit_certificates(config, declared, &merged);
+        let runtime = merged.claims.len();
         self.ctx
             .metrics
             .table(merged.routes.len() - runtime, runtime, merged.refused.len());
@@ -509,59 +533,96 @@ impl Node {
                 );
             }
         }
-        (merged, old)
+        log_runtime_changes(&serving, &merged, &before);
+    }
+
+    /// Serves the runtime's certificates for the names the ownership rule
+    /// gives each, against what the file serves and the routes `merged`
+    /// admitted.
+    fn admit_certificates(&self, config: &Config, declared: &Declarations, merged: &Merged) {
+        let file_certificates: Vec<(String, Vec<String>)> = config
+            .certificates
+            .iter()
+            .map(|c| (edge::served::label(c), c.current.names.clone()))
+            .chain(config.acme.iter().flat_map(|acme| {
+                acme.certificates
+                    .iter()
+                    .map(|names| (names.first().cloned().unwrap_or_default(), names.clone()))
+            }))
+            .collect();
+        let file = ownership::FileServes {
+            routes: &config.routes,
+            certificates: &file_certificates,
+        };
+        let admitted = declared
+            .certificates
+            .iter()
+            .map(|certificate| {
+                ownership::admit_certificate(
+                    certificate.clone(),
+                    &certificate.hosts,
+                    certificate.tenant.as_deref(),
+                    file,
+                    &merged.claims,
+                    &config.runtime.hosts,
+                )
+            })
+            .collect();
+        self.certificates.set_runtime(admitted);
     }
 
     /// Takes what the runtime declares now: its routes join the file's,
-    /// and its certificates are served. Nothing else is touched: other
-    /// routes keep their objects, pools and health. Logs one line per
-    /// route added, changed, removed or refused anew.
+    /// and its certificates are served, as the ownership rule admits them.
+    /// Nothing else is touched: other routes keep their objects, pools and
+    /// health.
     pub fn apply_declared(&self, declarations: Arc<Declarations>) {
         let mut current = self.lock();
-        let before = self.proxy.refused();
-        let (merged, old) = self.install(&current.config, &declarations);
-        if current.declared.certificates != declarations.certificates {
-            self.certificates
-                .set_runtime(declarations.certificates.clone());
-        }
+        self.install(&current.config, &declarations);
         current.declared = declarations;
         drop(current);
         self.ctx.changes.signal();
-        let declared = |routes: &mut dyn Iterator<Item = &RouteConfig>| -> Vec<RouteConfig> {
-            routes
-                .filter(|r| r.declared_by.is_some())
-                .cloned()
-                .collect()
-        };
-        let was = declared(&mut old.values().map(|r| &r.config));
-        let now = declared(&mut merged.routes.iter());
-        for route in &now {
-            match was.iter().find(|r| r.name == route.name) {
-                None => tracing::info!(
-                    route = %route.name,
-                    by = route.declared_by.as_deref().unwrap_or_default(),
-                    host = %route.host.as_ref().map(ToString::to_string).unwrap_or_default(),
-                    path = %route.path_prefix,
-                    "route added from the runtime"
-                ),
-                Some(old) if old != route => tracing::info!(
-                    route = %route.name,
-                    by = route.declared_by.as_deref().unwrap_or_default(),
-                    "route changed by the runtime"
-                ),
-                Some(_) => {}
-            }
-        }
-        for route in was.iter().filter(|r| !now.iter().any(|n| n.name == r.name)) {
-            tracing::info!(
+    }
+}
+
+/// One line per runtime route added, changed or removed (`serving` were
+/// served before), and per refusal not in `before`.
+fn log_runtime_changes(serving: &[RouteConfig], merged: &Merged, before: &[declared::Refused]) {
+    let now: Vec<&RouteConfig> = merged.claims.iter().map(|c| &c.route).collect();
+    for route in &now {
+        match serving.iter().find(|r| r.name == route.name) {
+            None => tracing::info!(
                 route = %route.name,
                 by = route.declared_by.as_deref().unwrap_or_default(),
-                "route removed by the runtime"
-            );
+                host = %route.host.as_ref().map(ToString::to_string).unwrap_or_default(),
+                path = %route.path_prefix,
+                "route added from the runtime"
+            ),
+            Some(old) if old != *route => tracing::info!(
+                route = %route.name,
+                by = route.declared_by.as_deref().unwrap_or_default(),
+                "route changed by the runtime"
+            ),
+            Some(_) => {}
         }
-        for refusal in merged.refused.iter().filter(|r| !before.contains(r)) {
-            tracing::warn!(route = %refusal.name, by = %refusal.declared_by, reason = %refusal.reason, "route from the runtime refused");
-        }
+    }
+    for route in serving
+        .iter()
+        .filter(|r| !now.iter().any(|n| n.name == r.name))
+    {
+        tracing::info!(
+            route = %route.name,
+            by = route.declared_by.as_deref().unwrap_or_default(),
+            "route removed by the runtime"
+        );
+    }
+    for refusal in merged.refused.iter().filter(|r| !before.contains(r)) {
+        tracing::warn!(
+            route = %refusal.name,
+            by = %refusal.declared_by,
+            rule = refusal.rule.slug(),
+            reason = %refusal.rule,
+            "route from the runtime refused"
+        );
     }
 }
 

@@ -41,7 +41,7 @@ pub use crate::body::{BodyError, IncomingBody, RequestBody};
 use crate::config::declared::Refused;
 use crate::config::{RouteConfig, UpstreamConfig};
 use crate::metrics::{Metrics, RouteMetrics};
-use crate::router::{PathRule, RouteTable};
+use crate::router::{Owner, PathRule, RouteTable};
 use crate::upstream::{Pools, ProxyEnv, TlsTarget, Upstream};
 pub use breaker::{Breaker, BreakerSnapshot, TransitionSnapshot};
 pub use error::{Page, ProxyError};
@@ -209,14 +209,18 @@ pub fn build_table(routes: &[RouteConfig], previous: Option<&Table>, ctx: &Route
             .find(|r| r.config == *config)
             .map(Arc::clone)
     };
-    RouteTable::new(routes.iter().map(|config| {
+    RouteTable::with_owners(routes.iter().map(|config| {
         let route = reuse(config).unwrap_or_else(|| Arc::new(Route::new(config.clone(), ctx)));
         let path = if config.exact_path {
             PathRule::Exact(config.path_prefix.clone())
         } else {
             PathRule::Prefix(config.path_prefix.clone())
         };
-        (config.host.clone(), path, route)
+        let owner = match config.declared_by {
+            None => Owner::File,
+            Some(_) => Owner::Runtime,
+        };
+        (config.host.clone(), path, owner, route)
     }))
 }
 

@@ -63,13 +63,30 @@ pub trait Inventory: Send + Sync + Debug {
     }
 }
 
-/// A certificate and its key from the runtime, in PEM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A certificate and its key from the runtime, in PEM, and the names it
+/// is asked to serve: a claim, until [`crate::config::ownership`] admits
+/// it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RuntimeCertificate {
     /// Where it comes from: `secret shop/shop-tls`.
     pub source: String,
+    /// The names it is asked to serve: the `tls.hosts` of the Ingresses
+    /// that name it.
+    pub hosts: Vec<String>,
+    /// The tenant it belongs to: its namespace.
+    pub tenant: Option<String>,
     pub cert_pem: Vec<u8>,
     pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for RuntimeCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("RuntimeCertificate")
+            .field("source", &self.source)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a runtime declares beside its endpoints: routes and certificates.

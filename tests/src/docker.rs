@@ -500,8 +500,12 @@ impl Drop for Network {
 /// How a test container is started.
 #[derive(Debug, Clone, Default)]
 pub struct Spec<'a> {
-    /// Its compose service label.
+    /// Its compose service label; empty: none.
     pub service: &'a str,
+    /// Its compose project label: `None`, its network's name (a compose
+    /// project's network is its own); `Some("")`: none, as a container
+    /// that copies a service's label alone.
+    pub project: Option<&'a str>,
     /// `:1` or `:2`.
     pub version: &'a str,
     /// A healthcheck: `Some(true)` one that passes, `Some(false)` one that
@@ -524,7 +528,6 @@ impl Container {
     pub fn run(network: &Network, spec: &Spec<'_>) -> Container {
         let images = Images::hold();
         let name = format!("{}-{}", network.name, NEXT.fetch_add(1, Ordering::SeqCst));
-        let label = format!("com.docker.compose.service={}", spec.service);
         let image = images.upstream(if spec.version.is_empty() {
             "1"
         } else {
@@ -538,13 +541,24 @@ impl Container {
             "--network",
             &network.name,
             "--label",
-            &label,
-            "--label",
             "picket-test=1",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        let project = spec.project.unwrap_or(&network.name);
+        if !spec.service.is_empty() {
+            args.extend([
+                "--label".into(),
+                format!("com.docker.compose.service={}", spec.service),
+            ]);
+        }
+        if !project.is_empty() && !spec.service.is_empty() {
+            args.extend([
+                "--label".into(),
+                format!("com.docker.compose.project={project}"),
+            ]);
+        }
         for (key, value) in spec.labels {
             args.extend(["--label".into(), format!("{key}={value}")]);
         }
@@ -567,6 +581,53 @@ impl Container {
             name,
             _images: images,
         }
+    }
+
+    /// Starts the test upstream on port 8080 of `network`, answering as its
+    /// name, with exactly `labels` besides the tests' own: made through
+    /// the Engine API rather than the command line, so that a label may
+    /// hold what the command line refuses (a space, CR, LF), as whoever
+    /// reaches the engine's API can write it.
+    pub fn run_with_labels(network: &Network, labels: &[(&str, &str)]) -> Container {
+        let images = Images::hold();
+        let name = format!("{}-{}", network.name, NEXT.fetch_add(1, Ordering::SeqCst));
+        let mut all = serde_json::Map::new();
+        all.insert("picket-test".into(), "1".into());
+        for (key, value) in labels {
+            all.insert((*key).into(), (*value).into());
+        }
+        let body = serde_json::json!({
+            "Image": images.upstream("1"),
+            "Cmd": ["--listen", "0.0.0.0:8080", "--name", name],
+            "Labels": all,
+            "Healthcheck": { "Test": ["NONE"] },
+            "HostConfig": { "NetworkMode": network.name },
+        });
+        let output = Command::new("curl")
+            .args([
+                "-sS",
+                "--fail-with-body",
+                "--unix-socket",
+                "/var/run/docker.sock",
+            ])
+            .args(["-H", "Content-Type: application/json", "-X", "POST"])
+            .arg(format!("http://engine/containers/create?name={name}"))
+            .arg("--data-binary")
+            .arg(body.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("curl");
+        assert!(
+            output.status.success(),
+            "create {name}: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let container = Container {
+            name,
+            _images: images,
+        };
+        container.start();
+        container
     }
 
     fn act(&self, action: &str) {

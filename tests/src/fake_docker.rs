@@ -25,6 +25,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
+/// The compose project of the fake's containers: a file's route names
+/// their service `t/NAME`.
+pub const PROJECT: &str = "t";
+
 /// How the engine behaves towards new connections and requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -157,15 +161,19 @@ impl FakeDocker {
         }
     }
 
-    /// Runs (or changes) a container of compose service `service`, at
-    /// 127.0.0.1 on network `net`; the event stream says `action`.
+    /// Runs (or changes) a container of compose service `service` of
+    /// project [`PROJECT`] (routes name it `t/service`), at 127.0.0.1 on
+    /// network `net`; the event stream says `action`.
     pub fn run(&self, id: &str, service: &str, running: bool, image: &str) {
         let inspect = json!({
             "Id": id,
             "Name": format!("/{id}"),
             "Image": "sha256:4c0f12ab9d2e7f00aa11bb22cc33dd44ee55ff66aa77bb88cc99dd00ee11ff22",
             "State": { "Running": running, "Paused": false },
-            "Config": { "Image": image, "Labels": { "com.docker.compose.service": service } },
+            "Config": { "Image": image, "Labels": {
+                "com.docker.compose.project": PROJECT,
+                "com.docker.compose.service": service
+            } },
             "NetworkSettings": { "Networks": { "net": { "IPAddress": "127.0.0.1" } } }
         });
         let action = if running { "start" } else { "die" };
@@ -173,11 +181,13 @@ impl FakeDocker {
         self.event(id, action);
     }
 
-    /// Runs a container of compose service `service` with more `labels`,
-    /// created at `created` (RFC 3339): what routes from labels read. Run
-    /// again with other labels, it is the container recreated with them.
+    /// Runs a container of compose service `service` of project
+    /// [`PROJECT`] with more `labels`, created at `created` (RFC 3339):
+    /// what routes from labels read. Run again with other labels, it is
+    /// the container recreated with them.
     pub fn run_labelled(&self, id: &str, service: &str, labels: &[(&str, &str)], created: &str) {
         let mut all = serde_json::Map::new();
+        all.insert("com.docker.compose.project".into(), Value::from(PROJECT));
         all.insert("com.docker.compose.service".into(), Value::from(service));
         for (key, value) in labels {
             all.insert((*key).into(), Value::from(*value));

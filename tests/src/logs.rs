@@ -17,6 +17,7 @@ pub fn runtime(
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false)
+            .fmt_fields(picket::logging::EscapedFields)
             .with_writer(move || writer.clone())
             .finish(),
     );

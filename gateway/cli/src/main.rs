@@ -404,7 +404,8 @@ fn init_logging(format: LogFormat, filter: &str) {
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Human => builder.init(),
+        // Values from outside (labels, names, headers) never break a line.
+        LogFormat::Human => builder.fmt_fields(picket::logging::EscapedFields).init(),
         LogFormat::Json => builder.json().with_current_span(false).init(),
     }
 }

@@ -7,26 +7,42 @@
 //! them. A problem names the label (or the Ingress) it comes from.
 //!
 //! ## Who wins
-//! [`merge`] puts the file's routes and the declared ones side by side.
-//! The file wins every conflict: a declared route with the name of a
-//! file's route, or with its host and path, is refused. Between two
-//! declared routes, the one whose declarer sorts first (`ingress a/b`
-//! before `service web`, then by name) wins. A refused route serves
-//! nothing; it is shown red, with its reason.
+//! [`merge`] puts the file's routes and the declared ones side by side,
+//! and [`ownership`] decides which declared ones the node serves: the
+//! file's hosts and places are the file's, the runtime claims only what
+//! `[runtime] hosts` allows, and between two declarers the one already
+//! serving keeps its place. A refused route serves nothing; it is shown
+//! red, with the rule that refused it.
+//!
+//! A declared route is named by its declarer: `service/name` for labels
+//! (`shop/web/api` for the compose service `web` of project `shop`),
+//! `namespace/ingress/rule.path` for an Ingress. A file's route names hold
+//! no `/`, so a declaration can never take or refuse a name of the file's,
+//! nor another declarer's.
 
 use std::fmt::Write as _;
 
-use super::{GlobalSettings, HostMatch, RouteConfig, RuntimeSettings};
+use super::ownership::{self, Claim, HostRules, Rule};
+use super::{GlobalSettings, RouteConfig, RuntimeSettings};
 
 /// A route as a runtime declares it, before it is checked.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Declared {
-    /// What declared it: `service` (labels) or `ingress`.
+    /// What declared it: `service` (labels of a compose or Swarm
+    /// service), `container` (labels of a container of no service) or
+    /// `ingress`.
     pub kind: &'static str,
-    /// The declaring object: a service's name, or an Ingress's
-    /// `namespace/name`.
+    /// The declaring object: a service as routes name it (`shop/web`,
+    /// `shop_web`, `container:blog`), or an Ingress's `namespace/name`.
     pub object: String,
-    /// The route's name.
+    /// The tenant it belongs to: its namespace, in Kubernetes.
+    pub tenant: Option<String>,
+    /// When the declaring object was made (Unix ms), when known: between
+    /// two declarers of one place that the node does not serve yet, the
+    /// older one wins.
+    pub since_ms: Option<i64>,
+    /// The route's name within its declarer (a label's `<name>`, an
+    /// Ingress's `rule.path`).
     pub name: String,
     /// The runtime service its requests go to (`namespace/name` on
     /// Kubernetes).
@@ -44,10 +60,35 @@ pub struct Declared {
     pub problem: Option<String>,
 }
 
+/// The longest name of a declared route: a DNS name's length, so that a
+/// verdict and its key stay far within a gossip value.
+const MAX_NAME: usize = 253;
+
 impl Declared {
-    /// `service shop_web`, `ingress shop/web`.
+    /// `service shop_web`, `container blog`, `ingress shop/web`.
     pub fn source(&self) -> String {
-        format!("{} {}", self.kind, self.object)
+        // A container's object is `container:NAME`, as routes name it.
+        let object = self
+            .object
+            .strip_prefix("container:")
+            .unwrap_or(&self.object);
+        format!("{} {object}", self.kind)
+    }
+
+    /// The route's name in the table: its declarer's `object/name`, cut
+    /// to [`MAX_NAME`] with a digest of the whole, so that every node
+    /// names it alike.
+    pub fn route_name(&self) -> String {
+        let whole = format!("{}/{}", self.object, self.name);
+        if whole.len() <= MAX_NAME {
+            return whole;
+        }
+        let tag = &picket_proto::feed::fingerprint(whole.as_bytes())[..8];
+        let mut end = MAX_NAME - tag.len() - 1;
+        while !whole.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}-{tag}", &whole[..end])
     }
 }
 
@@ -119,6 +160,8 @@ fn value(kind: Kind, text: &str) -> String {
 pub struct Against<'a> {
     pub global: &'a GlobalSettings,
     pub runtime: &'a RuntimeSettings,
+    /// What the operator lets the runtime claim.
+    pub hosts: &'a HostRules,
     /// The node has an HTTPS listener to send `https_only` clients to.
     pub https: bool,
 }
@@ -158,6 +201,7 @@ pub fn check(declared: &Declared, against: Against<'_>) -> Result<RouteConfig, S
             ));
         }
         Ok(mut route) => {
+            route.name = declared.route_name();
             route.exact_path = declared.exact_path;
             route.declared_by = Some(declared.source());
             return Ok(route);
@@ -179,131 +223,95 @@ pub fn check(declared: &Declared, against: Against<'_>) -> Result<RouteConfig, S
     Err(reasons.join("; "))
 }
 
-/// A declared route that serves nothing, and why.
+/// A declared route that serves nothing, and the rule that refused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
-    /// The name its verdict is shown under: the route's name, or
-    /// `name@object` when a served route has that name.
-    pub shown_as: String,
+    /// Its name, its declarer's ([`Declared::route_name`]): what its
+    /// verdict is shown under.
     pub name: String,
     /// What declared it ([`Declared::source`]).
     pub declared_by: String,
     pub host: Option<String>,
     pub path: String,
-    pub reason: String,
+    pub rule: Rule,
+}
+
+impl Refused {
+    /// Why, in words.
+    pub fn reason(&self) -> String {
+        self.rule.to_string()
+    }
 }
 
 /// The routes a node serves, and the declared ones it refused.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Merged {
+    /// The file's routes, then the runtime's it admitted.
     pub routes: Vec<RouteConfig>,
+    /// The runtime's routes it admitted, with their declarers: what a
+    /// runtime certificate is judged against.
+    pub claims: Vec<Claim>,
+    /// By name.
     pub refused: Vec<Refused>,
 }
 
-fn same_place(a: &RouteConfig, b: &RouteConfig) -> bool {
-    a.host == b.host && a.path_prefix == b.path_prefix && a.exact_path == b.exact_path
-}
-
-fn place(host: Option<&HostMatch>, path: &str) -> String {
-    match host {
-        Some(host) => format!("{host}{path}"),
-        None => format!("any host, {path}"),
-    }
-}
-
-/// The file's routes and the declared ones, side by side: the file wins
-/// every conflict, then the declarer that sorts first.
-pub fn merge(file: &[RouteConfig], declared: &[Declared], against: Against<'_>) -> Merged {
-    let mut routes = file.to_vec();
-    let mut refused: Vec<Refused> = Vec::new();
-    let mut ordered: Vec<&Declared> = declared.iter().collect();
-    ordered.sort();
-    for declared in ordered {
-        let source = declared.source();
-        let checked = check(declared, against).and_then(|route| {
-            let file_route = |r: &&RouteConfig| r.declared_by.is_none();
-            let conflict = routes
-                .iter()
-                .find(|r| r.name == route.name)
-                .map(|r| format!("the route name {:?} is taken by {}", r.name, owner(r)));
-            let conflict = conflict.or_else(|| {
-                routes.iter().find(|r| same_place(r, &route)).map(|r| {
-                    format!(
-                        "{} is served by route {:?} of {}",
-                        place(route.host.as_ref(), &route.path_prefix),
-                        r.name,
-                        owner(r)
-                    )
-                })
-            });
-            match conflict {
-                None => Ok(route),
-                Some(conflict) => {
-                    let rule = if routes
-                        .iter()
-                        .filter(file_route)
-                        .any(|r| r.name == route.name || same_place(r, &route))
-                    {
-                        "the file wins"
-                    } else {
-                        "the declarer that sorts first wins"
-                    };
-                    Err(format!("{conflict}; {rule}"))
-                }
-            }
-        });
-        match checked {
-            Ok(route) => routes.push(route),
-            Err(reason) => {
-                let host = declared
+/// The file's routes and the declared ones, side by side, as
+/// [`ownership::admit`] rules: the file wins every conflict, then the
+/// declarer already `serving`, then the older object.
+pub fn merge(
+    file: &[RouteConfig],
+    declared: &[Declared],
+    against: Against<'_>,
+    serving: &[RouteConfig],
+) -> Merged {
+    let mut claims = Vec::new();
+    let mut refused = Vec::new();
+    for declared in declared {
+        match check(declared, against) {
+            Ok(route) => claims.push(Claim {
+                route,
+                tenant: declared.tenant.clone(),
+                since_ms: declared.since_ms,
+            }),
+            Err(reason) => refused.push(Refused {
+                name: declared.route_name(),
+                declared_by: declared.source(),
+                host: declared
                     .fields
                     .iter()
                     .find(|(k, _)| k == "host")
-                    .map(|(_, v)| v.clone());
-                let path = declared
+                    .map(|(_, v)| v.clone()),
+                path: declared
                     .fields
                     .iter()
                     .find(|(k, _)| k == "path_prefix")
-                    .map_or_else(|| "/".to_string(), |(_, v)| v.clone());
-                refused.push(Refused {
-                    shown_as: declared.name.clone(),
-                    name: declared.name.clone(),
-                    declared_by: source,
-                    host,
-                    path,
-                    reason,
-                });
-            }
+                    .map_or_else(|| "/".to_string(), |(_, v)| v.clone()),
+                rule: Rule::Invalid(reason),
+            }),
         }
     }
-    // A refused route is shown under its name unless a served route or
-    // an earlier refusal has it.
-    let mut taken: std::collections::HashSet<String> =
-        routes.iter().map(|r| r.name.clone()).collect();
-    for refusal in &mut refused {
-        if !taken.insert(refusal.shown_as.clone()) {
-            let object = refusal
-                .declared_by
-                .split_once(' ')
-                .map_or(refusal.declared_by.as_str(), |(_, o)| o);
-            refusal.shown_as = format!("{}@{object}", refusal.name);
-            taken.insert(refusal.shown_as.clone());
-        }
-    }
-    Merged { routes, refused }
-}
-
-fn owner(route: &RouteConfig) -> String {
-    match &route.declared_by {
-        None => "the file".to_string(),
-        Some(by) => by.clone(),
+    let (admitted, denied) = ownership::admit(file, claims, serving, against.hosts);
+    refused.extend(denied.into_iter().map(|(claim, rule)| Refused {
+        name: claim.route.name,
+        declared_by: claim.route.declared_by.unwrap_or_default(),
+        host: claim.route.host.map(|h| h.to_string()),
+        path: claim.route.path_prefix,
+        rule,
+    }));
+    refused.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut routes = file.to_vec();
+    routes.extend(admitted.iter().map(|c| c.route.clone()));
+    Merged {
+        routes,
+        claims: admitted,
+        refused,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{Config, HostMatch};
 
     fn node(file_routes: &str) -> Config {
         Config::parse(
@@ -317,6 +325,8 @@ mod tests {
         Declared {
             kind: "service",
             object: object.into(),
+            tenant: None,
+            since_ms: None,
             name: name.into(),
             service: object.into(),
             fields: fields
@@ -333,12 +343,13 @@ mod tests {
         Against {
             global: &config.global,
             runtime: &config.runtime,
+            hosts: &config.runtime.hosts,
             https: false,
         }
     }
 
     fn merged(config: &Config, declared: &[Declared]) -> Merged {
-        merge(&config.routes, declared, against(config))
+        merge(&config.routes, declared, against(config), &[])
     }
 
     #[test]
@@ -363,7 +374,7 @@ mod tests {
             ],
         );
         let route = check(&shop, against(&config)).unwrap();
-        assert_eq!(route.name, "shop");
+        assert_eq!(route.name, "shop_web/shop");
         assert_eq!(
             route.host,
             Some(HostMatch::Exact("shop.example.com".into()))
@@ -446,88 +457,90 @@ mod tests {
         assert!(check(&https_only, with_tls).is_ok_and(|r| r.https_only));
     }
 
+    /// The file's names and places are its own; a declared route is named
+    /// by its declarer, so a label can neither squat a file's route name
+    /// nor another service's; refusals name their rule.
     #[test]
-    fn the_file_wins_then_the_declarer_that_sorts_first() {
+    fn declared_routes_are_named_by_their_declarer_and_judged_by_the_rule() {
         let config = node(
             "[[route]]\nname = \"shop\"\nhost = \"shop.example.com\"\nreplicas = [\"127.0.0.1:1\"]\n",
         );
         let declared = [
-            // The file's host and path, under another name.
-            labels(
-                "b_web",
-                "shop-2",
-                &[("host", "shop.example.com"), ("port", "80")],
-            ),
-            // The file's name, elsewhere.
+            // The file's name, elsewhere: a name of its own.
             labels(
                 "c_web",
                 "shop",
                 &[("host", "c.example.com"), ("port", "80")],
             ),
-            // Two services, one place: the first by name wins.
-            labels(
-                "e_web",
-                "blog-e",
-                &[("host", "blog.example.com"), ("port", "80")],
-            ),
+            // Another service's name: a name of its own too.
             labels(
                 "d_web",
-                "blog-d",
-                &[("host", "blog.example.com"), ("port", "80")],
+                "shop",
+                &[("host", "d.example.com"), ("port", "80")],
+            ),
+            // A path under the file's host.
+            labels(
+                "e_web",
+                "login",
+                &[
+                    ("host", "shop.example.com"),
+                    ("path_prefix", "/login"),
+                    ("port", "80"),
+                ],
             ),
             // Invalid.
             labels("f_web", "bad", &[("port", "0")]),
         ];
         let merged = merged(&config, &declared);
         let served: Vec<&str> = merged.routes.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(served, ["shop", "blog-d"]);
+        assert_eq!(served, ["shop", "c_web/shop", "d_web/shop"]);
+        assert_eq!(merged.claims.len(), 2);
         let refused: Vec<(&str, &str, &str)> = merged
             .refused
             .iter()
-            .map(|r| {
-                (
-                    r.shown_as.as_str(),
-                    r.declared_by.as_str(),
-                    r.reason.as_str(),
-                )
-            })
+            .map(|r| (r.name.as_str(), r.declared_by.as_str(), r.rule.slug()))
             .collect();
-        assert_eq!(refused.len(), 4, "{refused:#?}");
-        assert_eq!(refused[0].0, "shop-2");
-        assert!(
-            refused[0].2.contains(
-                "shop.example.com/ is served by route \"shop\" of the file; the file wins"
-            ),
-            "{}",
-            refused[0].2
+        assert_eq!(
+            refused,
+            [
+                ("e_web/login", "service e_web", "file-host"),
+                ("f_web/bad", "service f_web", "invalid"),
+            ]
         );
-        assert_eq!(refused[1].0, "shop@c_web", "a served route has its name");
-        assert!(refused[1].2.contains("taken by the file; the file wins"));
-        assert_eq!(merged.refused[2], Refused {
-            shown_as: "blog-e".into(),
-            name: "blog-e".into(),
-            declared_by: "service e_web".into(),
-            host: Some("blog.example.com".into()),
-            path: "/".into(),
-            reason: "blog.example.com/ is served by route \"blog-d\" of service d_web; the declarer that sorts first wins".into(),
-        });
-        assert!(refused[3].2.contains("port"), "{}", refused[3].2);
+        assert_eq!(
+            merged.refused[0].reason(),
+            "shop.example.com is served by route \"shop\" of the file: every path under it is the file's"
+        );
+        assert_eq!(merged.refused[0].path, "/login");
         // The same declarations in another order merge the same way.
         let mut reversed = declared.to_vec();
         reversed.reverse();
-        assert_eq!(merge(&config.routes, &reversed, against(&config)), merged);
+        let again = merge(&config.routes, &reversed, against(&config), &[]);
+        assert_eq!(again.routes, merged.routes);
+        assert_eq!(again.refused, merged.refused);
+    }
+
+    #[test]
+    fn a_long_name_is_cut_with_a_digest_of_the_whole() {
+        let long = labels(&"a".repeat(260), "0.0", &[]);
+        let other = labels(&"a".repeat(260), "0.1", &[]);
+        assert_eq!(long.route_name().len(), MAX_NAME);
+        assert_ne!(long.route_name(), other.route_name(), "two keep two names");
+        assert_eq!(long.route_name(), long.clone().route_name());
+        assert_eq!(labels("web", "0.0", &[]).route_name(), "web/0.0");
     }
 
     #[test]
     fn an_exact_path_and_a_prefix_of_it_are_two_places() {
         let config = node("");
-        let mut exact = labels(
-            "a",
-            "cart-page",
-            &[("path_prefix", "/cart"), ("port", "80")],
-        );
+        let place = [
+            ("host", "shop.example.com"),
+            ("path_prefix", "/cart"),
+            ("port", "80"),
+        ];
+        let mut exact = labels("a", "cart-page", &place);
         exact.exact_path = true;
-        let prefix = labels("b", "cart-api", &[("path_prefix", "/cart"), ("port", "80")]);
+        let prefix = labels("b", "cart-api", &place);
         let merged = merged(&config, &[exact, prefix]);
         assert_eq!(merged.routes.len(), 2);
         assert!(merged.refused.is_empty());

@@ -108,6 +108,9 @@ pub fn diff(old: &Config, new: &Config) -> ReloadPlan {
     if old.acme != new.acme {
         plan.applied.push("acme");
     }
+    if old.runtime.hosts != new.runtime.hosts {
+        plan.applied.push("runtime.hosts");
+    }
     plan.needs_restart = node(&old.node, &new.node);
     plan.needs_restart
         .extend(runtime(&old.runtime, &new.runtime));

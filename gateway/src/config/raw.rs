@@ -79,12 +79,65 @@ pub struct RawRuntime {
     pub proxies: Option<Spanned<Vec<Spanned<String>>>>,
     /// Docker and Swarm: the network the node reaches containers on.
     pub network: Option<Spanned<String>>,
-    /// Kubernetes: every namespace watched (`"*"`: all).
-    pub namespaces: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Kubernetes: every namespace watched (`"*"`: all), as a list, or as
+    /// a table of each namespace's host patterns.
+    pub namespaces: Option<Spanned<RawNamespaces>>,
+    /// The hosts the runtime may claim, as patterns.
+    pub hosts: Option<Spanned<Vec<Spanned<String>>>>,
     /// Kubernetes: the `ingressClassName` of the Ingresses the node serves.
     pub ingress_class: Option<Spanned<String>>,
     /// The breaker in front of each runtime API endpoint.
     pub breaker: Option<Spanned<RawRuntimeBreaker>>,
+}
+
+/// A list of strings, each spanned.
+pub type RawList = Spanned<Vec<Spanned<String>>>;
+
+/// `[runtime] namespaces`: a list of namespaces, or a table of each
+/// namespace's host patterns (`[runtime.namespaces] team-a = [...]`).
+#[derive(Debug)]
+pub enum RawNamespaces {
+    List(Vec<Spanned<String>>),
+    Hosts(Vec<(Spanned<String>, RawList)>),
+}
+
+impl<'de> Deserialize<'de> for RawNamespaces {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = RawNamespaces;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of namespaces, or a table of each namespace's hosts")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut list = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    list.push(item);
+                }
+                Ok(RawNamespaces::List(list))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut table = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    table.push(entry);
+                }
+                Ok(RawNamespaces::Hosts(table))
+            }
+        }
+        // TOML says which it is, whatever is asked; asking for a map lets
+        // the tracer of `fields` take it for a leaf whose keys are the
+        // user's.
+        deserializer.deserialize_map(Either)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -119,10 +119,12 @@ pub fn render(config: &Config) -> String {
             line(&mut out, key, &quoted(value), Origin::File);
         }
     }
-    for (key, list) in [
-        ("proxies", &runtime.proxies),
-        ("namespaces", &runtime.namespaces),
-    ] {
+    let namespaces = if runtime.hosts.namespaces.is_empty() {
+        runtime.namespaces.clone()
+    } else {
+        Vec::new()
+    };
+    for (key, list) in [("proxies", &runtime.proxies), ("namespaces", &namespaces)] {
         if !list.is_empty() {
             let list: Vec<String> = list.iter().map(quoted).collect();
             line(
@@ -132,6 +134,13 @@ pub fn render(config: &Config) -> String {
                 Origin::File,
             );
         }
+    }
+    if let Some(hosts) = &runtime.hosts.hosts {
+        line(&mut out, "hosts", &patterns(hosts), Origin::File);
+    } else if runtime.kind != RuntimeKind::None {
+        out.push_str(
+            "# hosts: not set: the runtime may claim host names the file does not serve, no wildcard, no route for any host\n",
+        );
     }
     if runtime.kind != RuntimeKind::None {
         let b = &runtime.breaker;
@@ -149,6 +158,17 @@ pub fn render(config: &Config) -> String {
             b.failures.from,
         );
         duration(&mut out, "cooldown", &b.cooldown);
+    }
+    if !runtime.hosts.namespaces.is_empty() {
+        out.push_str("\n[runtime.namespaces]\n");
+        for (namespace, hosts) in &runtime.hosts.namespaces {
+            let key = if namespace == "*" {
+                quoted(namespace)
+            } else {
+                namespace.clone()
+            };
+            line(&mut out, &key, &patterns(hosts), Origin::File);
+        }
     }
 
     if let Some(cluster) = &config.cluster {
@@ -456,6 +476,11 @@ fn duration(out: &mut String, key: &str, setting: &Setting<Duration>) {
         &quoted(humantime::format_duration(setting.value)),
         setting.from,
     );
+}
+
+fn patterns(list: &[crate::config::ownership::HostPattern]) -> String {
+    let list: Vec<String> = list.iter().map(quoted).collect();
+    format!("[{}]", list.join(", "))
 }
 
 fn quoted(value: impl ToString) -> String {

@@ -18,9 +18,11 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::error::{Positions, Problem};
+use super::ownership::{HostPattern, HostRules};
 use super::raw::{
-    RawAcme, RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawHeaderRules, RawNode,
-    RawPort, RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize, RawUpstreamTls,
+    RawAcme, RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawHeaderRules,
+    RawNamespaces, RawNode, RawPort, RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize,
+    RawUpstreamTls,
 };
 use super::{
     AccessLogFormat, AccessLogTarget, AcmeChallenge, AcmeSettings, BreakerSettings,

@@ -3,9 +3,13 @@
 //! ## Picking
 //! By the client's server name (SNI), without case: a certificate that
 //! names it exactly, else one whose wildcard covers it (`*.example.com`
-//! for `a.example.com`), else the first certificate, which is also what a
-//! client that sends no name gets. When two certificates serve a name,
-//! the first in the file wins.
+//! for `a.example.com`), else the default: the file's first certificate,
+//! else the first from ACME, which is also what a client that sends no
+//! name gets. When two certificates serve a name, the first in the file
+//! wins. A certificate from the runtime serves only the names the
+//! ownership rule admits ([`crate::config::ownership`]), and is never the
+//! default: without a certificate of the file, a handshake that names no
+//! host the runtime's serve gets none.
 //!
 //! ## Swapping
 //! Handshakes read one snapshot ([`Served`]) from an `ArcSwap`; a reload
@@ -26,6 +30,7 @@ use tokio::sync::Notify;
 use crate::certificate::Version;
 use crate::challenges::{ALPN_ACME, Challenges};
 use crate::config::CertificateConfig;
+use crate::config::ownership::{Admitted, Rule};
 use crate::metrics::Metrics;
 use crate::targets::RuntimeCertificate;
 
@@ -39,8 +44,12 @@ pub struct Served {
     pub acme: Vec<CertificateConfig>,
     /// From the runtime (an Ingress's TLS Secrets), after the file's and
     /// ACME's: a name they serve keeps their certificate. Their `cert` and
-    /// `key` name the Secret, not files; rotation never reads them.
+    /// `key` name the Secret, not files; rotation never reads them. Each
+    /// serves the names the ownership rule admitted, narrowed by its own.
     pub runtime: Vec<CertificateConfig>,
+    /// What of the runtime's certificates the node does not serve: each
+    /// refused name, with its certificate and the rule.
+    pub refused: Vec<RefusedName>,
     exact: HashMap<String, usize>,
     /// By the parent of the wildcard: `example.com` for `*.example.com`.
     wildcard: HashMap<String, usize>,
@@ -71,6 +80,7 @@ impl Served {
             entries,
             acme,
             runtime,
+            refused: Vec::new(),
             exact,
             wildcard,
         }
@@ -87,11 +97,10 @@ impl Served {
     }
 
     /// The index of the certificate for a handshake that named
-    /// `server_name`; `None` when there is no certificate at all.
+    /// `server_name`; `None` when none serves it and there is no default
+    /// (no certificate of the file's own, nor from ACME).
     pub fn pick(&self, server_name: Option<&str>) -> Option<usize> {
-        if self.entries.is_empty() && self.acme.is_empty() && self.runtime.is_empty() {
-            return None;
-        }
+        let default = (!self.entries.is_empty() || !self.acme.is_empty()).then_some(0);
         let named = server_name.and_then(|name| {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             if let Some(i) = self.exact.get(&name) {
@@ -102,7 +111,7 @@ impl Served {
                 .then(|| self.wildcard.get(parent).copied())
                 .flatten()
         });
-        Some(named.unwrap_or(0))
+        named.or(default)
     }
 
     /// The directories of every file served: what rotation watches.
@@ -143,6 +152,20 @@ pub(super) struct Writer {
     /// When each certificate (by version) was last warned about as
     /// expiring.
     pub(super) warned: HashMap<Version, i64>,
+    /// The runtime's certificates as last given, admitted.
+    runtime_given: Vec<Admitted<RuntimeCertificate>>,
+    /// The names of the runtime's certificates last refused: each new
+    /// refusal is logged once.
+    refused_names: Vec<RefusedName>,
+}
+
+/// A name a certificate from the runtime may not serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedName {
+    /// The certificate: `secret shop/shop-tls`.
+    pub source: String,
+    pub name: String,
+    pub rule: Rule,
 }
 
 impl std::fmt::Debug for Certificates {
@@ -191,37 +214,86 @@ impl Certificates {
     }
 
     /// Serves the runtime's certificates (an Ingress's TLS Secrets) from
-    /// the next handshake on, beside the file's. One that fails its check
-    /// is refused, with a log line, and the others serve.
-    pub fn set_runtime(&self, certificates: Vec<RuntimeCertificate>) {
+    /// the next handshake on, beside the file's: each for the names it was
+    /// admitted for that its own names cover. One that fails its check, or
+    /// is left with no name, serves nothing; each refusal is logged once.
+    pub fn set_runtime(&self, certificates: Vec<Admitted<RuntimeCertificate>>) {
         let mut writer = self.lock();
+        if writer.runtime_given == certificates {
+            return;
+        }
+        writer.runtime_given.clone_from(&certificates);
         let now = crate::clock::now_unix();
         let mut runtime = Vec::with_capacity(certificates.len());
-        for certificate in certificates {
-            match crate::certificate::check(&certificate.cert_pem, &certificate.key_pem, None, now)
-            {
+        let mut refused = Vec::new();
+        for admitted in certificates {
+            let certificate = admitted.value();
+            let source = certificate.source.clone();
+            let read =
+                crate::certificate::check(&certificate.cert_pem, &certificate.key_pem, None, now);
+            let admitted = match read {
+                Ok(read) => admitted.narrowed(&read.sans),
+                Err(error) => {
+                    if writer
+                        .refusals
+                        .first(Path::new(&source), Refused::Unreadable(error.to_string()))
+                    {
+                        tracing::warn!(certificate = %source, %error, "certificate from the runtime refused");
+                    }
+                    continue;
+                }
+            };
+            refused.extend(admitted.refused().iter().map(|(name, rule)| RefusedName {
+                source: source.clone(),
+                name: name.clone(),
+                rule: rule.clone(),
+            }));
+            if admitted.names().is_empty() {
+                continue;
+            }
+            let certificate = admitted.value();
+            match crate::certificate::check(
+                &certificate.cert_pem,
+                &certificate.key_pem,
+                Some(admitted.names()),
+                now,
+            ) {
                 Ok(current) => {
-                    let at = PathBuf::from(&certificate.source);
+                    writer.refusals.clear(Path::new(&source));
+                    let at = PathBuf::from(&source);
                     runtime.push(CertificateConfig {
                         cert: at.clone(),
                         key: at,
-                        hosts: None,
+                        hosts: Some(admitted.names().to_vec()),
                         current: Arc::new(current),
                     });
                 }
                 Err(error) => {
-                    if writer.refusals.first(
-                        Path::new(&certificate.source),
-                        Refused::Unreadable(error.to_string()),
-                    ) {
-                        tracing::warn!(certificate = %certificate.source, %error, "certificate from the runtime refused");
+                    if writer
+                        .refusals
+                        .first(Path::new(&source), Refused::Unreadable(error.to_string()))
+                    {
+                        tracing::warn!(certificate = %source, %error, "certificate from the runtime refused");
                     }
                 }
             }
         }
+        for refusal in refused.iter().filter(|r| !writer.refused_names.contains(r)) {
+            tracing::warn!(
+                certificate = %refusal.source,
+                name = %refusal.name,
+                rule = refusal.rule.slug(),
+                reason = %refusal.rule,
+                "certificate from the runtime refused for a name"
+            );
+        }
+        writer.refused_names.clone_from(&refused);
+        self.metrics.certificate_names_refused(refused.len());
         let served = self.served.load();
         let (entries, acme) = (served.entries.clone(), served.acme.clone());
-        self.store_all(&mut writer, Served::with_runtime(entries, acme, runtime));
+        let mut next = Served::with_runtime(entries, acme, runtime);
+        next.refused = refused;
+        self.store_all(&mut writer, next);
     }
 
     /// Serves the certificates obtained from ACME from the next handshake
@@ -233,14 +305,18 @@ impl Certificates {
             return;
         }
         let (entries, runtime) = (served.entries.clone(), served.runtime.clone());
-        self.store_all(&mut writer, Served::with_runtime(entries, acme, runtime));
+        let mut next = Served::with_runtime(entries, acme, runtime);
+        next.refused.clone_from(&served.refused);
+        self.store_all(&mut writer, next);
     }
 
     /// Swaps in a new snapshot and publishes its expiry metrics.
     pub(super) fn store(&self, writer: &mut Writer, entries: Vec<CertificateConfig>) {
         let served = self.served.load();
         let (acme, runtime) = (served.acme.clone(), served.runtime.clone());
-        self.store_all(writer, Served::with_runtime(entries, acme, runtime));
+        let mut next = Served::with_runtime(entries, acme, runtime);
+        next.refused.clone_from(&served.refused);
+        self.store_all(writer, next);
     }
 
     fn store_all(&self, writer: &mut Writer, served: Served) {

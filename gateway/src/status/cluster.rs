@@ -33,9 +33,24 @@ pub struct NodeAnswer {
     /// The certificates served to HTTPS clients, the default first: the
     /// file's, then those from ACME, then the runtime's.
     pub certificates: Vec<CertificateAnswer>,
+    /// The names certificates from the runtime (an Ingress's TLS Secrets)
+    /// ask to serve and may not, each with the rule that refuses it.
+    pub certificates_refused: Vec<RefusedNameAnswer>,
     /// This node's state of each certificate it obtains from ACME; empty
     /// without `[acme]`.
     pub acme: Vec<CertificateState>,
+}
+
+/// A name a certificate from the runtime may not serve.
+#[derive(Debug, Serialize)]
+pub struct RefusedNameAnswer {
+    /// The certificate: `secret shop/shop-tls`.
+    pub certificate: String,
+    pub name: String,
+    /// The ownership rule: `file-certificate`, `file-host`,
+    /// `not-allowed`, `no-route` or `not-named`.
+    pub rule: &'static str,
+    pub reason: String,
 }
 
 /// A certificate served to HTTPS clients.
@@ -214,6 +229,16 @@ pub fn node(
         members: counts(&view),
         listen_tls: listen_tls.map(|a| a.to_string()),
         certificates,
+        certificates_refused: served
+            .refused
+            .iter()
+            .map(|r| RefusedNameAnswer {
+                certificate: r.source.clone(),
+                name: r.name.clone(),
+                rule: r.rule.slug(),
+                reason: r.rule.to_string(),
+            })
+            .collect(),
         acme,
     }
 }

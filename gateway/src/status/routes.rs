@@ -37,6 +37,10 @@ pub struct RouteView {
     /// Why the node refused it: it serves nothing (its verdict is red).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// The ownership rule that refused it (`file-host`, `not-allowed`,
+    /// `place-held`, …), for scripts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_by: Option<&'static str>,
     /// This node's verdict on the route, as last judged.
     pub verdict: Option<Verdict>,
     /// The route's runtime has gone silent: the verdict is its last pass,
@@ -216,6 +220,7 @@ fn route(route: &Route, verdicts: &[Verdict], now_unix_ms: u64) -> RouteView {
         },
         declared_by: config.declared_by.clone(),
         refused: None,
+        refused_by: None,
         verdict: verdict.cloned(),
         stale: stale_reason.is_some(),
         stale_reason,
@@ -225,7 +230,7 @@ fn route(route: &Route, verdicts: &[Verdict], now_unix_ms: u64) -> RouteView {
 /// A route the runtime declared and the node refused.
 fn refused(refusal: &Refused, verdicts: &[Verdict]) -> RouteView {
     RouteView {
-        name: refusal.shown_as.clone(),
+        name: refusal.name.clone(),
         host: refusal.host.clone(),
         path_prefix: refusal.path.clone(),
         upstream: String::new(),
@@ -248,11 +253,9 @@ fn refused(refusal: &Refused, verdicts: &[Verdict]) -> RouteView {
             rate: None,
         },
         declared_by: Some(refusal.declared_by.clone()),
-        refused: Some(refusal.reason.clone()),
-        verdict: verdicts
-            .iter()
-            .find(|v| *v.route == *refusal.shown_as)
-            .cloned(),
+        refused: Some(refusal.reason()),
+        refused_by: Some(refusal.rule.slug()),
+        verdict: verdicts.iter().find(|v| *v.route == *refusal.name).cloned(),
         stale: false,
         stale_reason: None,
     }

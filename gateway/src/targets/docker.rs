@@ -1,8 +1,13 @@
 //! Docker: one inventory of the engine's containers, then its event stream.
 //!
-//! A service's replicas are its containers: the compose service label, or
-//! the Swarm service label. A replica is ready when it runs, is not
-//! paused, and — if it has a healthcheck — is healthy.
+//! A service's replicas are its containers. What a container belongs to is
+//! read off the labels its maker writes ([`member_of`]): a Swarm task is
+//! of its Swarm service (`shop_web`), a compose container of its project's
+//! service (`shop/web`), and a container of neither that declares routes
+//! (`picket.enable=true`) is a service of its own (`container:blog`). A
+//! container that copies one label of a service, or a service's name
+//! without its project, joins nothing. A replica is ready when it runs, is
+//! not paused, and — if it has a healthcheck — is healthy.
 //!
 //! ## The stream
 //! Each event of a container (start, die, stop, kill, health_status,
@@ -49,6 +54,10 @@ use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuild
 use futures_util::StreamExt;
 use picket_proto::Backoff;
 
+mod swarm_task;
+
+pub use swarm_task::Vouch;
+
 use super::gate::{Gate, Refused};
 use super::image::label as image_label;
 use super::{Catalog, Inventory, Link, labels};
@@ -57,14 +66,34 @@ use crate::config::declared::Declared;
 use crate::shutdown::Shutdown;
 use crate::upstream::{Endpoint, Target};
 
-/// The labels that name a container's service, in order of preference.
-pub const SERVICE_LABELS: [&str; 2] = [
-    "com.docker.compose.service",
-    "com.docker.swarm.service.name",
-];
-
+/// The label of a Swarm task's service.
+pub const SWARM_SERVICE_LABEL: &str = "com.docker.swarm.service.name";
 /// The label of a Swarm task's container.
 pub const SWARM_TASK_LABEL: &str = "com.docker.swarm.task.id";
+/// The labels of a compose container: its project and its service.
+pub const COMPOSE_PROJECT_LABEL: &str = "com.docker.compose.project";
+pub const COMPOSE_SERVICE_LABEL: &str = "com.docker.compose.service";
+/// What a container of no service is named as one: `container:NAME`.
+pub const CONTAINER_PREFIX: &str = "container:";
+
+/// The service a container belongs to, as routes name it: the Swarm
+/// service of a task (`shop_web`: its service's label with its task's),
+/// else the compose service of a project (`shop/web`: both labels), else,
+/// for a container that declares routes (`picket.enable=true`), itself
+/// (`container:NAME`); `None`: none.
+pub fn member_of(name: &str, labels: &HashMap<String, String>) -> Option<String> {
+    let label = |key: &str| labels.get(key).map(|v| v.trim()).filter(|v| !v.is_empty());
+    if let (Some(service), Some(_)) = (label(SWARM_SERVICE_LABEL), label(SWARM_TASK_LABEL)) {
+        return Some(service.to_string());
+    }
+    if let (Some(project), Some(service)) =
+        (label(COMPOSE_PROJECT_LABEL), label(COMPOSE_SERVICE_LABEL))
+    {
+        return Some(format!("{project}/{service}"));
+    }
+    (label(labels::ENABLE) == Some("true") && !name.is_empty())
+        .then(|| format!("{CONTAINER_PREFIX}{name}"))
+}
 
 /// What a node needs to know of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,11 +117,22 @@ pub struct ContainerFacts {
     pub created: String,
     /// Its `picket.*` labels: the routes it declares ([`labels`]).
     pub labels: BTreeMap<String, String>,
+    /// The Swarm task it says it is.
+    pub task: Option<String>,
+    /// What the swarm says of that ([`swarm_task`]); `Unknown` for a
+    /// container that claims no task.
+    pub vouch: Vouch,
 }
 
 impl ContainerFacts {
     pub fn ready(&self) -> bool {
         self.running && !self.paused && self.healthy != Some(false)
+    }
+
+    /// It may serve its service: not a claim of a Swarm task the swarm
+    /// denied.
+    pub fn belongs(&self) -> bool {
+        self.vouch != Vouch::Denied
     }
 }
 
@@ -103,7 +143,13 @@ impl ContainerFacts {
 pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Option<ContainerFacts> {
     let config = inspect.config.as_ref()?;
     let labels = config.labels.as_ref()?;
-    let service = SERVICE_LABELS.iter().find_map(|l| labels.get(*l))?.clone();
+    let name = inspect
+        .name
+        .as_deref()
+        .unwrap_or_default()
+        .trim_start_matches('/')
+        .to_string();
+    let service = member_of(&name, labels)?;
     let state = inspect.state.as_ref();
     let running = state.and_then(|s| s.running).unwrap_or(false);
     // A Swarm task's container never starts again: Swarm replaces it with a
@@ -146,12 +192,6 @@ pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Optio
         .image
         .as_deref()
         .map(|reference| image_label(reference, inspect.image.as_deref()));
-    let name = inspect
-        .name
-        .as_deref()
-        .unwrap_or_default()
-        .trim_start_matches('/')
-        .to_string();
     Some(ContainerFacts {
         name,
         service,
@@ -166,6 +206,12 @@ pub fn facts(inspect: &ContainerInspectResponse, network: Option<&str>) -> Optio
             .filter(|(key, _)| labels::ours(key))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        task: labels
+            .get(SWARM_SERVICE_LABEL)
+            .and(labels.get(SWARM_TASK_LABEL))
+            .filter(|task| !task.trim().is_empty())
+            .cloned(),
+        vouch: Vouch::Unknown,
     })
 }
 
@@ -186,7 +232,7 @@ impl Inventory for DockerInventory {
         let endpoints: Vec<Endpoint> = self
             .containers
             .values()
-            .filter(|c| c.service == service)
+            .filter(|c| c.service == service && c.belongs())
             .map(|c| Endpoint {
                 id: c.name.clone(),
                 target: c.ip.map(|ip| Target::Addr((ip, *port).into())),
@@ -196,10 +242,17 @@ impl Inventory for DockerInventory {
             })
             .collect();
         if endpoints.is_empty() && self.forbidden {
+            // By the name the engine's DNS answers for it: a compose
+            // service's own name on its project's network, a container's
+            // name, a Swarm service's name.
+            let host = service
+                .strip_prefix(CONTAINER_PREFIX)
+                .or_else(|| service.rsplit_once('/').map(|(_, name)| name))
+                .unwrap_or(service);
             return vec![Endpoint {
                 id: service.to_string(),
                 target: Some(Target::Named {
-                    host: service.into(),
+                    host: host.into(),
                     port: *port,
                 }),
                 ready: true,
@@ -211,10 +264,12 @@ impl Inventory for DockerInventory {
     }
 
     /// Each service's routes, as its newest container's labels declare
-    /// them (a running one before a stopped one).
+    /// them (a running one before a stopped one); the service is as old as
+    /// its oldest container.
     fn routes(&self) -> Vec<Declared> {
         let mut newest: BTreeMap<&str, &ContainerFacts> = BTreeMap::new();
-        for container in self.containers.values() {
+        let mut oldest: BTreeMap<&str, i64> = BTreeMap::new();
+        for container in self.containers.values().filter(|c| c.belongs()) {
             let key = |c: &ContainerFacts| (c.running, c.created.clone(), c.name.clone());
             match newest.get(container.service.as_str()) {
                 Some(held) if key(held) >= key(container) => {}
@@ -222,12 +277,29 @@ impl Inventory for DockerInventory {
                     newest.insert(&container.service, container);
                 }
             }
+            if let Some(created) = unix_ms(&container.created) {
+                let since = oldest.entry(&container.service).or_insert(created);
+                *since = (*since).min(created);
+            }
         }
         newest
             .into_iter()
-            .flat_map(|(service, container)| labels::routes(service, &container.labels))
+            .flat_map(|(service, container)| {
+                let mut declared = labels::routes(service, &container.labels);
+                for route in &mut declared {
+                    route.since_ms = oldest.get(service).copied();
+                }
+                declared
+            })
             .collect()
     }
+}
+
+/// An engine's RFC 3339 time (`2026-12-04T10:00:01.5Z`) in Unix ms.
+fn unix_ms(time: &str) -> Option<i64> {
+    let at = humantime::parse_rfc3339_weak(time.trim()).ok()?;
+    let ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    i64::try_from(ms).ok()
 }
 
 /// How an engine is reached.
@@ -257,6 +329,18 @@ enum EngineView {
 pub struct Engines {
     by_engine: Mutex<HashMap<String, EngineView>>,
     catalog: Arc<Catalog>,
+    /// Who may be asked about the swarm's tasks ([`swarm_task`]).
+    swarm: Mutex<SwarmAsk>,
+}
+
+/// The engines a node follows, as askers of the swarm's tasks.
+#[derive(Debug, Default)]
+struct SwarmAsk {
+    engines: Vec<Engine>,
+    /// Engines that answered that they are no manager: asked last.
+    not_managers: std::collections::HashSet<String>,
+    /// Swarm services' names by ID (a service is never renamed).
+    names: HashMap<String, String>,
 }
 
 impl Engines {
@@ -264,14 +348,78 @@ impl Engines {
         Arc::new(Engines {
             by_engine: Mutex::new(HashMap::new()),
             catalog,
+            swarm: Mutex::default(),
         })
+    }
+
+    fn swarm(&self) -> std::sync::MutexGuard<'_, SwarmAsk> {
+        self.swarm.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drops an engine that left, and what it ran.
     pub fn forget(&self, engine: &str) {
+        self.swarm().engines.retain(|e| e.name != engine);
         self.update(|by_engine| {
             by_engine.remove(engine);
         });
+    }
+
+    /// What the swarm says of `container` (its full ID) being the task its
+    /// labels claim, asked of `first`, then of the other engines followed,
+    /// managers first.
+    async fn vouch(&self, first: &Engine, container: &str, facts: &ContainerFacts) -> Vouch {
+        let Some(task_id) = &facts.task else {
+            return Vouch::Unknown;
+        };
+        let mut asked: Vec<Engine> = {
+            let swarm = self.swarm();
+            let mut others: Vec<Engine> = swarm
+                .engines
+                .iter()
+                .filter(|e| e.name != first.name)
+                .cloned()
+                .collect();
+            others.sort_by_key(|e| swarm.not_managers.contains(&e.name));
+            others
+        };
+        asked.insert(0, first.clone());
+        for engine in asked {
+            match engine.call(engine.docker.inspect_task(task_id)).await {
+                Ok(task) => {
+                    let name = match task.service_id.as_deref() {
+                        Some(id) => self.service_name(&engine, id).await,
+                        None => None,
+                    };
+                    return swarm_task::judge(container, &facts.service, &task, name.as_deref());
+                }
+                Err(CallError::Answered(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404,
+                    ..
+                })) => return Vouch::Denied,
+                Err(CallError::Answered(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 503,
+                    ..
+                })) => {
+                    self.swarm().not_managers.insert(engine.name.clone());
+                }
+                Err(_) => {}
+            }
+        }
+        Vouch::Unknown
+    }
+
+    /// The name of the Swarm service `id`, asked of `engine` once.
+    async fn service_name(&self, engine: &Engine, id: &str) -> Option<String> {
+        if let Some(name) = self.swarm().names.get(id) {
+            return Some(name.clone());
+        }
+        let service = engine
+            .call(engine.docker.inspect_service(id, None))
+            .await
+            .ok()?;
+        let name = service.spec?.name?;
+        self.swarm().names.insert(id.to_string(), name.clone());
+        Some(name)
     }
 
     fn publish(&self, engine: &str, view: EngineView) {
@@ -455,6 +603,11 @@ pub async fn run(
     link: Arc<Link>,
     mut shutdown: Shutdown,
 ) {
+    {
+        let mut swarm = engines.swarm();
+        swarm.engines.retain(|e| e.name != engine.name);
+        swarm.engines.push(engine.clone());
+    }
     let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_CAP);
     let (mut forbidden_said, mut events_said) = (false, false);
     loop {
@@ -577,6 +730,36 @@ pub fn stopping(action: &str, signal: Option<&str>) -> Option<bool> {
     }
 }
 
+/// `facts` with what the swarm says of the task it claims, if any: asked
+/// anew unless `before` (the container as last seen) claimed the same
+/// task and was confirmed or denied. A denial is logged once.
+async fn vouched(
+    engine: &Engine,
+    engines: &Engines,
+    id: &str,
+    mut facts: ContainerFacts,
+    before: Option<&ContainerFacts>,
+) -> ContainerFacts {
+    if facts.task.is_none() {
+        return facts;
+    }
+    let settled = before.filter(|b| b.task == facts.task && b.vouch != Vouch::Unknown);
+    facts.vouch = match settled {
+        Some(before) => before.vouch,
+        None => engines.vouch(engine, id, &facts).await,
+    };
+    if facts.vouch == Vouch::Denied && settled.is_none() {
+        tracing::warn!(
+            engine = %engine.name,
+            container = %facts.name,
+            service = %facts.service,
+            task = facts.task.as_deref().unwrap_or_default(),
+            "a container claims to be a task of a Swarm service, and the swarm says it is not: not a replica"
+        );
+    }
+    facts
+}
+
 /// One session: a fresh inventory, then the event stream until it ends,
 /// with a ping whenever the stream has been quiet for [`QUIET`].
 async fn follow(
@@ -604,6 +787,7 @@ async fn follow(
         match engine.call(docker.inspect_container(&id, None)).await {
             Ok(inspect) => {
                 if let Some(facts) = facts(&inspect, network) {
+                    let facts = vouched(engine, engines, &id, facts, None).await;
                     containers.insert(id, facts);
                 }
             }
@@ -704,7 +888,8 @@ async fn follow(
         } else {
             match engine.call(docker.inspect_container(&id, None)).await {
                 Ok(inspect) => match facts(&inspect, network) {
-                    Some(mut facts) => {
+                    Some(facts) => {
+                        let mut facts = vouched(engine, engines, &id, facts, before.as_ref()).await;
                         // Still running, but on its way out: not ready.
                         if going.contains(&id) {
                             facts.running = false;
@@ -746,6 +931,8 @@ mod tests {
             image: None,
             created: String::new(),
             labels: BTreeMap::new(),
+            task: None,
+            vouch: Vouch::Unknown,
         }
     }
 
@@ -870,11 +1057,14 @@ mod tests {
 
     #[test]
     fn containers_become_facts() {
-        let compose = serde_json::json!({"com.docker.compose.service": "api"});
+        let compose = serde_json::json!({
+            "com.docker.compose.project": "shop",
+            "com.docker.compose.service": "api"
+        });
         let running = container(serde_json::json!({"Running": true}), compose.clone());
         let facts_of = facts(&running, None).unwrap();
         assert_eq!(facts_of.name, "shop-api-1");
-        assert_eq!(facts_of.service, "api");
+        assert_eq!(facts_of.service, "shop/api");
         assert_eq!(
             facts_of.ip,
             Some("172.20.0.5".parse().unwrap()),
@@ -932,19 +1122,9 @@ mod tests {
                 "{state}"
             );
         }
-        let swarm = container(
-            serde_json::json!({"Running": true}),
-            serde_json::json!({"com.docker.swarm.service.name": "web"}),
-        );
-        assert_eq!(facts(&swarm, None).unwrap().service, "web");
         let task = serde_json::json!({"com.docker.swarm.service.name": "web", "com.docker.swarm.task.id": "t1"});
-        assert!(
-            facts(
-                &container(serde_json::json!({"Running": true}), task.clone()),
-                None
-            )
-            .is_some()
-        );
+        let running_task = container(serde_json::json!({"Running": true}), task.clone());
+        assert_eq!(facts(&running_task, None).unwrap().service, "web");
         assert!(
             facts(
                 &container(serde_json::json!({"Running": false}), task),
@@ -963,9 +1143,72 @@ mod tests {
         );
     }
 
+    /// What a container belongs to is read off the labels its maker
+    /// writes, whole: one label copied joins nothing.
+    #[test]
+    fn a_container_belongs_to_a_service_by_every_label_of_it() {
+        let labels = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        type Labels<'a> = &'a [(&'a str, &'a str)];
+        let cases: &[(Labels<'_>, Option<&str>)] = &[
+            (
+                &[
+                    (COMPOSE_PROJECT_LABEL, "shop"),
+                    (COMPOSE_SERVICE_LABEL, "web"),
+                ],
+                Some("shop/web"),
+            ),
+            // A compose service's name alone: no project, no service.
+            (&[(COMPOSE_SERVICE_LABEL, "web")], None),
+            (&[(COMPOSE_PROJECT_LABEL, "shop")], None),
+            (
+                &[(COMPOSE_SERVICE_LABEL, "web"), (labels::ENABLE, "true")],
+                Some("container:blog-1"),
+            ),
+            (
+                &[(SWARM_SERVICE_LABEL, "shop_web"), (SWARM_TASK_LABEL, "t1")],
+                Some("shop_web"),
+            ),
+            // A Swarm service's name without a task.
+            (&[(SWARM_SERVICE_LABEL, "shop_web")], None),
+            // A Swarm task wins over compose labels copied beside it.
+            (
+                &[
+                    (SWARM_SERVICE_LABEL, "shop_web"),
+                    (SWARM_TASK_LABEL, "t1"),
+                    (COMPOSE_PROJECT_LABEL, "shop"),
+                    (COMPOSE_SERVICE_LABEL, "web"),
+                ],
+                Some("shop_web"),
+            ),
+            // A container of no service that declares routes.
+            (&[(labels::ENABLE, "true")], Some("container:blog-1")),
+            (&[(labels::ENABLE, "false")], None),
+            (
+                &[(COMPOSE_PROJECT_LABEL, " "), (COMPOSE_SERVICE_LABEL, "web")],
+                None,
+            ),
+        ];
+        for (pairs, expected) in cases {
+            assert_eq!(
+                member_of("blog-1", &labels(pairs)).as_deref(),
+                *expected,
+                "{pairs:?}"
+            );
+        }
+        assert_eq!(member_of("", &labels(&[(labels::ENABLE, "true")])), None);
+    }
+
     #[test]
     fn two_builds_under_one_tag_have_two_labels() {
-        let compose = serde_json::json!({"com.docker.compose.service": "api"});
+        let compose = serde_json::json!({
+            "com.docker.compose.project": "shop",
+            "com.docker.compose.service": "api"
+        });
         let built = |reference: &str, id: &str| {
             let mut inspect = container(serde_json::json!({"Running": true}), compose.clone());
             inspect.image = Some(id.into());
@@ -1060,10 +1303,12 @@ mod tests {
     #[test]
     fn inventories_give_endpoints() {
         let mut inventory = DockerInventory::default();
-        for (id, service, ip, running) in [
-            ("1", "api", Some("10.0.0.1"), true),
-            ("2", "api", None, false),
-            ("3", "web", Some("10.0.0.3"), true),
+        for (id, service, ip, running, vouch) in [
+            ("1", "api", Some("10.0.0.1"), true, Vouch::Confirmed),
+            ("2", "api", None, false, Vouch::Unknown),
+            ("3", "web", Some("10.0.0.3"), true, Vouch::Unknown),
+            // A copy of a task's labels the swarm denied: no replica.
+            ("4", "api", Some("10.0.0.4"), true, Vouch::Denied),
         ] {
             inventory.containers.insert(
                 id.into(),
@@ -1077,6 +1322,8 @@ mod tests {
                     image: (id != "2").then(|| "api:1@sha256:4c0f12ab9d2e".into()),
                     created: String::new(),
                     labels: BTreeMap::new(),
+                    task: (vouch != Vouch::Unknown).then(|| format!("t{id}")),
+                    vouch,
                 },
             );
         }

@@ -343,7 +343,8 @@ impl Inventory for KubeInventory {
             .collect()
     }
 
-    /// The TLS Secrets the Ingresses of the node's class name, each once.
+    /// The TLS Secrets the Ingresses of the node's class name, each once,
+    /// asked for every host the Ingresses that name it list.
     fn certificates(&self) -> Vec<RuntimeCertificate> {
         let mut certificates: Vec<RuntimeCertificate> = self
             .ingresses
@@ -355,7 +356,18 @@ impl Inventory for KubeInventory {
             })
             .collect();
         certificates.sort_by(|a, b| a.source.cmp(&b.source));
-        certificates.dedup_by(|a, b| a.source == b.source);
+        // `dedup_by` hands the later one first: its hosts join the kept one.
+        certificates.dedup_by(|later, kept| {
+            let same = later.source == kept.source;
+            if same {
+                for host in later.hosts.drain(..) {
+                    if !kept.hosts.contains(&host) {
+                        kept.hosts.push(host);
+                    }
+                }
+            }
+            same
+        });
         certificates
     }
 }
@@ -1512,14 +1524,14 @@ mod tests {
         let routes: Vec<(String, String)> = inv
             .routes()
             .into_iter()
-            .map(|d| (d.name, d.service))
+            .map(|d| (d.route_name(), d.service))
             .collect();
         assert_eq!(
             routes,
             [
-                ("billing.pay.0.0".to_string(), "billing/pay".to_string()),
-                ("shop.web.0.0".to_string(), "cart".to_string()),
-                ("shop.api.0.0".to_string(), "api".to_string()),
+                ("billing/pay/0.0".to_string(), "billing/pay".to_string()),
+                ("shop/web/0.0".to_string(), "cart".to_string()),
+                ("shop/api/0.0".to_string(), "api".to_string()),
             ]
         );
         let sources: Vec<String> = inv.certificates().into_iter().map(|c| c.source).collect();

@@ -3,8 +3,12 @@
 //! A service whose containers carry `picket.enable=true` declares one
 //! route per name in its `picket.route.<name>.<setting>` labels: `host`,
 //! `path_prefix`, `port` and the settings [`declared::keys`] lists. The
-//! route sends to the service itself. Without `picket.enable=true` the
-//! labels are ignored, so a label set by mistake exposes nothing.
+//! route sends to the service itself, and is named by it
+//! (`shop/web/api`: route `api` of the compose service `web` of project
+//! `shop`). A container of no compose or Swarm service is a service of
+//! its own, named after the container (`container:blog`), as Traefik
+//! names it. Without `picket.enable=true` the labels are ignored, so a
+//! label set by mistake exposes nothing.
 //!
 //! The labels are read off the containers the node already follows, from
 //! the inventory and the event stream: nothing polls. In a Swarm they are
@@ -28,7 +32,8 @@ pub fn ours(key: &str) -> bool {
     key.starts_with("picket.")
 }
 
-/// The routes `labels` declare for `service`.
+/// The routes `labels` declare for `service` (as
+/// [`super::docker::member_of`] names it).
 pub fn routes(service: &str, labels: &BTreeMap<String, String>) -> Vec<Declared> {
     if labels.get(ENABLE).map(|v| v.trim()) != Some("true") {
         return Vec::new();
@@ -44,11 +49,18 @@ pub fn routes(service: &str, labels: &BTreeMap<String, String>) -> Vec<Declared>
             .or_default()
             .push((setting.to_string(), value.clone()));
     }
+    let kind = if service.starts_with(super::docker::CONTAINER_PREFIX) {
+        "container"
+    } else {
+        "service"
+    };
     by_name
         .into_iter()
         .map(|(name, fields)| Declared {
-            kind: "service",
+            kind,
             object: service.to_string(),
+            tenant: None,
+            since_ms: None,
             name: name.to_string(),
             service: service.to_string(),
             fields,

@@ -143,14 +143,14 @@ impl Board {
         for refusal in refused.iter() {
             let judgement = super::Judgement {
                 heart: picket_proto::Heart::Red,
-                reason: format!("refused ({}): {}", refusal.declared_by, refusal.reason),
+                reason: format!("refused ({}): {}", refusal.declared_by, refusal.rule),
                 ready: 0,
                 total: 0,
                 images: Vec::new(),
                 circuit: picket_proto::BreakerState::Disabled,
             };
-            changed |= verdicts.update(&refusal.shown_as, judgement, None, now);
-            names.push(refusal.shown_as.as_str());
+            changed |= verdicts.update(&refusal.name, judgement, None, now);
+            names.push(refusal.name.as_str());
         }
         changed |= verdicts.retain(&names);
         if changed {

@@ -300,7 +300,7 @@ fn the_swarm_stack_deploys_routes_judges_and_goes() {
         routes["routes"]
             .as_array()?
             .iter()
-            .find(|r| r["name"] == "blog")
+            .find(|r| r["name"] == format!("{}/blog", blog.0))
             .cloned()
     });
     assert_eq!(

@@ -24,14 +24,15 @@ fn config(network: &Network, endpoint: Option<&str>) -> String {
     // these tests' patience, not the default 30 s.
     format!(
         "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\n{endpoint}breaker = {{ cooldown = \"1s\" }}\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = 8080\nconnect_timeout = \"1s\"\n",
-        network.name
+         [[route]]\nname = \"api\"\nservice = \"{}/api\"\nport = 8080\nconnect_timeout = \"1s\"\n",
+        network.name, network.name
     )
 }
 
 fn api(version: &str) -> Spec<'_> {
     Spec {
         service: "api",
+        project: None,
         version,
         healthy: None,
         labels: &[],
@@ -148,6 +149,7 @@ async fn healthchecks_pauses_and_images() {
         &network,
         &Spec {
             service: "api",
+            project: None,
             version: "1",
             healthy: Some(true),
             labels: &[],
@@ -157,6 +159,7 @@ async fn healthchecks_pauses_and_images() {
         &network,
         &Spec {
             service: "api",
+            project: None,
             version: "1",
             healthy: Some(false),
             labels: &[],
@@ -343,6 +346,7 @@ async fn a_compose_service_declares_its_route_in_labels() {
         &network,
         &Spec {
             service: "shop",
+            project: None,
             version: "1",
             healthy: None,
             labels: &[
@@ -373,9 +377,17 @@ async fn a_compose_service_declares_its_route_in_labels() {
     let (_, routes) = node.admin_json("/v1/routes").await;
     let route = routes["routes"]
         .as_array()
-        .and_then(|r| r.iter().find(|r| r["name"] == "shop").cloned())
+        .and_then(|r| {
+            r.iter()
+                .find(|r| r["name"] == format!("{}/shop/shop", network.name))
+                .cloned()
+        })
         .expect("shop in /v1/routes");
-    assert_eq!(route["declared_by"], "service shop", "{route}");
+    assert_eq!(
+        route["declared_by"],
+        format!("service {}/shop", network.name),
+        "{route}"
+    );
 
     drop(shop);
     let deadline = tokio::time::Instant::now() + SOON;

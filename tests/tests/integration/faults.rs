@@ -265,6 +265,7 @@ async fn docker_replicas_and_engine() {
     let network = Network::create();
     let spec = Spec {
         service: "api",
+        project: None,
         version: "1",
         healthy: None,
         labels: &[],
@@ -273,10 +274,11 @@ async fn docker_replicas_and_engine() {
     let mut relay = Relay::start().await;
     let routes = format!(
         "[runtime]\nkind = \"docker\"\nnetwork = \"{}\"\nendpoint = \"{}\"\n{RUNTIME_BREAKER}\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = 8080\n\
+         [[route]]\nname = \"api\"\nservice = \"{}/api\"\nport = 8080\n\
          connect_timeout = \"1s\"\nfirst_answer_timeout = \"1s\"\ntries = 3\n",
         network.name,
-        relay.endpoint()
+        relay.endpoint(),
+        network.name
     );
     let nodes = cluster::three(dir.path(), FEED, [&routes, &routes, &routes], INTERVAL).await;
     let ready_on_all = async |ready: u32, what: &str| {

@@ -118,7 +118,7 @@ async fn an_ingress_of_the_class_is_served_within_a_second_and_goes_with_it() {
     let (_, routes) = node.admin_json("/v1/routes").await;
     let cart_route = routes["routes"]
         .as_array()
-        .and_then(|r| r.iter().find(|r| r["name"] == "test.shop.0.0").cloned())
+        .and_then(|r| r.iter().find(|r| r["name"] == "test/shop/0.0").cloned())
         .expect("the Ingress's first path in /v1/routes");
     assert_eq!(
         cart_route["declared_by"], "ingress test/shop",
@@ -129,7 +129,7 @@ async fn an_ingress_of_the_class_is_served_within_a_second_and_goes_with_it() {
         "{cart_route}"
     );
     eventually("the Ingress's route green", SOON, || {
-        node.verdict("test.shop.0.0")
+        node.verdict("test/shop/0.0")
             .is_some_and(|v| v.heart == Heart::Green && v.ready == 1)
     })
     .await;
@@ -170,22 +170,22 @@ async fn an_ingress_of_the_class_is_served_within_a_second_and_goes_with_it() {
     });
     kube.apply(Kind::Ingresses, &store);
     eventually("the bad Ingresses judged", SOON, || {
-        node.verdict("test.bad.0.0").is_some() && node.verdict("test.store.0.0").is_some()
+        node.verdict("test/bad/0.0").is_some() && node.verdict("test/store/0.0").is_some()
     })
     .await;
-    let verdict = node.verdict("test.bad.0.0").expect("a verdict");
+    let verdict = node.verdict("test/bad/0.0").expect("a verdict");
     assert_eq!(verdict.heart, Heart::Red, "{verdict:?}");
     assert_eq!(
         verdict.reason.as_ref(),
         "Service test/cart has no port 9999",
         "{verdict:?}"
     );
-    let verdict = node.verdict("test.store.0.0").expect("a verdict");
+    let verdict = node.verdict("test/store/0.0").expect("a verdict");
     assert_eq!(verdict.heart, Heart::Red, "{verdict:?}");
     let (_, routes) = node.admin_json("/v1/routes").await;
     let store_route = routes["routes"]
         .as_array()
-        .and_then(|r| r.iter().find(|r| r["name"] == "test.store.0.0").cloned())
+        .and_then(|r| r.iter().find(|r| r["name"] == "test/store/0.0").cloned())
         .expect("the refused route in /v1/routes");
     assert_eq!(
         store_route["refused"],
@@ -197,15 +197,15 @@ async fn an_ingress_of_the_class_is_served_within_a_second_and_goes_with_it() {
     // The watch delivers in order: the other class's Ingress, put before
     // these, has been seen and left alone.
     assert_eq!(answer(&node, "blog.test", "/").await.0, 404);
-    assert!(node.verdict("test.blog.0.0").is_none());
+    assert!(node.verdict("test/blog/0.0").is_none());
 
     kube.delete(Kind::Ingresses, "shop");
     let gone = until_answers(&node, ("shop.test", "/cart/x"), (404, ""), AT_ONCE).await;
     eprintln!("FIGURE | route from an Ingress removed {gone:.1?} after its event");
     assert!(
-        node.verdict("test.shop.0.0").is_none() || {
+        node.verdict("test/shop/0.0").is_none() || {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            node.verdict("test.shop.0.0").is_none()
+            node.verdict("test/shop/0.0").is_none()
         }
     );
     node.stop().await;

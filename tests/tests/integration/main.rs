@@ -43,6 +43,7 @@ mod kube_ingress;
 mod kube_rbac;
 mod latency;
 mod layers;
+mod ownership;
 mod proxy;
 mod read_only;
 mod real_clients;

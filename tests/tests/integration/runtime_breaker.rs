@@ -16,7 +16,7 @@ use picket_tests::upstream::{Behaviour, Upstream};
 fn body(engine: &FakeDocker, port: u16, breaker: &str) -> String {
     format!(
         "[runtime]\nkind = \"docker\"\nendpoint = \"{}\"\n{breaker}\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = {port}\n",
+         [[route]]\nname = \"api\"\nservice = \"t/api\"\nport = {port}\n",
         engine.url()
     )
 }

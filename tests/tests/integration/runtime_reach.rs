@@ -49,7 +49,7 @@ async fn a_hung_engine_is_marked_stale_within_6_s_and_relisted_when_it_answers()
     engine.run("api-2", "api", true, "api:1");
     let node = TestNode::start(&format!(
         "[runtime]\nkind = \"docker\"\nendpoint = \"{}\"\nbreaker = {{ cooldown = \"2s\" }}\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = {port}\n",
+         [[route]]\nname = \"api\"\nservice = \"t/api\"\nport = {port}\n",
         engine.url()
     ));
     eventually("2 of 2, current", SOON, || {
@@ -108,7 +108,7 @@ async fn one_engine_of_two_down_keeps_the_data_stale() {
     engines[1].run("b-1", "api", true, "api:1");
     let node = TestNode::start(&format!(
         "[runtime]\nkind = \"swarm\"\nproxies = [\"{}\", \"{}\"]\nbreaker = {{ cooldown = \"1s\" }}\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = {port}\n",
+         [[route]]\nname = \"api\"\nservice = \"t/api\"\nport = {port}\n",
         engines[0].addr, engines[1].addr
     ));
     eventually("2 of 2 from two engines", SOON, || {
@@ -153,7 +153,7 @@ async fn an_engine_that_refuses_falls_back_to_connect_checks_and_recovers() {
     let node = TestNode::start(&format!(
         "[runtime]\nkind = \"docker\"\nendpoint = \"{}\"\nbreaker = {{ cooldown = \"1s\" }}\n\
          [global]\ncheck_every = \"1s\"\ncheck_timeout = \"300ms\"\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = {port}\n",
+         [[route]]\nname = \"api\"\nservice = \"t/api\"\nport = {port}\n",
         engine.url()
     ));
     let by_name = Target::Named {
@@ -195,7 +195,7 @@ async fn an_engine_that_refuses_only_events_is_listed_every_cooldown() {
     engine.set_mode(Mode::ForbidsEvents);
     let node = TestNode::start(&format!(
         "[runtime]\nkind = \"docker\"\nendpoint = \"{}\"\nbreaker = {{ cooldown = \"1s\" }}\n\
-         [[route]]\nname = \"api\"\nservice = \"api\"\nport = {port}\n",
+         [[route]]\nname = \"api\"\nservice = \"t/api\"\nport = {port}\n",
         engine.url()
     ));
     eventually("the listed container, not a check by name", SOON, || {

@@ -122,10 +122,12 @@ async fn labels_add_change_and_remove_a_route_within_a_second() {
         &created(1),
     );
     let added = until_answers(&node, ("shop.test", "/x"), (200, "shop"), AT_ONCE).await;
-    let shown = route_json(&node, "shop").await.expect("shop in /v1/routes");
-    assert_eq!(shown["declared_by"], "service shop", "{shown}");
+    let shown = route_json(&node, "t/shop/shop")
+        .await
+        .expect("shop in /v1/routes");
+    assert_eq!(shown["declared_by"], "service t/shop", "{shown}");
     assert_eq!(shown["connect_timeout_ms"], 2000, "{shown}");
-    assert_eq!(shown["upstream"], format!("service shop, port {port}"));
+    assert_eq!(shown["upstream"], format!("service t/shop, port {port}"));
 
     // The service is recreated with other labels: its newest container
     // speaks for it.
@@ -146,7 +148,7 @@ async fn labels_add_change_and_remove_a_route_within_a_second() {
     engine.remove("shop-1");
     engine.remove("shop-2");
     let removed = until_answers(&node, ("shop.test", "/v2/x"), (404, ""), AT_ONCE).await;
-    assert!(route_json(&node, "shop").await.is_none());
+    assert!(route_json(&node, "t/shop/shop").await.is_none());
     eprintln!(
         "FIGURE | route from labels: added in {added:.1?}, changed in {changed:.1?}, removed in {removed:.1?}"
     );
@@ -202,18 +204,20 @@ async fn a_bad_label_or_a_conflict_with_the_file_is_a_red_route_with_its_reason(
     );
     until_answers(&node, ("blog.test", "/"), (200, "blog"), SOON).await;
     eventually("both refusals judged", SOON, || {
-        node.verdict("bad").is_some() && node.verdict("clash").is_some()
+        node.verdict("t/bad/bad").is_some() && node.verdict("t/clash/clash").is_some()
     })
     .await;
 
-    let bad = route_json(&node, "bad").await.expect("bad in /v1/routes");
+    let bad = route_json(&node, "t/bad/bad")
+        .await
+        .expect("bad in /v1/routes");
     let reason = bad["refused"].as_str().unwrap_or_default();
     assert!(
         reason.starts_with("picket.route.bad.tries: tries = 0 is out of range"),
         "{bad}"
     );
-    assert_eq!(bad["declared_by"], "service bad");
-    let verdict = node.verdict("bad").expect("a verdict on bad");
+    assert_eq!(bad["declared_by"], "service t/bad");
+    let verdict = node.verdict("t/bad/bad").expect("a verdict on bad");
     assert_eq!(verdict.heart, Heart::Red);
     assert!(
         verdict.reason.contains("picket.route.bad.tries"),
@@ -225,15 +229,20 @@ async fn a_bad_label_or_a_conflict_with_the_file_is_a_red_route_with_its_reason(
         "a refused route serves nothing"
     );
 
-    let clash = route_json(&node, "clash")
+    let clash = route_json(&node, "t/clash/clash")
         .await
         .expect("clash in /v1/routes");
     let reason = clash["refused"].as_str().unwrap_or_default();
     assert!(
-        reason.contains("files.test/ is served by route \"files\" of the file; the file wins"),
+        reason.contains(
+            "files.test is served by route \"files\" of the file: every path under it is the file's"
+        ),
         "{clash}"
     );
-    assert_eq!(node.verdict("clash").map(|v| v.heart), Some(Heart::Red));
+    assert_eq!(
+        node.verdict("t/clash/clash").map(|v| v.heart),
+        Some(Heart::Red)
+    );
     assert_eq!(
         answer(&node, "files.test", "/").await,
         (200, "files".into()),
@@ -263,7 +272,7 @@ async fn a_bad_label_or_a_conflict_with_the_file_is_a_red_route_with_its_reason(
     );
     until_answers(&node, ("bad.test", "/"), (200, "blog"), AT_ONCE).await;
     assert!(
-        route_json(&node, "bad")
+        route_json(&node, "t/bad/bad")
             .await
             .is_some_and(|r| r["refused"].is_null()),
         "served now"
@@ -521,11 +530,11 @@ async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
         picket::node::Reload::Refused(_)
     ));
     until_answers(&node, ("blog.test", "/"), (200, "files"), AT_ONCE).await;
-    let refused = route_json(&node, "blog").await.expect("blog listed");
+    let refused = route_json(&node, "t/blog/blog").await.expect("blog listed");
     assert!(
         refused["refused"]
             .as_str()
-            .is_some_and(|r| r.ends_with("the file wins")),
+            .is_some_and(|r| r.ends_with("every path under it is the file's")),
         "{refused}"
     );
 
@@ -538,7 +547,7 @@ async fn a_reload_keeps_label_routes_and_its_new_routes_win() {
     ));
     until_answers(&node, ("blog.test", "/"), (200, "blog"), AT_ONCE).await;
     assert!(
-        route_json(&node, "blog")
+        route_json(&node, "t/blog/blog")
             .await
             .is_some_and(|r| r["refused"].is_null())
     );
@@ -598,7 +607,7 @@ fn a_refused_label_is_logged_once_and_each_change_once() {
             .filter(|l| l.contains("route from the runtime refused"))
             .collect();
         assert_eq!(refused.len(), 1, "{log}");
-        assert!(refused[0].contains("service bad"), "{}", refused[0]);
+        assert!(refused[0].contains("service t/bad"), "{}", refused[0]);
         assert!(
             refused[0].contains("picket.route.bad.tries: tries = 0 is out of range"),
             "{}",

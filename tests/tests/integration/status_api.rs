@@ -120,7 +120,7 @@ async fn every_endpoint_answers_as_documented() {
     check(&spec, "/v1/routes/{name}", "404", &missing);
     let error = missing["error"].as_str().unwrap();
     assert!(
-        error.len() < 160 && error.contains("(4000 characters)"),
+        error.len() < 320 && error.contains("(4000 characters)"),
         "{error}"
     );
 

@@ -381,39 +381,69 @@ impl Validator<'_> {
             return None;
         };
         let name = service.get_ref();
-        let (namespace, bare) = match name.split_once('/') {
-            Some((namespace, bare)) => (Some(namespace), bare),
-            None => (None, name.as_str()),
+        let container = name.strip_prefix("container:");
+        let (namespace, bare) = match (container, name.split_once('/')) {
+            (Some(container), _) => (None, container),
+            (None, Some((namespace, bare))) => (Some(namespace), bare),
+            (None, None) => (None, name.as_str()),
         };
         if !is_name(bare) {
             self.problem(
                 service.span(),
-                format!("service {name:?} must be 1 to 63 letters, digits, '.', '_' or '-', after an optional \"namespace/\""),
+                format!("service {name:?} must be 1 to 63 letters, digits, '.', '_' or '-', after an optional \"namespace/\" (Kubernetes) or \"project/\" (compose)"),
             );
             return None;
         }
-        if let Some(namespace) = namespace {
-            let watched = runtime
-                .namespaces
-                .iter()
-                .any(|n| n == "*" || n == namespace)
-                || runtime.namespace.as_deref() == Some(namespace);
-            if runtime.kind != RuntimeKind::Kubernetes {
-                self.problem(
-                    service.span(),
-                    format!("service {name:?} names a namespace: only runtime kind \"kubernetes\" has namespaces"),
-                );
-                return None;
+        let docker = matches!(runtime.kind, RuntimeKind::Docker | RuntimeKind::Swarm);
+        if container.is_some() && !docker {
+            self.problem(
+                service.span(),
+                format!("service {name:?} names a container: only runtime kinds \"docker\" and \"swarm\" have containers"),
+            );
+            return None;
+        }
+        match namespace {
+            // A compose project: lowercase letters, digits, '-' and '_'.
+            Some(project) if docker => {
+                let valid = project
+                    .bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                    && project.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_')
+                    });
+                if !valid {
+                    self.problem(
+                        service.span(),
+                        format!("service {name:?}: {project:?} is not a compose project name (lowercase letters, digits, '-' and '_')"),
+                    );
+                    return None;
+                }
             }
-            if !is_dns_label(namespace) || !watched {
-                self.problem(
-                    service.span(),
-                    format!(
-                        "service {name:?} is in namespace {namespace:?}, which this node does not watch: add it to `[runtime] namespaces`"
-                    ),
-                );
-                return None;
+            Some(namespace) => {
+                let watched = runtime
+                    .namespaces
+                    .iter()
+                    .any(|n| n == "*" || n == namespace)
+                    || runtime.namespace.as_deref() == Some(namespace);
+                if runtime.kind != RuntimeKind::Kubernetes {
+                    self.problem(
+                        service.span(),
+                        format!("service {name:?} names a namespace: only runtime kind \"kubernetes\" has namespaces"),
+                    );
+                    return None;
+                }
+                if !is_dns_label(namespace) || !watched {
+                    self.problem(
+                        service.span(),
+                        format!(
+                            "service {name:?} is in namespace {namespace:?}, which this node does not watch: add it to `[runtime] namespaces`"
+                        ),
+                    );
+                    return None;
+                }
             }
+            None => {}
         }
         if runtime.kind == RuntimeKind::None {
             self.problem(

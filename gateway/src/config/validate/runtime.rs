@@ -94,7 +94,16 @@ impl Validator<'_> {
                 "runtime kind \"swarm\" needs `proxies`: the socket proxy of every engine",
             );
         }
-        let namespaces = self.namespaces(raw.namespaces.as_ref(), kind);
+        let (namespaces, namespace_hosts) = self.namespaces(raw.namespaces.as_ref(), kind);
+        let hosts = raw.hosts.as_ref().map(|list| {
+            if kind == RuntimeKind::None {
+                self.problem(
+                    list.span(),
+                    "`hosts` has no meaning for runtime kind \"none\": no route comes from a runtime",
+                );
+            }
+            self.host_patterns(list)
+        });
         let ingress_class = match ingress_class {
             // An IngressClass's name: a DNS subdomain of lowercase labels.
             Some(class) if class.len() <= 253 && class.split('.').all(is_dns_label) => class,
@@ -122,25 +131,39 @@ impl Validator<'_> {
             namespaces,
             ingress_class,
             breaker,
+            hosts: HostRules {
+                hosts,
+                namespaces: namespace_hosts,
+            },
         }
     }
 
     pub(super) fn namespaces(
         &mut self,
-        raw: Option<&Spanned<Vec<Spanned<String>>>>,
+        raw: Option<&Spanned<RawNamespaces>>,
         kind: RuntimeKind,
-    ) -> Vec<String> {
-        let Some(list) = raw else {
-            return Vec::new();
+    ) -> (Vec<String>, Vec<(String, Vec<HostPattern>)>) {
+        let Some(raw) = raw else {
+            return (Vec::new(), Vec::new());
         };
         if kind != RuntimeKind::Kubernetes {
             self.problem(
-                list.span(),
+                raw.span(),
                 format!("`namespaces` has no meaning for runtime kind \"{kind}\""),
             );
         }
+        let (names, mut hosts): (Vec<&Spanned<String>>, _) = match raw.get_ref() {
+            RawNamespaces::List(list) => (list.iter().collect(), Vec::new()),
+            RawNamespaces::Hosts(table) => {
+                let mut hosts = Vec::new();
+                for (namespace, patterns) in table {
+                    hosts.push((namespace.get_ref().clone(), self.host_patterns(patterns)));
+                }
+                (table.iter().map(|(n, _)| n).collect(), hosts)
+            }
+        };
         let mut namespaces = Vec::new();
-        for entry in list.get_ref() {
+        for entry in names {
             let name = entry.get_ref();
             if name == "*" || is_dns_label(name) {
                 namespaces.push(name.clone());
@@ -153,15 +176,44 @@ impl Validator<'_> {
                 );
             }
         }
-        if namespaces.iter().any(|n| n == "*") && namespaces.len() > 1 {
+        if matches!(raw.get_ref(), RawNamespaces::List(_))
+            && namespaces.iter().any(|n| n == "*")
+            && namespaces.len() > 1
+        {
             self.problem(
-                list.span(),
+                raw.span(),
                 "`namespaces` with \"*\" watches every namespace: list nothing else",
             );
         }
+        // In the table form, "*" holds the namespaces it does not list, and
+        // watches every namespace.
+        if namespaces.iter().any(|n| n == "*") {
+            namespaces = vec!["*".to_string()];
+        }
         namespaces.sort();
         namespaces.dedup();
-        namespaces
+        hosts.sort_by(|a, b| a.0.cmp(&b.0));
+        (namespaces, hosts)
+    }
+
+    /// Host patterns: `"*"`, `"*.example.com"` or a host name.
+    pub(super) fn host_patterns(
+        &mut self,
+        raw: &Spanned<Vec<Spanned<String>>>,
+    ) -> Vec<HostPattern> {
+        let mut patterns = Vec::new();
+        for entry in raw.get_ref() {
+            if entry.get_ref() == "*" {
+                patterns.push(HostPattern::Any);
+                continue;
+            }
+            match self.host(entry) {
+                Some(HostMatch::Exact(name)) => patterns.push(HostPattern::Exact(name)),
+                Some(HostMatch::Suffix(suffix)) => patterns.push(HostPattern::Under(suffix)),
+                None => {}
+            }
+        }
+        patterns
     }
 
     pub(super) fn runtime_breaker(&mut self, raw: &RawRuntimeBreaker) -> RuntimeBreakerSettings {

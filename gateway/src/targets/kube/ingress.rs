@@ -8,7 +8,10 @@
 //! cluster's default controller.
 //!
 //! Each path of each rule is one route to the backend Service of the
-//! Ingress's namespace, by port number or by the Service port's name;
+//! Ingress's namespace, by port number or by the Service port's name,
+//! named `namespace/ingress/rule.path` (`namespace/ingress/default` for
+//! its default backend); the namespace is its tenant
+//! ([`crate::config::ownership`]);
 //! `defaultBackend` is a route for any host and every path. A path of
 //! type `Exact` matches itself alone; `Prefix` and `ImplementationSpecific`
 //! match at a segment boundary. What cannot be served (a backend by
@@ -18,30 +21,6 @@
 use super::objects::{HttpIngressPath, Ingress, IngressBackend, Secret};
 use crate::config::declared::Declared;
 use crate::targets::RuntimeCertificate;
-
-/// The longest route name (`[[route]] name`).
-const MAX_NAME: usize = 63;
-
-/// The route name of one path of an Ingress: `namespace.ingress.rule.path`
-/// (`namespace.ingress.default` for its default backend), cut to fit with
-/// a digest of the whole, so that every node names it alike.
-fn route_name(namespace: &str, ingress: &str, at: &str) -> String {
-    let whole = format!("{namespace}.{ingress}.{at}");
-    if whole.len() <= MAX_NAME {
-        return whole;
-    }
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, whole.as_bytes());
-    let tag: String = digest.as_ref()[..4]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    // Names are ASCII (DNS names); cut at a character boundary regardless.
-    let mut end = MAX_NAME - tag.len() - 1;
-    while !whole.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}-{tag}", &whole[..end])
-}
 
 /// The routes `ingress` declares, when it is of `class`.
 pub fn routes(ingress: &Ingress, class: &str) -> Vec<Declared> {
@@ -54,6 +33,11 @@ pub fn routes(ingress: &Ingress, class: &str) -> Vec<Declared> {
     let namespace = ingress.metadata.namespace.as_deref().unwrap_or("default");
     let name = ingress.metadata.name.as_deref().unwrap_or_default();
     let object = format!("{namespace}/{name}");
+    let since_ms = ingress
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond());
     let declared = |at: String,
                     host: Option<&str>,
                     path: Option<&HttpIngressPath>,
@@ -105,7 +89,9 @@ pub fn routes(ingress: &Ingress, class: &str) -> Vec<Declared> {
         Declared {
             kind: "ingress",
             object: object.clone(),
-            name: route_name(namespace, name, &at),
+            tenant: Some(namespace.to_string()),
+            since_ms,
+            name: at,
             service,
             fields,
             prefix: format!("ingress {object}, {place}: "),
@@ -133,8 +119,10 @@ pub fn routes(ingress: &Ingress, class: &str) -> Vec<Declared> {
 
 /// The certificates of the TLS Secrets `ingress` names, when it is of
 /// `class`: each Secret of its namespace of type `kubernetes.io/tls` with
-/// both `tls.crt` and `tls.key`. A Secret named but absent is left out
-/// (the node serves the names without it until it appears).
+/// both `tls.crt` and `tls.key`, asked to serve the `hosts` its entry
+/// lists (and no other name: an entry without hosts asks for none). A
+/// Secret named but absent is left out (the node serves the names without
+/// it until it appears).
 pub fn certificates<'a>(
     ingress: &Ingress,
     class: &str,
@@ -149,8 +137,8 @@ pub fn certificates<'a>(
     let namespace = ingress.metadata.namespace.as_deref().unwrap_or("default");
     spec.tls
         .iter()
-        .filter_map(|tls| tls.secret_name.as_deref())
-        .filter_map(|wanted| {
+        .filter_map(|tls| Some((tls, tls.secret_name.as_deref()?)))
+        .filter_map(|(tls, wanted)| {
             let secret = secrets.clone().find(|s| {
                 s.metadata.name.as_deref() == Some(wanted)
                     && s.metadata.namespace.as_deref().unwrap_or("default") == namespace
@@ -161,6 +149,8 @@ pub fn certificates<'a>(
             let data = secret.data.as_ref()?;
             Some(RuntimeCertificate {
                 source: format!("secret {namespace}/{wanted}"),
+                hosts: tls.hosts.clone(),
+                tenant: Some(namespace.to_string()),
                 cert_pem: data.cert.as_ref()?.0.clone(),
                 key_pem: data.key.as_ref()?.0.clone(),
             })
@@ -178,7 +168,10 @@ mod tests {
 
     fn shop(class: &str) -> Ingress {
         ingress(serde_json::json!({
-            "metadata": { "name": "shop", "namespace": "web" },
+            "metadata": {
+                "name": "shop", "namespace": "web",
+                "creationTimestamp": "2026-12-01T00:00:00Z"
+            },
             "spec": {
                 "ingressClassName": class,
                 "defaultBackend": { "service": { "name": "home", "port": { "number": 80 } } },
@@ -244,14 +237,14 @@ mod tests {
             got,
             [
                 (
-                    "web.shop.default",
+                    "default",
                     "web/home",
                     vec![("path_prefix", "/"), ("port", "80")],
                     false,
                     None
                 ),
                 (
-                    "web.shop.0.0",
+                    "0.0",
                     "web/cart",
                     vec![
                         ("host", "shop.example.com"),
@@ -262,7 +255,7 @@ mod tests {
                     None
                 ),
                 (
-                    "web.shop.0.1",
+                    "0.1",
                     "web/api",
                     vec![
                         ("host", "shop.example.com"),
@@ -273,14 +266,14 @@ mod tests {
                     None
                 ),
                 (
-                    "web.shop.0.2",
+                    "0.2",
                     "",
                     vec![("host", "shop.example.com"), ("path_prefix", "/static")],
                     false,
                     Some("a backend by resource is not a Service; Picket serves Services only")
                 ),
                 (
-                    "web.shop.1.0",
+                    "1.0",
                     "web/api",
                     vec![("host", "*.shop.example.com"), ("path_prefix", "/")],
                     false,
@@ -288,32 +281,16 @@ mod tests {
                 ),
             ]
         );
-        assert!(
-            declared
-                .iter()
-                .all(|d| d.kind == "ingress" && d.object == "web/shop")
-        );
+        assert!(declared.iter().all(|d| d.kind == "ingress"
+            && d.object == "web/shop"
+            && d.tenant.as_deref() == Some("web")
+            && d.since_ms == Some(1_796_083_200_000)));
+        assert_eq!(declared[1].route_name(), "web/shop/0.0");
         assert_eq!(
             declared[1].prefix,
             "ingress web/shop, shop.example.com/cart: "
         );
         assert_eq!(declared[0].prefix, "ingress web/shop, any host, /: ");
-    }
-
-    #[test]
-    fn a_long_name_is_cut_with_a_digest_of_the_whole() {
-        let long = "a".repeat(80);
-        let one = route_name("web", &long, "0.0");
-        let other = route_name("web", &long, "0.1");
-        assert_eq!(one.len(), MAX_NAME);
-        assert_eq!(other.len(), MAX_NAME);
-        assert_ne!(one, other, "two paths keep two names");
-        assert_eq!(
-            one,
-            route_name("web", &long, "0.0"),
-            "every node names it alike"
-        );
-        assert_eq!(route_name("web", "shop", "0.0"), "web.shop.0.0");
     }
 
     #[test]
@@ -339,6 +316,8 @@ mod tests {
             got,
             [RuntimeCertificate {
                 source: "secret web/shop-tls".into(),
+                hosts: vec!["shop.example.com".into()],
+                tenant: Some("web".into()),
                 cert_pem: b"CERT".to_vec(),
                 key_pem: b"KEY".to_vec(),
             }]

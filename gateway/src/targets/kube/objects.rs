@@ -195,7 +195,8 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error>
 }
 
 /// The metadata a node reads: what names an object, what the watch
-/// resumes from, the labels selectors match and whether it is going away.
+/// resumes from, the labels selectors match, when it was made (the older
+/// of two declarers wins) and whether it is going away.
 /// Annotations, owners and managed fields (often most of an object) are
 /// skipped.
 #[derive(Deserialize)]
@@ -206,6 +207,7 @@ struct Meta {
     uid: Option<String>,
     resource_version: Option<String>,
     labels: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
 }
 
@@ -217,6 +219,7 @@ fn meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Err
         uid: meta.uid,
         resource_version: meta.resource_version,
         labels: meta.labels,
+        creation_timestamp: meta.creation_timestamp,
         deletion_timestamp: meta.deletion_timestamp,
         ..ObjectMeta::default()
     })
