@@ -27,6 +27,10 @@
 # proxies, upstream and wrk alike, may run on CPUs 0 to n-1. HAProxy joins
 # the comparison when it is installed.
 #
+# With BEFORE=path/to/picket another build of Picket (the commit before a
+# change) joins as target `before`, on its own port, pinned as Picket is,
+# in the same interleaved rounds: a change's cost is the ratio of the two.
+#
 # Pinning (one worker): the proxy under test on CPU 0; the upstream (nginx,
 # one worker, a 100-byte body) and wrk (-t1 -c64, keep-alive) on CPU 1.
 # Needs: nginx, wrk, taskset; builds picket in release.
@@ -54,6 +58,7 @@ need nginx wrk taskset
 build_picket
 
 upstream_port=18101; nginx_port=18102; picket_port=18103; picket_admin=18104; haproxy_port=18105
+before_port=18106; before_admin=18107
 
 upstream_conf "$work/upstream.conf" "$upstream_port" "$work"
 
@@ -104,8 +109,15 @@ TOML
 start_pinned
 
 targets="direct nginx picket"
+if [ -n "${BEFORE:-}" ]; then
+  sed -e "s/$picket_port/$before_port/" -e "s/$picket_admin/$before_admin/" "$work/picket.toml" > "$work/before.toml"
+  PICKET_LOG=warn PICKET_ACCESS_LOG=${PICKET_ACCESS_LOG:-off} taskset -c "$proxy_cpus" "$BEFORE" run --config "$work/before.toml" &
+  sleep 1
+  before_pid=$(pgrep -f "$BEFORE run --config $work/before.toml" | head -1)
+  targets="$targets before"
+fi
 if [ -n "$haproxy_bin" ]; then
-  targets="direct nginx haproxy picket"
+  targets="direct nginx haproxy ${targets#direct nginx }"
   # Keep-alive both ways, connections to the upstream shared by every
   # client, X-Forwarded-For added: what the others do.
   cat > "$work/haproxy.cfg" <<HAPROXY
@@ -130,7 +142,7 @@ HAPROXY
   haproxy_pid=$(pgrep -f "$haproxy_bin -db -f $work/haproxy.cfg" | head -1)
 fi
 
-for port in $upstream_port $nginx_port $picket_port ${haproxy_bin:+$haproxy_port}; do
+for port in $upstream_port $nginx_port $picket_port ${haproxy_bin:+$haproxy_port} ${BEFORE:+$before_port}; do
   curl -sf -o /dev/null "http://127.0.0.1:$port/" || { echo "bench: nothing answers on $port" >&2; exit 1; }
 done
 
@@ -164,6 +176,7 @@ for round in $(seq 1 "$rounds"); do
       nginx) port=$nginx_port; pid=$nginx_worker ;;
       haproxy) port=$haproxy_port; pid=$haproxy_pid ;;
       picket) port=$picket_port; pid=$picket_pid ;;
+      before) port=$before_port; pid=$before_pid ;;
     esac
     before=0; [ -n "$pid" ] && before=$(cpu_ticks "$pid")
     read -r rps p50 p99 n < <(load "$port")
@@ -196,6 +209,11 @@ if [ -n "$haproxy_bin" ]; then
   h_rps=$(echo "${all[haproxy]}" | column 1); h_p99=$(echo "${all[haproxy]}" | column 3); h_cpu=$(echo "${all[haproxy]}" | column 4)
   awk -v a="$p_rps" -v b="$h_rps" -v pp="$p_p99" -v hp="$h_p99" -v pc="$p_cpu" -v hc="$h_cpu" 'BEGIN {
     printf "picket/haproxy requests/s: %.2f×; p99: %.2f×; CPU per request: haproxy %.2f µs (%.2f×)\n", a / b, pp / hp, hc, pc / hc }'
+fi
+if [ -n "${BEFORE:-}" ]; then
+  b_rps=$(echo "${all[before]}" | column 1); b_p99=$(echo "${all[before]}" | column 3); b_cpu=$(echo "${all[before]}" | column 4)
+  awk -v a="$p_rps" -v b="$b_rps" -v pp="$p_p99" -v bp="$b_p99" -v pc="$p_cpu" -v bc="$b_cpu" -v n="$n_rps" -v nc="$n_cpu" 'BEGIN {
+    printf "picket/before requests/s: %.3f×; p99: %.2f×; CPU per request: before %.2f µs (%.3f×); before/nginx: %.2f× rate at %.2f× CPU\n", a / b, pp / bp, bc, pc / bc, b / n, bc / nc }'
 fi
 if [ "${ACCESS_LOG:-0}" = 1 ]; then
   dropped=$(curl -sf "http://127.0.0.1:$picket_admin/metrics" | awk '/^picket_access_log_dropped_lines_total/ { print $2 }')

@@ -185,16 +185,13 @@ impl Network {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
-        docker(&[
-            "network",
-            "create",
-            "-d",
-            driver,
-            "--label",
-            "picket-test=1",
-            &name,
-        ])
-        .expect("create a test network");
+        let mut args = vec!["network", "create", "-d", driver, "--label", "picket-test=1"];
+        // A container of the test's own may join a Swarm service's network.
+        if driver == "overlay" {
+            args.push("--attachable");
+        }
+        args.push(&name);
+        docker(&args).expect("create a test network");
         Network { name }
     }
 }

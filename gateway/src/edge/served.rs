@@ -456,6 +456,32 @@ mod tests {
         );
     }
 
+    /// Without a certificate of the file's (a node whose certificates all
+    /// come from ACME, none obtained yet), a runtime's serves its own names
+    /// and nothing else: a client that names no host, or another host,
+    /// gets no certificate. With one, the file's is the default.
+    #[test]
+    fn a_certificate_from_the_runtime_is_never_the_default() {
+        let runtime = Served::with_runtime(Vec::new(), Vec::new(), vec![entry(&["shop.test"])]);
+        assert_eq!(runtime.pick(Some("shop.test")), Some(0));
+        assert_eq!(runtime.pick(None), None);
+        assert_eq!(runtime.pick(Some("other.test")), None);
+        let with_file = Served::with_runtime(
+            vec![entry(&["file.test"])],
+            Vec::new(),
+            vec![entry(&["shop.test"])],
+        );
+        assert_eq!(with_file.pick(Some("shop.test")), Some(1));
+        assert_eq!(with_file.pick(None), Some(0));
+        assert_eq!(with_file.pick(Some("other.test")), Some(0));
+        let with_acme = Served::with_runtime(
+            Vec::new(),
+            vec![entry(&["acme.test"])],
+            vec![entry(&["shop.test"])],
+        );
+        assert_eq!(with_acme.pick(None), Some(0), "ACME's are the file's");
+    }
+
     #[test]
     fn a_replacement_moves_the_metrics() {
         let metrics = Arc::new(Metrics::new());

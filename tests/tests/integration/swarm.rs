@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use picket_proto::Heart;
-use picket_tests::docker::{self, Network};
-use picket_tests::node::TestNode;
+use picket_tests::docker::{self, Container, Network};
+use picket_tests::node::{TestNode, eventually};
 use picket_tests::require;
 use tokio::net::TcpListener;
 
@@ -113,4 +113,106 @@ async fn a_swarm_service_is_followed_through_the_socket_proxy() {
     }
     assert_eq!(in_rotation().len(), 1, "one task in the rotation");
     node.stop().await;
+}
+
+/// Serves `picket socket-proxy` on loopback in front of the engine, until
+/// the trigger returned goes.
+async fn socket_proxy() -> (std::net::SocketAddr, picket::shutdown::Trigger) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = listener.local_addr().unwrap();
+    let (trigger, shutdown) = picket::shutdown::channel();
+    tokio::spawn(picket::socket_proxy::serve(
+        listener,
+        picket::socket_proxy::SocketProxy::new(
+            "/var/run/docker.sock".into(),
+            picket::socket_proxy::Bounds::default(),
+        ),
+        shutdown,
+    ));
+    (proxy, trigger)
+}
+
+/// Containers that copy a Swarm task's labels, one with a task ID of its
+/// own making and one with the real task's, on the service's network: the
+/// swarm's manager (asked through the socket proxy) says neither is a
+/// task of the service, and neither becomes a replica.
+#[test]
+fn a_copied_task_label_joins_no_swarm_service() {
+    if !require("a Docker engine", docker::available())
+        || !require(
+            "the engine's socket at /var/run/docker.sock",
+            std::path::Path::new("/var/run/docker.sock").exists(),
+        )
+    {
+        return;
+    }
+    let captured = picket_tests::logs::Captured::default();
+    let (runtime, _logging) = picket_tests::logs::runtime(&captured, "info");
+    runtime.block_on(async {
+        let _turn = docker::swarm_turn().await;
+        let Some(_swarm) = docker::Swarm::hold() else {
+            return;
+        };
+        let network = Network::create_overlay();
+        let service = docker::Service::create(&network, 1);
+        let (proxy, _proxy) = socket_proxy().await;
+        let node = TestNode::start(&format!(
+            "[runtime]\nkind = \"swarm\"\nproxies = [\"{proxy}\"]\nnetwork = \"{}\"\n\
+             [[route]]\nname = \"api\"\nservice = \"{}\"\nport = 8080\n",
+            network.name, service.name
+        ));
+        node.verdict_until("api", "green 1/1", SOON, |v| {
+            v.heart == Heart::Green && v.ready == 1
+        })
+        .await;
+        let task = docker::docker(&[
+            "ps",
+            "--filter",
+            &format!("label=com.docker.swarm.service.name={}", service.name),
+            "--format",
+            "{{.Label \"com.docker.swarm.task.id\"}}",
+        ])
+        .expect("the task's ID");
+        assert!(!task.is_empty(), "the service's task");
+        let copies: Vec<Container> = ["forged0000000000000000000", task.as_str()]
+            .iter()
+            .map(|task| {
+                Container::run_with_labels(
+                    &network,
+                    &[
+                        ("com.docker.swarm.service.name", service.name.as_str()),
+                        ("com.docker.swarm.task.id", task),
+                    ],
+                )
+            })
+            .collect();
+        let denied = || {
+            captured
+                .text()
+                .lines()
+                .filter(|l| l.contains("the swarm says it is not"))
+                .count()
+        };
+        eventually("both copies denied by the swarm", SOON, || denied() == 2).await;
+        let verdict = node.verdict("api").expect("a verdict");
+        assert_eq!((verdict.ready, verdict.total), (1, 1), "{verdict:?}");
+        let replicas: Vec<String> = node
+            .node()
+            .proxy()
+            .table()
+            .find(None, "/")
+            .cloned()
+            .expect("the route")
+            .upstream
+            .replicas()
+            .iter()
+            .map(|r| r.id.clone())
+            .collect();
+        assert!(
+            replicas.iter().all(|id| copies.iter().all(|c| *id != c.name)),
+            "{replicas:?}"
+        );
+        drop(copies);
+        node.stop().await;
+    });
 }

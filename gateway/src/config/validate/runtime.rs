@@ -319,6 +319,54 @@ mod tests {
     }
 
     #[test]
+    fn hosts_and_each_namespaces_own_are_patterns() {
+        use crate::config::ownership::HostPattern;
+        let text = format!(
+            "[runtime]\nkind = \"kubernetes\"\nhosts = [\"shop.example.com\", \"*.apps.example.com\", \"*\"]\n\
+             [runtime.namespaces]\nteam-a = [\"*.a.example.com\"]\n\"*\" = [\"x.example.com\"]\n{ROUTE}"
+        );
+        let config = valid(&text);
+        let hosts = &config.runtime.hosts;
+        assert_eq!(
+            hosts.hosts,
+            Some(vec![
+                HostPattern::Exact("shop.example.com".into()),
+                HostPattern::Under(".apps.example.com".into()),
+                HostPattern::Any,
+            ])
+        );
+        assert_eq!(
+            hosts.namespaces,
+            [
+                ("*".to_string(), vec![HostPattern::Exact("x.example.com".into())]),
+                ("team-a".to_string(), vec![HostPattern::Under(".a.example.com".into())]),
+            ]
+        );
+        assert_eq!(config.runtime.namespaces, ["*"], "\"*\" watches every namespace");
+        // What `picket check` prints reads back the same.
+        let again = valid(&crate::config::render(&config));
+        assert_eq!(again.runtime.hosts, config.runtime.hosts);
+
+        let found = problems(&format!(
+            "[runtime]\nkind = \"docker\"\nhosts = [\"shop example\", \"ok.example.com\"]\n{ROUTE}"
+        ));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("3:10: host \"shop example\""), "{found:?}");
+        let found = problems(&format!("[runtime]\nhosts = [\"*\"]\n{ROUTE}"));
+        assert!(
+            found.iter().any(|p| p.contains("`hosts` has no meaning for runtime kind \"none\"")),
+            "{found:?}"
+        );
+        let found = problems(&format!(
+            "[runtime]\nkind = \"docker\"\n[runtime.namespaces]\nteam-a = [\"a.example.com\"]\n{ROUTE}"
+        ));
+        assert!(
+            found.iter().any(|p| p.contains("`namespaces` has no meaning for runtime kind \"docker\"")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
     fn an_unknown_kind_is_refused() {
         let found = problems(&format!("[runtime]\nkind = \"nomad\"\n{ROUTE}"));
         assert_eq!(found.len(), 1, "{found:?}");
