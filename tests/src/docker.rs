@@ -185,7 +185,14 @@ impl Network {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
-        let mut args = vec!["network", "create", "-d", driver, "--label", "picket-test=1"];
+        let mut args = vec![
+            "network",
+            "create",
+            "-d",
+            driver,
+            "--label",
+            "picket-test=1",
+        ];
         // A container of the test's own may join a Swarm service's network.
         if driver == "overlay" {
             args.push("--attachable");

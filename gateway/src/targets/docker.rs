@@ -73,8 +73,7 @@ pub const SWARM_TASK_LABEL: &str = "com.docker.swarm.task.id";
 /// The labels of a compose container: its project and its service.
 pub const COMPOSE_PROJECT_LABEL: &str = "com.docker.compose.project";
 pub const COMPOSE_SERVICE_LABEL: &str = "com.docker.compose.service";
-/// What a container of no service is named as one: `container:NAME`.
-pub const CONTAINER_PREFIX: &str = "container:";
+pub use labels::CONTAINER_PREFIX;
 
 /// The service a container belongs to, as routes name it: the Swarm
 /// service of a task (`shop_web`: its service's label with its task's),

@@ -26,14 +26,16 @@ use crate::config::declared::{self, Declared};
 pub const ENABLE: &str = "picket.enable";
 /// The prefix of a route's labels.
 pub const ROUTE: &str = "picket.route.";
+/// What a container of no service is named as one: `container:NAME`.
+pub const CONTAINER_PREFIX: &str = "container:";
 
 /// Whether a label is one of Picket's (the inventory keeps only those).
 pub fn ours(key: &str) -> bool {
     key.starts_with("picket.")
 }
 
-/// The routes `labels` declare for `service` (as
-/// [`super::docker::member_of`] names it).
+/// The routes `labels` declare for `service` (as Docker names it:
+/// `shop/web`, `shop_web`, `container:blog`).
 pub fn routes(service: &str, labels: &BTreeMap<String, String>) -> Vec<Declared> {
     if labels.get(ENABLE).map(|v| v.trim()) != Some("true") {
         return Vec::new();
@@ -49,7 +51,7 @@ pub fn routes(service: &str, labels: &BTreeMap<String, String>) -> Vec<Declared>
             .or_default()
             .push((setting.to_string(), value.clone()));
     }
-    let kind = if service.starts_with(super::docker::CONTAINER_PREFIX) {
+    let kind = if service.starts_with(CONTAINER_PREFIX) {
         "container"
     } else {
         "service"

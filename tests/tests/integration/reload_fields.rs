@@ -247,6 +247,12 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[\"c\"]",
     ),
     (
+        "runtime.hosts",
+        "[runtime]\nkind = \"docker\"\nendpoint = \"unix://{dir}/a.sock\"\nhosts = $",
+        "[\"a.example.com\"]",
+        "[\"*.example.com\"]",
+    ),
+    (
         "runtime.ingress_class",
         "[runtime]\nkind = \"kubernetes\"\nnamespace = \"a\"\napi = \"http://127.0.0.1:1\"\ningress_class = $",
         "\"picket\"",

@@ -209,7 +209,9 @@ fn a_copied_task_label_joins_no_swarm_service() {
             .map(|r| r.id.clone())
             .collect();
         assert!(
-            replicas.iter().all(|id| copies.iter().all(|c| *id != c.name)),
+            replicas
+                .iter()
+                .all(|id| copies.iter().all(|c| *id != c.name)),
             "{replicas:?}"
         );
         drop(copies);

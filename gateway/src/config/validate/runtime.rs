@@ -338,11 +338,21 @@ mod tests {
         assert_eq!(
             hosts.namespaces,
             [
-                ("*".to_string(), vec![HostPattern::Exact("x.example.com".into())]),
-                ("team-a".to_string(), vec![HostPattern::Under(".a.example.com".into())]),
+                (
+                    "*".to_string(),
+                    vec![HostPattern::Exact("x.example.com".into())]
+                ),
+                (
+                    "team-a".to_string(),
+                    vec![HostPattern::Under(".a.example.com".into())]
+                ),
             ]
         );
-        assert_eq!(config.runtime.namespaces, ["*"], "\"*\" watches every namespace");
+        assert_eq!(
+            config.runtime.namespaces,
+            ["*"],
+            "\"*\" watches every namespace"
+        );
         // What `picket check` prints reads back the same.
         let again = valid(&crate::config::render(&config));
         assert_eq!(again.runtime.hosts, config.runtime.hosts);
@@ -351,17 +361,24 @@ mod tests {
             "[runtime]\nkind = \"docker\"\nhosts = [\"shop example\", \"ok.example.com\"]\n{ROUTE}"
         ));
         assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].starts_with("3:10: host \"shop example\""), "{found:?}");
+        assert!(
+            found[0].starts_with("3:10: host \"shop example\""),
+            "{found:?}"
+        );
         let found = problems(&format!("[runtime]\nhosts = [\"*\"]\n{ROUTE}"));
         assert!(
-            found.iter().any(|p| p.contains("`hosts` has no meaning for runtime kind \"none\"")),
+            found
+                .iter()
+                .any(|p| p.contains("`hosts` has no meaning for runtime kind \"none\"")),
             "{found:?}"
         );
         let found = problems(&format!(
             "[runtime]\nkind = \"docker\"\n[runtime.namespaces]\nteam-a = [\"a.example.com\"]\n{ROUTE}"
         ));
         assert!(
-            found.iter().any(|p| p.contains("`namespaces` has no meaning for runtime kind \"docker\"")),
+            found
+                .iter()
+                .any(|p| p.contains("`namespaces` has no meaning for runtime kind \"docker\"")),
             "{found:?}"
         );
     }
