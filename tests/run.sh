@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 missing=()
 for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux python3:python3-venv \
-  git:git chromium:chromium docker-registry:docker-registry pebble:pebble; do
+  git:git chromium:chromium docker-registry:docker-registry pebble:pebble openssl:openssl; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 # A virtual environment needs ensurepip, which Debian ships apart from python3.

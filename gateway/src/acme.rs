@@ -3,43 +3,55 @@
 //!
 //! ## Who does what
 //! - **One node orders** each certificate: the one rendezvous hashing
-//!   picks among the live nodes that manage it ([`plan::orderer`]). When
-//!   it dies, or while its last order failed, the next one takes its
-//!   orders over ([`plan::orderer_among`]).
+//!   picks among the live nodes that manage it from the same directory
+//!   ([`plan::orderer`]). When it dies, or while its last order failed,
+//!   the next one takes its orders over ([`plan::orderer_among`]). A
+//!   certificate a node starts to manage (at start, at a reload, with new
+//!   names or a new directory) waits ten gossip rounds before it is
+//!   ordered, so that nodes reloaded together hear of each other and pick
+//!   the same one ([`book`]).
 //! - **Every node answers** the challenges: the ordering node writes each
 //!   HTTP-01 token (TLS-ALPN-01: each name) into its gossip; every node
 //!   answers what any live node wrote ([`crate::challenges`]) and says so
 //!   (`acme/held`); the ordering node asks the CA to validate once every
 //!   node answers, or after [`order::HELD_WAIT`].
-//! - **Every node serves** the newest certificate it knows: from its
-//!   cache (a restart serves at once), or passed on in gossip by any node
-//!   ([`shared`]). Each node passes on the certificate it serves, so that a
-//!   node that joins later gets it from its peers and orders nothing.
-//!   Gossip is sealed and encrypted with the cluster key.
+//! - **Every node serves** the newest certificate it trusts: from its
+//!   cache (a restart serves at once), or passed on in gossip by a peer
+//!   ([`shared`]). Whatever its source, a certificate serves only if it is
+//!   the CA's ([`trust`]): chained to the roots of the CA's certificates,
+//!   no longer-lived than the CA's, of this node's directory; a forgery
+//!   from a holder of the cluster key is refused, counted, logged once,
+//!   and never cached or passed on. A certificate travels from one node
+//!   that serves it to the nodes that lack it, and only while one does.
 //! - **Renewal** at two thirds of the lifetime, by the ordering node; a
 //!   failed order is retried with back-off, the certificate in hand
-//!   serving on.
+//!   serving on. A certificate whose names change keeps serving the names
+//!   it has until its successor serves.
 //!
 //! Each node's state of each certificate is gossiped (`acme/state/NAME`),
 //! so `/v1/cluster` and the TUI show every node's; `/v1/node` and the
 //! metrics show its own. One log line per change of state.
 //!
-//! The decisions are pure ([`plan`], [`shared`]); the protocol is
-//! instant-acme's ([`order`]) over the node's own HTTP client ([`client`]).
+//! The decisions are pure ([`plan`], [`book`], [`shared`], [`trust`]); the
+//! protocol is instant-acme's ([`order`]) over the node's own HTTP client
+//! ([`client`]).
 
+pub mod book;
 pub mod client;
 pub mod order;
 pub mod plan;
 pub mod shared;
 pub mod store;
+#[cfg(test)]
+mod testing;
+pub mod trust;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use picket_proto::Backoff;
-use picket_proto::acme::{CertificateState, HELD_KEY, Held, Issued, MAX_ERROR, Phase};
+use picket_proto::acme::{AcmeNode, CertificateState, HELD_KEY, Held, Issued, MAX_ERROR, NODE_KEY};
 use picket_proto::gossip::encode_value;
 use tokio::sync::{mpsc, watch};
 
@@ -50,12 +62,7 @@ use crate::gossip::Membership;
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, Tasks};
 
-/// The first wait after a failed order; it doubles up to [`RETRY_CAP`]. A
-/// CA limits failed validations (Let's Encrypt: 5 an hour for one account
-/// and name): a minute, then two, then four…
-pub const RETRY_FIRST: Duration = Duration::from_secs(60);
-/// The longest wait between two orders of a failing certificate.
-pub const RETRY_CAP: Duration = Duration::from_secs(3600);
+pub use book::{RETRY_CAP, RETRY_FIRST};
 /// How often the node looks again when nothing wakes it.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -117,9 +124,9 @@ impl Acme {
 }
 
 /// Starts managing the certificates of `[acme]` (now or after a reload).
-/// The node places no order for `settle` after it starts: long enough to
-/// hear the other nodes' states (ten gossip rounds), so that nodes that
-/// start together do not all order.
+/// A certificate the node starts to manage is not ordered for `settle`:
+/// long enough to hear the other nodes' states (ten gossip rounds), so
+/// that nodes that start, or reload, together do not all order.
 pub fn spawn(
     acme: Arc<Acme>,
     membership: Arc<Membership>,
@@ -131,41 +138,23 @@ pub fn spawn(
 ) {
     let (done, results) = mpsc::unbounded_channel();
     let keeper = Keeper {
-        settled: tokio::time::Instant::now() + settle,
+        settle_ms: i64::try_from(settle.as_millis()).unwrap_or(i64::MAX / 4),
         me: membership.info.name.clone(),
         acme,
         membership,
         certificates,
         metrics,
-        managed: BTreeMap::new(),
+        book: book::Book::default(),
+        orders: HashMap::new(),
         written: BTreeMap::new(),
         answered: None,
         http: None,
+        trust: None,
+        refused: HashSet::new(),
+        accounts: Arc::default(),
         done,
     };
     tasks.spawn("acme", keeper.run(results, shutdown));
-}
-
-/// A certificate this node serves, checked.
-#[derive(Clone)]
-struct Serving {
-    held: plan::Held,
-    issued_by: String,
-    pem: String,
-    config: CertificateConfig,
-}
-
-/// What the node keeps of one certificate.
-struct Managed {
-    names: Vec<String>,
-    serving: Option<Serving>,
-    /// The order under way, if this node placed one.
-    order: Option<tokio::task::AbortHandle>,
-    /// The last order's failure, and when to order again.
-    failure: Option<(String, i64)>,
-    backoff: Backoff,
-    /// The state last published.
-    state: Option<CertificateState>,
 }
 
 /// How an order ended.
@@ -181,26 +170,34 @@ type Asked = (BTreeMap<String, String>, BTreeMap<String, String>);
 /// `[acme] ca`: its file, and its PEM.
 type CaFile = (PathBuf, Vec<u8>);
 
-/// What the node's ACME task keeps between steps: the certificates it
-/// manages, the keys it wrote, its client, and how orders end.
+/// The ACME task: it reads the cache and gossip, and carries out what the
+/// book ([`book::Book`]) decides.
 struct Keeper {
-    /// No order before this.
-    settled: tokio::time::Instant,
+    /// No order of a certificate before this long after it is first
+    /// managed here (ms).
+    settle_ms: i64,
     me: String,
     acme: Arc<Acme>,
     membership: Arc<Membership>,
     certificates: Arc<Certificates>,
     metrics: Arc<Metrics>,
-    /// By first name.
-    managed: BTreeMap<String, Managed>,
-    /// This node's ACME keys as written (states, certificates, held),
-    /// not the challenges orders write.
+    book: book::Book,
+    /// The orders under way, by certificate.
+    orders: HashMap<String, tokio::task::AbortHandle>,
+    /// This node's ACME keys as written (its node, states, certificates,
+    /// held), not the challenges orders write.
     written: BTreeMap<String, String>,
     /// The challenges asked of the cluster (HTTP-01 by token, TLS-ALPN-01
     /// by name) as last answered, and what the node says it answers.
     answered: Option<(Asked, Vec<String>)>,
     /// The client, with the `[acme] ca` it was made with.
     http: Option<(Option<CaFile>, Arc<client::Http>)>,
+    /// The check of every certificate, with the settings it was made of.
+    trust: Option<(AcmeSettings, Arc<trust::Trust>)>,
+    /// Copies from peers refused already (by digest): counted and logged
+    /// once.
+    refused: HashSet<String>,
+    accounts: Arc<order::Accounts>,
     done: mpsc::UnboundedSender<Done>,
 }
 
@@ -212,7 +209,7 @@ impl Keeper {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let current = settings.borrow_and_update().clone();
-            self.step(current.as_deref(), crate::clock::now_unix())
+            self.step(current.as_deref(), crate::clock::now_unix_ms())
                 .await;
             tokio::select! {
                 _ = settings.changed() => {}
@@ -222,16 +219,16 @@ impl Keeper {
                 () = shutdown.wait() => break,
             }
         }
-        for managed in self.managed.values() {
-            if let Some(order) = &managed.order {
-                order.abort();
-            }
+        for order in self.orders.values() {
+            order.abort();
         }
     }
 
-    /// Everything the node does about its certificates, once.
-    async fn step(&mut self, settings: Option<&AcmeSettings>, now: i64) {
-        self.reconcile(settings, now);
+    /// Everything the node does about its certificates, once, at `now_ms`.
+    async fn step(&mut self, settings: Option<&AcmeSettings>, now_ms: u64) {
+        let now_ms = i64::try_from(now_ms).unwrap_or(i64::MAX / 4);
+        let now = now_ms.div_euclid(1000);
+        self.reconcile(settings, now_ms);
         let entries = self.membership.acme_entries().await;
         let shared = shared::read(&entries);
         for _ in 0..shared.refused {
@@ -259,29 +256,47 @@ impl Keeper {
             own.insert(HELD_KEY.to_string(), value);
         }
         if let Some(settings) = settings {
+            let node = AcmeNode {
+                directory: settings.directory.clone(),
+            };
+            if let Ok(value) = encode_value(&node) {
+                own.insert(NODE_KEY.to_string(), value);
+            }
             self.adopt(&shared, settings, now);
-            self.order(&shared, settings, now);
-            let settled = tokio::time::Instant::now() >= self.settled;
-            for (name, managed) in &mut self.managed {
-                let state = state(&self.me, name, managed, &shared);
+            self.order(&shared, settings, now_ms);
+            let names: Vec<String> = self.book.managed.keys().cloned().collect();
+            for name in names {
+                let Some(state) = self.book.state(&self.me, &name, &shared) else {
+                    continue;
+                };
+                let settled = self
+                    .book
+                    .managed
+                    .get(&name)
+                    .is_some_and(|m| now_ms >= m.settled_ms);
+                let passes = self.book.passes(&self.me, &name, &shared, now_ms);
+                let Some(managed) = self.book.managed.get_mut(&name) else {
+                    continue;
+                };
                 if managed.state.as_ref() != Some(&state) {
-                    log_change(name, managed.state.as_ref(), &state, settled);
-                    self.metrics.acme_phase(name, state.phase);
+                    log_change(&name, managed.state.as_ref(), &state, settled);
+                    self.metrics.acme_phase(&name, state.phase);
                     managed.state = Some(state.clone());
                 }
                 if let Ok(value) = encode_value(&state) {
                     own.insert(format!("{}{name}", picket_proto::acme::STATE_PREFIX), value);
                 }
-                if let Some(serving) = &managed.serving {
+                if passes && let Some(serving) = &managed.serving {
                     let issued = Issued {
                         serial: serving.held.serial.clone(),
                         not_before_unix: serving.held.not_before,
                         not_after_unix: serving.held.not_after,
                         by: serving.issued_by.clone(),
+                        directory: serving.directory.clone(),
                         parts: 0,
                         digest: String::new(),
                     };
-                    if let Some(keys) = shared::pass_on(name, &issued, &serving.pem) {
+                    if let Some(keys) = shared::pass_on(&name, &issued, &serving.pem) {
                         own.extend(keys);
                     }
                 }
@@ -289,12 +304,14 @@ impl Keeper {
         }
         self.write(own).await;
         let serving: Vec<CertificateConfig> = self
+            .book
             .managed
             .values()
             .filter_map(|m| m.serving.as_ref().map(|s| s.config.clone()))
             .collect();
         self.certificates.set_acme(serving);
         let states: Vec<CertificateState> = self
+            .book
             .managed
             .values()
             .filter_map(|m| m.state.clone())
@@ -308,30 +325,14 @@ impl Keeper {
         });
     }
 
-    /// Follows the settings: a certificate new to them is read from the
-    /// cache; one that left them is dropped, its order stopped.
-    fn reconcile(&mut self, settings: Option<&AcmeSettings>, now: i64) {
-        let wanted: &[Vec<String>] = settings.map_or(&[], |s| &s.certificates);
-        let gone: Vec<String> = self
-            .managed
-            .iter()
-            .filter(|(name, managed)| {
-                !wanted
-                    .iter()
-                    .any(|names| names[0] == **name && names == &managed.names)
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in gone {
-            if let Some(managed) = self.managed.remove(&name)
-                && let Some(order) = managed.order
-            {
-                order.abort();
-            }
-            self.metrics.forget_acme(&name);
-        }
+    /// Follows the settings: the client and the trust they make, and the
+    /// certificates the book manages.
+    fn reconcile(&mut self, settings: Option<&AcmeSettings>, now_ms: i64) {
         let Some(settings) = settings else {
             self.http = None;
+            self.trust = None;
+            let notes = self.book.reconcile(None, None, |_| None, now_ms, 0);
+            self.drop_orders(notes);
             return;
         };
         let ca = settings.ca.clone();
@@ -344,124 +345,156 @@ impl Keeper {
                 }
             }
         }
-        for names in wanted {
-            let name = &names[0];
-            if self.managed.contains_key(name) {
-                continue;
-            }
-            let file = store::certificate_file(&settings.cache, name);
-            let serving = match store::read(&file) {
-                Ok(Some(pem)) => match check(&pem, names, &file, now) {
-                    Ok((held, config)) => Some(Serving {
-                        held,
-                        issued_by: String::new(),
-                        pem,
-                        config,
-                    }),
-                    Err(error) => {
-                        tracing::warn!(file = %file.display(), %error, "the cached certificate is not served");
-                        None
-                    }
-                },
-                Ok(None) => None,
+        let same = |a: &AcmeSettings| {
+            a.directory == settings.directory
+                && a.ca == settings.ca
+                && a.issuers == settings.issuers
+                && a.max_lifetime == settings.max_lifetime
+        };
+        if self.trust.as_ref().is_none_or(|(was, _)| !same(was)) {
+            match trust::Trust::new(settings) {
+                Ok(trust) => self.trust = Some((settings.clone(), Arc::new(trust))),
                 Err(error) => {
-                    tracing::warn!(file = %file.display(), %error, "cannot read the cached certificate");
-                    None
+                    tracing::error!(%error, "[acme] issuers: the roots cannot be used");
+                    self.trust = None;
                 }
-            };
+            }
+        }
+        let Some((_, trust)) = self.trust.clone() else {
+            return;
+        };
+        let cache = settings.cache.clone();
+        let cached = |name: &str| match store::read_certificate(&cache, name) {
+            Ok(Some((pem, meta))) => Some(book::Cached {
+                pem,
+                directory: meta.as_ref().map(|m| m.directory.clone()),
+                issued_by: meta.map(|m| m.issued_by).unwrap_or_default(),
+            }),
+            Ok(None) => None,
+            Err(error) => {
+                tracing::warn!(file = %store::certificate_file(&cache, name).display(), %error, "cannot read the cached certificate");
+                None
+            }
+        };
+        let new: Vec<String> = settings
+            .certificates
+            .iter()
+            .map(|names| names[0].clone())
+            .filter(|name| !self.book.managed.contains_key(name))
+            .collect();
+        let notes =
+            self.book
+                .reconcile(Some(settings), Some(&trust), cached, now_ms, self.settle_ms);
+        for name in new {
             // A failure kept from before a restart holds until its time.
-            let failure = store::read_failure(&store::failure_file(&settings.cache, name))
-                .filter(|(retry_at, _)| *retry_at > now)
-                .map(|(retry_at, error)| (error, retry_at));
-            self.managed.insert(
-                name.clone(),
-                Managed {
-                    names: names.clone(),
-                    serving,
-                    order: None,
-                    failure,
-                    backoff: Backoff::new(RETRY_FIRST, RETRY_CAP),
-                    state: None,
-                },
-            );
+            if let Some((retry_at, error)) =
+                store::read_failure(&store::failure_file(&settings.cache, &name))
+            {
+                self.book
+                    .keep_failure(&name, error, retry_at, now_ms.div_euclid(1000));
+            }
+        }
+        self.drop_orders(notes);
+    }
+
+    /// Carries out what reconciling said: orders of certificates no longer
+    /// managed stop (their challenge keys go with them), and the rest is
+    /// logged.
+    fn drop_orders(&mut self, notes: Vec<book::Note>) {
+        for note in notes {
+            match note {
+                book::Note::Dropped { name } => {
+                    if let Some(order) = self.orders.remove(&name) {
+                        order.abort();
+                    }
+                    self.metrics.forget_acme(&name);
+                }
+                book::Note::CacheRefused { name, why } => {
+                    self.metrics.acme_refused(&name, "cache");
+                    tracing::warn!(certificate = %name, reason = %why, "the cached certificate is not served");
+                }
+                book::Note::StandIn { name, from } => tracing::info!(
+                    certificate = %name, serving = %from,
+                    "the names it shares with another certificate keep that one's until its own is served"
+                ),
+                _ => {}
+            }
         }
     }
 
-    /// Serves the newest certificate any node passes on, when it is newer
-    /// than this node's, and keeps it in the cache.
+    /// Serves the newest trusted copy any node passes on, when it is newer
+    /// than this node's, and keeps it in the cache. A copy that is not the
+    /// CA's is refused, counted and logged once, never kept.
     fn adopt(&mut self, shared: &shared::Shared, settings: &AcmeSettings, now: i64) {
-        for (name, managed) in &mut self.managed {
-            let mine = managed.serving.as_ref().map(|s| s.held.clone());
-            let newer = shared
-                .certificates
-                .iter()
-                .filter(|passed| passed.name == *name)
-                .filter(|passed| match &mine {
-                    None => true,
-                    Some(mine) => {
-                        let theirs = held_of(&passed.issued);
-                        plan::newest([mine, &theirs]) == Some(&theirs) && theirs != *mine
-                    }
-                })
-                .max_by_key(|passed| {
-                    (
-                        passed.issued.not_after_unix,
-                        passed.issued.not_before_unix,
-                        passed.issued.digest.clone(),
-                    )
-                });
-            let Some(passed) = newer else { continue };
-            let file = store::certificate_file(&settings.cache, name);
-            match check(&passed.pem, &managed.names, &file, now) {
-                Ok((held, config)) => {
-                    if let Err(error) = store::write(&file, &passed.pem) {
-                        tracing::warn!(file = %file.display(), %error, "cannot keep the certificate in the cache");
-                    }
+        let Some((_, trust)) = self.trust.clone() else {
+            return;
+        };
+        let refused = &self.refused;
+        let candidates: Vec<&shared::Passed> = shared
+            .certificates
+            .iter()
+            .filter(|p| !refused.contains(&p.issued.digest))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let passed: Vec<shared::Passed> = candidates.into_iter().cloned().collect();
+        let notes = self.book.adopt(&passed, |copy, names| {
+            trust.check(&copy.pem, names, &copy.issued.directory, now)
+        });
+        for note in notes {
+            match note {
+                book::Note::Adopted {
+                    name,
+                    from,
+                    serial,
+                    not_after,
+                } => {
+                    let Some(serving) = self
+                        .book
+                        .managed
+                        .get(&name)
+                        .and_then(|m| m.serving.as_ref())
+                    else {
+                        continue;
+                    };
+                    keep(&settings.cache, &name, serving);
+                    store::clear_failure(&store::failure_file(&settings.cache, &name));
                     tracing::info!(
-                        certificate = %name, serial = %held.serial,
-                        not_after = %crate::certificate::rfc3339(held.not_after),
-                        from = %passed.node, ordered_by = %passed.issued.by,
+                        certificate = %name, %serial,
+                        not_after = %crate::certificate::rfc3339(not_after),
+                        %from, ordered_by = %serving.issued_by,
                         "ACME certificate received from the cluster; serving it"
                     );
-                    managed.serving = Some(Serving {
-                        held,
-                        issued_by: passed.issued.by.clone(),
-                        pem: passed.pem.clone(),
-                        config,
-                    });
-                    // Another node got it: this node's failure is moot.
-                    managed.failure = None;
-                    managed.backoff.reset();
-                    store::clear_failure(&store::failure_file(&settings.cache, name));
                 }
-                Err(error) => {
-                    tracing::debug!(certificate = %name, from = %passed.node, %error, "a certificate passed on is not served");
+                book::Note::Distrusted {
+                    name,
+                    from,
+                    digest,
+                    why,
+                } => {
+                    self.metrics.acme_refused(&name, why.slug());
+                    tracing::warn!(
+                        certificate = %name, %from, reason = %why,
+                        "a certificate passed on by a peer is not the CA's: refused, not kept, not passed on"
+                    );
+                    self.refused.insert(digest);
                 }
+                _ => {}
             }
         }
     }
 
     /// Starts the orders that are this node's to place now.
-    fn order(&mut self, shared: &shared::Shared, settings: &AcmeSettings, now: i64) {
+    fn order(&mut self, shared: &shared::Shared, settings: &AcmeSettings, now_ms: i64) {
         let Some((_, http)) = &self.http else { return };
-        if tokio::time::Instant::now() < self.settled {
+        if self.trust.is_none() {
             return;
         }
-        for (name, managed) in &mut self.managed {
-            let orderer = orderer_of(&self.me, managed.failure.is_some(), name, shared);
-            let situation = plan::Situation {
-                now,
-                me: &self.me,
-                orderer: orderer.as_deref(),
-                held: managed.serving.as_ref().map(|s| &s.held),
-                ordering: managed.order.is_some(),
-                ordered_elsewhere: ordered_elsewhere(&self.me, name, shared),
-                fresh_elsewhere: fresh_elsewhere(&self.me, name, shared, now),
-                retry_at: managed.failure.as_ref().map(|(_, at)| *at),
-            };
-            if !plan::start(&situation) {
+        for name in self.book.to_order(&self.me, shared, now_ms) {
+            let Some(managed) = self.book.managed.get(&name) else {
                 continue;
-            }
+            };
             tracing::info!(
                 certificate = %name, names = %managed.names.join(", "),
                 renewing = managed.serving.is_some(),
@@ -472,67 +505,78 @@ impl Keeper {
                 names: managed.names.clone(),
                 membership: Arc::clone(&self.membership),
                 http: Arc::clone(http),
+                accounts: Arc::clone(&self.accounts),
             };
             let done = self.done.clone();
-            let name = name.clone();
+            let task_name = name.clone();
             let task = tokio::spawn(async move {
                 let result = order::order(&ordering).await.map_err(|e| e.to_string());
-                let _ = done.send(Done { name, result });
+                let _ = done.send(Done {
+                    name: task_name,
+                    result,
+                });
             });
-            managed.order = Some(task.abort_handle());
+            self.orders.insert(name, task.abort_handle());
         }
     }
 
     /// An order ended: its certificate serves, or its failure waits.
     fn finished(&mut self, done: Done, now: i64) {
-        let Some(settings) = self.acme.settings() else {
+        self.orders.remove(&done.name);
+        let (Some(settings), Some((_, trust))) = (self.acme.settings(), self.trust.clone()) else {
             return;
         };
-        let Some(managed) = self.managed.get_mut(&done.name) else {
+        let Some(note) = self
+            .book
+            .finish(&done.name, done.result, &trust, &self.me, now)
+        else {
             return;
         };
-        managed.order = None;
-        let file = store::certificate_file(&settings.cache, &done.name);
-        let result = done
-            .result
-            .and_then(|pem| check(&pem, &managed.names, &file, now).map(|checked| (pem, checked)));
-        match result {
-            Ok((pem, (held, config))) => {
-                self.metrics.acme_order(&done.name, true);
-                if let Err(error) = store::write(&file, &pem) {
-                    tracing::warn!(file = %file.display(), %error, "cannot keep the certificate in the cache");
+        match note {
+            book::Note::Issued {
+                name,
+                serial,
+                not_after,
+            } => {
+                self.metrics.acme_order(&name, true);
+                if let Some(serving) = self
+                    .book
+                    .managed
+                    .get(&name)
+                    .and_then(|m| m.serving.as_ref())
+                {
+                    keep(&settings.cache, &name, serving);
                 }
+                store::clear_failure(&store::failure_file(&settings.cache, &name));
                 tracing::info!(
-                    certificate = %done.name, serial = %held.serial,
-                    not_after = %crate::certificate::rfc3339(held.not_after),
+                    certificate = %name, %serial,
+                    not_after = %crate::certificate::rfc3339(not_after),
                     "ACME certificate issued; serving it and passing it on"
                 );
-                managed.serving = Some(Serving {
-                    held,
-                    issued_by: self.me.clone(),
-                    pem,
-                    config,
-                });
-                managed.failure = None;
-                managed.backoff.reset();
-                store::clear_failure(&store::failure_file(&settings.cache, &done.name));
             }
-            Err(error) => {
-                self.metrics.acme_order(&done.name, false);
-                let wait = managed.backoff.next_wait();
-                let retry_at = now + i64::try_from(wait.as_secs()).unwrap_or(i64::MAX / 2).max(1);
+            book::Note::Failed {
+                name,
+                error,
+                retry_at,
+            } => {
+                self.metrics.acme_order(&name, false);
                 tracing::warn!(
-                    certificate = %done.name, %error,
-                    retry_in = %humantime::format_duration(Duration::from_secs(wait.as_secs().max(1))),
+                    certificate = %name, %error,
+                    retry_in = %humantime::format_duration(Duration::from_secs(
+                        u64::try_from(retry_at - now).unwrap_or(1).max(1)
+                    )),
                     "ACME order failed"
                 );
                 let error = picket_proto::gossip::cut(&error, MAX_ERROR).unwrap_or(error);
-                let kept = store::failure_file(&settings.cache, &done.name);
+                if let Some(managed) = self.book.managed.get_mut(&name) {
+                    managed.failure = Some((error.clone(), retry_at));
+                }
+                let kept = store::failure_file(&settings.cache, &name);
                 if let Err(e) = store::write_failure(&kept, retry_at, &error) {
                     tracing::warn!(file = %kept.display(), error = %e, "cannot keep the ACME failure");
                 }
-                managed.failure = Some((error, retry_at));
             }
+            _ => {}
         }
     }
 
@@ -552,73 +596,23 @@ impl Keeper {
     }
 }
 
-/// The node that orders the certificate `name`: of the live nodes that
-/// manage it (they publish a state of it; this node among them, failing
-/// when `me_failing`), those whose last order did not fail, else all.
-fn orderer_of(me: &str, me_failing: bool, name: &str, shared: &shared::Shared) -> Option<String> {
-    let mut candidates: Vec<(&str, bool)> = shared
-        .states
-        .iter()
-        .filter(|(node, _)| node.as_str() != me)
-        .filter_map(|(node, states)| {
-            let state = states.get(name)?;
-            Some((node.as_str(), state.phase == Phase::Failing))
-        })
-        .collect();
-    candidates.push((me, me_failing));
-    plan::orderer_among(name, &candidates).map(str::to_string)
-}
-
-/// Whether another live node says it orders `name` now.
-fn ordered_elsewhere(me: &str, name: &str, shared: &shared::Shared) -> bool {
-    shared.states.iter().any(|(node, states)| {
-        node != me
-            && states
-                .get(name)
-                .is_some_and(|s| matches!(s.phase, Phase::Ordering | Phase::Renewing))
-    })
-}
-
-/// Whether another live node serves `name` and it is not due yet.
-fn fresh_elsewhere(me: &str, name: &str, shared: &shared::Shared, now: i64) -> bool {
-    shared.states.iter().any(|(node, states)| {
-        node != me
-            && states
-                .get(name)
-                .and_then(|s| s.renew_at_unix)
-                .is_some_and(|at| at > now)
-    })
-}
-
-/// This node's state of one certificate.
-fn state(me: &str, name: &str, managed: &Managed, shared: &shared::Shared) -> CertificateState {
-    let orderer = orderer_of(me, managed.failure.is_some(), name, shared);
-    let held = managed.serving.as_ref().map(|s| &s.held);
-    CertificateState {
-        name: name.to_string(),
-        phase: plan::phase(
-            held.is_some(),
-            managed.order.is_some(),
-            managed.failure.is_some(),
-        ),
-        serial: held.map(|h| h.serial.clone()),
-        not_after_unix: held.map(|h| h.not_after),
-        renew_at_unix: held.map(|h| plan::renew_at(h.not_before, h.not_after)),
-        orderer,
-        issued_by: managed
-            .serving
-            .as_ref()
-            .map(|s| s.issued_by.clone())
-            .filter(|by| !by.is_empty()),
-        error: managed.failure.as_ref().map(|(error, _)| error.clone()),
-        retry_at_unix: managed.failure.as_ref().map(|(_, at)| *at),
+/// Keeps a certificate that serves in the cache, with what it says of
+/// itself; a failure to is logged, the certificate serving on.
+fn keep(cache: &std::path::Path, name: &str, serving: &book::Serving) {
+    let meta = store::Meta {
+        directory: serving.directory.clone(),
+        issued_by: serving.issued_by.clone(),
+    };
+    if let Err(error) = store::write_certificate(cache, name, &serving.pem, &meta) {
+        tracing::warn!(file = %store::certificate_file(cache, name).display(), %error, "cannot keep the certificate in the cache");
     }
 }
 
 /// One line per change: the first state of a certificate (what the node
-/// starts with), and a new ordering node once the node has settled (before,
-/// it is still hearing of the others). Orders, certificates issued or
-/// received, and failures have their own lines where they happen.
+/// starts with), and a new ordering node once the certificate has settled
+/// (before, the node is still hearing of the others). Orders, certificates
+/// issued or received, and failures have their own lines where they
+/// happen.
 fn log_change(
     name: &str,
     before: Option<&CertificateState>,
@@ -640,39 +634,4 @@ fn log_change(
         ),
         Some(_) => {}
     }
-}
-
-/// The planner's view of a certificate passed on.
-fn held_of(issued: &Issued) -> plan::Held {
-    plan::Held {
-        serial: issued.serial.clone(),
-        not_before: issued.not_before_unix,
-        not_after: issued.not_after_unix,
-        digest: issued.digest.clone(),
-    }
-}
-
-/// Checks a chain and key (one PEM text) for `names`: valid now, every
-/// name covered.
-fn check(
-    pem: &str,
-    names: &[String],
-    file: &std::path::Path,
-    now: i64,
-) -> Result<(plan::Held, CertificateConfig), String> {
-    let checked = crate::certificate::check(pem.as_bytes(), pem.as_bytes(), Some(names), now)
-        .map_err(|e| e.to_string())?;
-    let held = plan::Held {
-        serial: checked.serial.clone(),
-        not_before: checked.not_before,
-        not_after: checked.not_after,
-        digest: shared::digest(pem),
-    };
-    let config = CertificateConfig {
-        cert: PathBuf::from(file),
-        key: PathBuf::from(file),
-        hosts: Some(names.to_vec()),
-        current: Arc::new(checked),
-    };
-    Ok((held, config))
 }

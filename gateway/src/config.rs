@@ -88,6 +88,13 @@ pub struct AcmeSettings {
     /// Roots that verify the directory's certificate instead of the
     /// Mozilla roots (a private CA): the file, and its PEM.
     pub ca: Option<(PathBuf, Vec<u8>)>,
+    /// The roots the CA's certificates chain to, when not those of `ca`
+    /// (else the Mozilla roots): every certificate served as this CA's,
+    /// ordered here or passed on by a peer, must chain to them.
+    pub issuers: Option<(PathBuf, Vec<u8>)>,
+    /// The longest lifetime a certificate of the CA may have: one that
+    /// claims more is refused.
+    pub max_lifetime: Duration,
     /// Where the node keeps its account and its certificates; absolute.
     pub cache: PathBuf,
     pub challenge: AcmeChallenge,
@@ -95,6 +102,10 @@ pub struct AcmeSettings {
     /// first names it.
     pub certificates: Vec<Vec<String>>,
 }
+
+/// The longest lifetime an ACME certificate may have by default: the
+/// longest a publicly trusted CA may issue (398 days, CA/Browser Forum).
+pub const DEFAULT_ACME_MAX_LIFETIME: Duration = Duration::from_secs(398 * 86_400);
 
 /// Which challenge the ordering node asks the CA for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

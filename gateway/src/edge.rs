@@ -3,8 +3,11 @@
 //!
 //! ## What a client gets
 //! TLS 1.3 or 1.2 (rustls with aws-lc-rs, its default cipher suites, no
-//! 0-RTT), key exchange X25519MLKEM768 first ([`TLS_GROUPS`]), session
-//! tickets that resume on every node of the cluster ([`tickets`]),
+//! 0-RTT), key exchange X25519MLKEM768 first ([`TLS_GROUPS`]); in TLS 1.3
+//! session tickets that resume on every node of the cluster ([`tickets`]),
+//! in TLS 1.2 resumption by session ID from this node's own cache (a
+//! TLS 1.2 ticket would hold the session's master secret under the
+//! cluster key);
 //! ALPN `h2`, `http/1.1` or `http/1.0` (nginx offers the same: a client
 //! offering only `http/1.0` is served, not refused at the handshake), and
 //! the certificate its server name picks ([`served`]). HTTP/2 over TLS is
@@ -54,6 +57,10 @@ fn key_exchange(
     provider
 }
 
+/// TLS 1.2 sessions a node keeps for resumption by session ID (a few
+/// hundred bytes each).
+pub const TLS12_SESSIONS: usize = 8192;
+
 /// The server configuration of the HTTPS listener: its certificates are
 /// whatever `certificates` holds at each handshake; its key exchange
 /// `groups` (`None`: every one of [`TLS_GROUPS`]); its session tickets
@@ -79,10 +86,11 @@ pub fn server_config(
         ALPN_HTTP10.to_vec(),
         crate::challenges::ALPN_ACME.to_vec(),
     ];
-    // Stateless resumption: a returning client skips the key exchange on
-    // whichever node it reaches, and no session cache grows with the
-    // clients. TLS 1.2 clients get tickets from the same ticketer.
+    // Stateless resumption in TLS 1.3: a returning client skips the key
+    // exchange on whichever node it reaches. The ticketer seals no TLS 1.2
+    // session: those resume by session ID from this node's cache.
     config.ticketer = tickets;
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(TLS12_SESSIONS);
     Ok(Arc::new(config))
 }
 

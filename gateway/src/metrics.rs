@@ -80,6 +80,12 @@ struct AcmeOrderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AcmeRefusedLabels {
+    certificate: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabels {
     direction: String,
 }
@@ -255,6 +261,7 @@ pub struct Metrics {
     replica_certificate_expiry: Family<ReplicaLabels, Gauge>,
     acme_phase: Family<AcmePhaseLabels, Gauge>,
     acme_orders: Family<AcmeOrderLabels, Counter>,
+    acme_refused: Family<AcmeRefusedLabels, Counter>,
     /// Client connections of the proxy listeners.
     pub connections: ConnectionMetrics,
     rate_limited: Family<RouteLabels, Counter>,
@@ -577,6 +584,12 @@ impl Metrics {
             "Orders of ACME certificates this node placed, by how they ended (issued, failed)",
             acme_orders.clone(),
         );
+        let acme_refused = Family::<AcmeRefusedLabels, Counter>::default();
+        registry.register(
+            "acme_certificates_refused",
+            "Copies of ACME certificates (from a peer, the cache or an order) refused as not the CA's, by why: chain, lifetime, directory, unusable",
+            acme_refused.clone(),
+        );
         let local = &*crate::resources::LOCAL;
         registry.register(
             "local_resource_errors",
@@ -730,6 +743,7 @@ impl Metrics {
             replica_certificate_expiry,
             acme_phase,
             acme_orders,
+            acme_refused,
         }
     }
 
@@ -761,6 +775,16 @@ impl Metrics {
             .get_or_create(&AcmeOrderLabels {
                 certificate: certificate.into(),
                 result: if issued { "issued" } else { "failed" },
+            })
+            .inc();
+    }
+
+    /// Counts a copy of an ACME certificate refused as not the CA's.
+    pub fn acme_refused(&self, certificate: &str, reason: &'static str) {
+        self.acme_refused
+            .get_or_create(&AcmeRefusedLabels {
+                certificate: certificate.into(),
+                reason,
             })
             .inc();
     }

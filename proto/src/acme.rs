@@ -1,13 +1,19 @@
 //! Certificates from ACME, as the cluster shares them in gossip.
 //!
 //! ## Keys a node writes (only its own)
+//! - `acme/node`: the directory it orders from ([`AcmeNode`]): the nodes
+//!   that may order a certificate are the live ones of the same directory
+//!   that manage it (they write its state).
 //! - `acme/state/NAME`: its [`CertificateState`] for the certificate whose
 //!   first name is `NAME`: what it serves, who orders, what failed.
-//! - `acme/cert/NAME`: the [`Issued`] certificate it passes on, and
-//!   `acme/cert/NAME/I` its parts (the PEM chain, then the key, cut in
-//!   [`PART`]-byte pieces): a certificate and its key do not fit one
-//!   gossip value. Gossip is sealed and encrypted with the cluster key;
-//!   a node without one refuses `[acme]`.
+//! - `acme/certificate/NAME`: the [`Issued`] certificate it passes on, and
+//!   `acme/certificate/NAME/I` its parts (the PEM chain, then the key, cut
+//!   in [`PART`]-byte pieces): a certificate and its key do not fit one
+//!   gossip value. Only while a live node that manages it serves another
+//!   (or none), and by one node of those that serve it: steady, no node
+//!   passes a certificate on. Gossip is sealed and encrypted with the
+//!   cluster key; a node without one refuses `[acme]`. (`acme/cert/…`,
+//!   without the directory, is what earlier releases wrote.)
 //! - `acme/http/TOKEN`: the key authorization of an HTTP-01 challenge the
 //!   node is answering for an order of its own.
 //! - `acme/alpn/NAME`: the key authorization of a TLS-ALPN-01 challenge
@@ -20,10 +26,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The key of what a node orders from and manages.
+pub const NODE_KEY: &str = "acme/node";
 /// The prefix of a node's certificate states.
 pub const STATE_PREFIX: &str = "acme/state/";
 /// The prefix of the certificates a node passes on, and of their parts.
-pub const CERT_PREFIX: &str = "acme/cert/";
+pub const CERT_PREFIX: &str = "acme/certificate/";
 /// The prefix of HTTP-01 key authorizations, by token.
 pub const HTTP_PREFIX: &str = "acme/http/";
 /// The prefix of TLS-ALPN-01 key authorizations, by name.
@@ -96,8 +104,15 @@ pub struct CertificateState {
     pub retry_at_unix: Option<i64>,
 }
 
+/// What a node orders from: the nodes that may order a certificate are
+/// the live ones that manage it from the same directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcmeNode {
+    pub directory: String,
+}
+
 /// A certificate a node passes on: its parts follow under
-/// `acme/cert/NAME/0` and on.
+/// `acme/certificate/NAME/0` and on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issued {
     pub serial: String,
@@ -105,6 +120,9 @@ pub struct Issued {
     pub not_after_unix: i64,
     /// The node that ordered it.
     pub by: String,
+    /// The directory that issued it: a node serves only its own
+    /// directory's.
+    pub directory: String,
     pub parts: u32,
     /// SHA-256 of the whole PEM text (chain, then key), lowercase hex.
     pub digest: String,
@@ -149,11 +167,17 @@ mod tests {
             not_before_unix: 1,
             not_after_unix: 2,
             by: "node-a".into(),
+            directory: format!("https://{}/directory", "a".repeat(200)),
             parts: MAX_PARTS,
             digest: "f".repeat(64),
         };
         let text = encode_value(&issued).expect("fits");
         assert_eq!(decode_value::<Issued>(&text).unwrap(), issued);
+        let node = AcmeNode {
+            directory: "https://acme-v02.api.letsencrypt.org/directory".into(),
+        };
+        let text = encode_value(&node).expect("fits");
+        assert_eq!(decode_value::<AcmeNode>(&text).unwrap(), node);
         assert_eq!(held_id("token"), held_id("token"));
         assert_eq!(held_id("token").len(), 16);
         assert_ne!(held_id("token"), held_id("alpn:token"));

@@ -8,9 +8,11 @@
 //! Reports: rounds and seconds until every node holds every verdict; a
 //! change on one node reaching all others; a new node joining the full
 //! cluster; bytes per gossip round per node (before the 83 bytes each
-//! datagram gains when sealed). Then every node passes on an ACME
-//! certificate (a 4 KiB chain and key, in parts, as `[acme]` does), and
-//! another node joins: when it holds a whole certificate, and all of them.
+//! datagram gains when sealed). Then ACME: every node serves 50
+//! certificates (`PICKET_BENCH_CERTS`), each a 4 KiB chain and key in
+//! parts; before, every node passes every one on, as releases up to
+//! 2026-12-05 did; after, none does while every node serves them, and one
+//! node per certificate passes it on to a node that joins and lacks it.
 
 // Wall time is measured beside the paused clock, on purpose.
 #![allow(clippy::disallowed_types)]
@@ -203,65 +205,110 @@ fn main() {
             wall.elapsed().as_secs_f64()
         );
 
-        // Every node passes on the certificate it serves, as with `[acme]`.
+        // ACME: CERTS certificates (`PICKET_BENCH_CERTS`, 50) that every
+        // node serves. Every node writes its state of each (and its
+        // directory), as `[acme]` does.
+        let certs: usize = std::env::var("PICKET_BENCH_CERTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50);
         let pem = certificate_pem();
+        let directory = "https://acme-v02.api.letsencrypt.org/directory";
+        let names: Vec<String> = (0..certs).map(|c| format!("site{c:02}.example.com")).collect();
         let issued = picket_proto::acme::Issued {
             serial: "0a1b2c3d4e5f".into(),
             not_before_unix: 1_796_000_000,
             not_after_unix: 1_803_776_000,
             by: "n000".into(),
+            directory: directory.into(),
             parts: 0,
             digest: String::new(),
         };
-        let keys = picket::acme::shared::pass_on("shop.example.com", &issued, &pem)
-            .expect("a certificate fits");
+        let certificate_keys = |name: &str| {
+            picket::acme::shared::pass_on(name, &issued, &pem).expect("a certificate fits")
+        };
+        for (i, node) in nodes.iter().enumerate() {
+            for (key, value) in acme_keys(i, &names, directory, &issued) {
+                node.membership.set_own(&key, &value).await;
+            }
+        }
+        until_held(&nodes, 0, certs).await;
+
+        // Before: every node passes on every certificate it serves.
         let before = channel.statistics();
         let passing = Instant::now();
         for node in &nodes {
-            for (key, value) in &keys {
-                node.membership.set_own(key, value).await;
+            for name in &names {
+                for (key, value) in certificate_keys(name) {
+                    node.membership.set_own(&key, &value).await;
+                }
             }
         }
-        let copies = nodes.len();
-        let took = until_certificates(&nodes, copies).await;
+        let copies = nodes.len() * certs;
+        let took = until_held(&nodes, copies, certs).await;
         let after = channel.statistics();
         println!(
-            "every node passes on a certificate ({} bytes of PEM in {} keys): every node holds all {copies} copies after {:.1} s = {:.0} rounds; {:.0} bytes per round per node meanwhile",
+            "before (every node passes on every certificate, {certs} certificates of {} bytes of PEM): every node holds all {copies} copies after {:.1} s = {:.0} rounds; {:.0} bytes per round per node meanwhile",
             pem.len(),
-            keys.len(),
             took.as_secs_f64(),
             took.as_secs_f64() / INTERVAL.as_secs_f64(),
             (after.num_bytes_total - before.num_bytes_total) as f64
                 / (passing.elapsed().as_secs_f64() / INTERVAL.as_secs_f64()).max(1.0)
-                / copies as f64
+                / nodes.len() as f64
         );
-        let before = channel.statistics();
-        tokio::time::sleep(INTERVAL * 10).await;
-        let after = channel.statistics();
+        let steady_before = steady_bytes(&channel, nodes.len()).await;
+        let held_before = acme_bytes(&nodes[1]).await;
         println!(
-            "steady state with certificates: {:.0} bytes per gossip round per node",
-            (after.num_bytes_total - before.num_bytes_total) as f64 / 10.0 / copies as f64
+            "before, steady: {steady_before:.0} bytes per gossip round per node; {held_before} bytes of ACME values held by each node"
         );
-        // A node that joins later: its first whole certificate, then all.
+
+        // After: steady, no node passes a certificate on.
+        for node in &nodes {
+            for name in &names {
+                for (key, _) in certificate_keys(name) {
+                    node.membership.delete_own(&key).await;
+                }
+            }
+        }
+        until_held(&nodes, 0, certs).await;
+        tokio::time::sleep(INTERVAL * 5).await;
+        let steady_after = steady_bytes(&channel, nodes.len()).await;
+        let held_after = acme_bytes(&nodes[1]).await;
+        println!(
+            "after, steady: {steady_after:.0} bytes per gossip round per node; {held_after} bytes of ACME values held by each node"
+        );
+
+        // After: a node joins and lacks them all; for each certificate the
+        // one node `plan::passer` picks among those that serve it passes
+        // it on, until the newcomer serves it.
         let wall = Wall::now();
         let joined = Instant::now();
-        nodes.push(start(copies, routes, &transport).await);
-        let late = nodes.last().expect("the new node");
-        let first = loop {
-            let shared = picket::acme::shared::read(&late.membership.acme_entries().await);
-            if !shared.certificates.is_empty() {
-                break joined.elapsed();
+        let before = channel.statistics();
+        let holders: Vec<String> = (0..nodes.len()).map(|i| format!("n{i:03}")).collect();
+        nodes.push(start(nodes.len(), routes, &transport).await);
+        for name in &names {
+            let passer = picket::acme::plan::passer(
+                name,
+                &issued.serial,
+                holders.iter().map(String::as_str),
+            )
+            .expect("a passer");
+            let i = holders.iter().position(|h| h == passer).expect("a node");
+            for (key, value) in certificate_keys(name) {
+                nodes[i].membership.set_own(&key, &value).await;
             }
-            assert!(joined.elapsed() < Duration::from_secs(3600), "never got one");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let all = until_certificates(std::slice::from_ref(late), copies).await + first;
+        }
+        let late = nodes.last().expect("the new node");
+        let all = until_held(std::slice::from_ref(late), certs, certs).await;
+        let after = channel.statistics();
         println!(
-            "a node that joins later holds a whole certificate after {:.1} s = {:.0} rounds, all {copies} copies after {:.1} s (wall {:.1} s)",
-            first.as_secs_f64(),
-            first.as_secs_f64() / INTERVAL.as_secs_f64(),
+            "after, a node joins: it holds all {certs} certificates after {:.1} s = {:.0} rounds (wall {:.1} s); {:.0} bytes per round per node meanwhile",
             all.as_secs_f64(),
-            wall.elapsed().as_secs_f64()
+            all.as_secs_f64() / INTERVAL.as_secs_f64(),
+            wall.elapsed().as_secs_f64(),
+            (after.num_bytes_total - before.num_bytes_total) as f64
+                / (joined.elapsed().as_secs_f64() / INTERVAL.as_secs_f64()).max(1.0)
+                / nodes.len() as f64
         );
         for node in &nodes {
             node.membership.leave().await;
@@ -269,22 +316,83 @@ fn main() {
     });
 }
 
+/// The ACME keys node `i` writes while it serves `names`: its directory,
+/// and its state of each.
+fn acme_keys(
+    i: usize,
+    names: &[String],
+    directory: &str,
+    issued: &picket_proto::acme::Issued,
+) -> Vec<(String, String)> {
+    use picket_proto::acme::{AcmeNode, CertificateState, NODE_KEY, Phase, STATE_PREFIX};
+    use picket_proto::gossip::encode_value;
+    let mut keys = vec![(
+        NODE_KEY.to_string(),
+        encode_value(&AcmeNode {
+            directory: directory.into(),
+        })
+        .expect("fits"),
+    )];
+    for name in names {
+        let state = CertificateState {
+            name: name.clone(),
+            phase: Phase::Serving,
+            serial: Some(issued.serial.clone()),
+            not_after_unix: Some(issued.not_after_unix),
+            renew_at_unix: Some(issued.not_after_unix - 30 * 86_400),
+            orderer: Some(format!("n{:03}", i % 7)),
+            issued_by: Some(issued.by.clone()),
+            error: None,
+            retry_at_unix: None,
+        };
+        keys.push((
+            format!("{STATE_PREFIX}{name}"),
+            encode_value(&state).expect("fits"),
+        ));
+    }
+    keys
+}
+
+/// Bytes per gossip round per node over ten quiet rounds.
+async fn steady_bytes(channel: &ChannelTransport, nodes: usize) -> f64 {
+    let before = channel.statistics();
+    tokio::time::sleep(INTERVAL * 10).await;
+    let after = channel.statistics();
+    (after.num_bytes_total - before.num_bytes_total) as f64 / 10.0 / nodes as f64
+}
+
+/// Bytes of every ACME value a node's view holds (every node's keys).
+async fn acme_bytes(node: &BenchNode) -> usize {
+    node.membership
+        .acme_entries()
+        .await
+        .iter()
+        .map(|e| e.key.len() + e.value.len())
+        .sum()
+}
+
 /// Polls (in virtual time) until every node holds `copies` whole
-/// certificates passed on.
-async fn until_certificates(nodes: &[BenchNode], copies: usize) -> Duration {
+/// certificates passed on (exactly, when `copies` is 0) and every node's
+/// states of `certs` certificates.
+async fn until_held(nodes: &[BenchNode], copies: usize, certs: usize) -> Duration {
     let start = Instant::now();
     loop {
         let mut held = Vec::with_capacity(nodes.len());
         for node in nodes {
-            let entries = node.membership.acme_entries().await;
-            held.push(picket::acme::shared::read(&entries).certificates.len());
+            let shared = picket::acme::shared::read(&node.membership.acme_entries().await);
+            let states: usize = shared.states.values().map(|s| s.len()).sum();
+            held.push((shared.certificates.len(), states));
         }
-        if held.iter().all(|n| *n >= copies) {
+        let done = held.iter().all(|(n, states)| {
+            (if copies == 0 { *n == 0 } else { *n >= copies }) && *states >= certs
+        });
+        if done {
             return start.elapsed();
         }
         assert!(
             start.elapsed() < Duration::from_secs(3600),
-            "never converged: {held:?}"
+            "never converged: {:?}",
+            &held[..held.len().min(4)]
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

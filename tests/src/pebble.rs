@@ -27,7 +27,8 @@ pub struct Setup {
     pub tls_port: u16,
     /// What every name resolves to: the node the validations reach.
     pub validate_at: Ipv4Addr,
-    /// The lifetime of the certificates it issues, in seconds.
+    /// The lifetime of the certificates it issues, in seconds; `None`: 90
+    /// days, as Let's Encrypt's.
     pub validity: Option<u64>,
 }
 
@@ -38,6 +39,9 @@ pub struct Pebble {
     pub directory: String,
     /// The CA of the directory's certificate, for `[acme] ca`.
     pub ca_file: PathBuf,
+    /// The root of the certificates it issues (random, made at its
+    /// start), for `[acme] issuers`.
+    pub issuers_file: PathBuf,
     management: SocketAddr,
     listen: Ipv4Addr,
     ca: Arc<rustls::ClientConfig>,
@@ -64,10 +68,10 @@ impl Pebble {
         let (acme, management, dns, dns_management) =
             (free_port(), free_port(), free_port(), free_port());
         let config = dir.path().join("pebble.json");
-        let validity = setup
-            .validity
-            .map(|s| format!(", \"certificateValidityPeriod\": {s}"))
-            .unwrap_or_default();
+        let validity = format!(
+            ", \"certificateValidityPeriod\": {}",
+            setup.validity.unwrap_or(90 * 86_400)
+        );
         std::fs::write(
             &config,
             format!(
@@ -118,9 +122,11 @@ impl Pebble {
             .expect("pebble starts");
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca.der.clone()).expect("the CA as a root");
+        let issuers_file = dir.path().join("issuers.pem");
         let pebble = Pebble {
             directory: format!("https://{listen}:{acme}/dir"),
             ca_file,
+            issuers_file,
             management: SocketAddr::from((setup.listen, management)),
             listen: setup.listen,
             ca: client(roots),
@@ -142,12 +148,54 @@ impl Pebble {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let root = pebble.root().await;
+        std::fs::write(&pebble.issuers_file, root).expect("write Pebble's root");
         pebble
+    }
+
+    /// The root of the certificates Pebble issues, PEM: fetched from its
+    /// management interface, which answers a moment after its directory.
+    async fn root(&self) -> Vec<u8> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match get(
+                self.management,
+                &self.ca,
+                &self.listen.to_string(),
+                "/roots/0",
+            )
+            .await
+            {
+                Ok(root) => return root,
+                Err(e) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "Pebble's root: {e:#}\n{}",
+                    self.log()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// What Pebble and its DNS server logged.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Orders Pebble received so far (one log line each).
+    pub fn orders(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("orders in the db"))
+            .count()
+    }
+
+    /// Accounts made at Pebble so far (one log line each).
+    pub fn accounts(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("accounts in memory"))
+            .count()
     }
 
     /// A client that trusts the certificates Pebble issues (its root of
@@ -156,14 +204,7 @@ impl Pebble {
     /// served now.
     pub async fn issued_roots(&self) -> Arc<rustls::ClientConfig> {
         use rustls::pki_types::{CertificateDer, pem::PemObject};
-        let answer = get(
-            self.management,
-            &self.ca,
-            &self.listen.to_string(),
-            "/roots/0",
-        )
-        .await
-        .unwrap_or_else(|e| panic!("Pebble's root: {e:#}\n{}", self.log()));
+        let answer = self.root().await;
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(&answer).flatten() {
             roots.add(cert).expect("Pebble's root");

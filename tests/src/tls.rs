@@ -208,6 +208,21 @@ pub fn client_config(ca: &TestCa, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     client_trusting(roots, alpn)
 }
 
+/// A self-signed certificate for `names`, valid from 2026-01-01 until
+/// `until` (`YYYY-MM-DD`), then its key, as one PEM text: what a holder
+/// of the cluster key could plant as an ACME certificate.
+pub fn self_signed_pem(names: &[&str], until: &str) -> String {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(names).expect("parameters");
+    let date: Vec<i32> = until.split('-').filter_map(|p| p.parse().ok()).collect();
+    let (year, month, day) = (date[0], date[1] as u8, date[2] as u8);
+    params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+    params.not_after = rcgen::date_time_ymd(year, month, day);
+    let cert = params.self_signed(&key).expect("a certificate");
+    format!("{}{}", cert.pem(), key.serialize_pem())
+}
+
 /// A client that trusts `roots`, offers `alpn`, and never resumes.
 pub fn client_trusting(roots: rustls::RootCertStore, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());

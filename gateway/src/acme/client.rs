@@ -35,6 +35,10 @@ pub enum HttpError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{host}: its TLS certificate is not one the node trusts ({why}): set [acme] ca to the roots of the directory's certificate (without it, the Mozilla roots are trusted)"
+    )]
+    Untrusted { host: String, why: String },
     #[error("{0}")]
     Hyper(#[from] hyper::Error),
     #[error("the answer is larger than {MAX_ANSWER} bytes, or broke off: {0}")]
@@ -64,19 +68,41 @@ impl HttpClient for Http {
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, Error>> + Send>> {
         let tls = Arc::clone(&self.tls);
         Box::pin(async move {
-            match tokio::time::timeout(REQUEST_TIMEOUT, send(tls, req)).await {
-                Ok(Ok(answer)) => Ok(answer),
-                Ok(Err(error)) => Err(Error::Other(Box::new(error))),
-                Err(_) => Err(Error::Other(Box::new(HttpError::Timeout))),
+            match bounded(tls, req).await {
+                Ok((parts, body)) => Ok(BytesResponse {
+                    parts,
+                    body: Box::new(body),
+                }),
+                Err(error) => Err(Error::Other(Box::new(error))),
             }
         })
     }
 }
 
+impl Http {
+    /// `GET url`: its status and body, bounded as every request is.
+    pub async fn get(&self, url: &str) -> Result<(http::StatusCode, Bytes), HttpError> {
+        let request = Request::get(url)
+            .body(BodyWrapper::default())
+            .map_err(|_| HttpError::NoHost(url.to_string()))?;
+        let (parts, body) = bounded(Arc::clone(&self.tls), request).await?;
+        Ok((parts.status, body))
+    }
+}
+
+async fn bounded(
+    tls: Arc<rustls::ClientConfig>,
+    req: Request<BodyWrapper<Bytes>>,
+) -> Result<(http::response::Parts, Bytes), HttpError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, send(tls, req))
+        .await
+        .unwrap_or(Err(HttpError::Timeout))
+}
+
 async fn send(
     tls: Arc<rustls::ClientConfig>,
     req: Request<BodyWrapper<Bytes>>,
-) -> Result<BytesResponse, HttpError> {
+) -> Result<(http::response::Parts, Bytes), HttpError> {
     let uri = req.uri().clone();
     let host = uri
         .host()
@@ -97,7 +123,13 @@ async fn send(
     let stream = tokio_rustls::TlsConnector::from(tls)
         .connect(name, tcp)
         .await
-        .map_err(connect)?;
+        .map_err(|error| match untrusted(&error) {
+            Some(why) => HttpError::Untrusted {
+                host: format!("{host}:{port}"),
+                why,
+            },
+            None => connect(error),
+        })?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let driver = tokio::spawn(async move {
@@ -130,8 +162,14 @@ async fn send(
         .map_err(|e| HttpError::Body(e.to_string()))?
         .to_bytes();
     driver.abort();
-    Ok(BytesResponse {
-        parts,
-        body: Box::new(body),
-    })
+    Ok((parts, body))
+}
+
+/// What a handshake that failed on the server's certificate says of it.
+fn untrusted(error: &std::io::Error) -> Option<String> {
+    let inner = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    match inner {
+        rustls::Error::InvalidCertificate(why) => Some(format!("{why:?}")),
+        _ => None,
+    }
 }

@@ -2,7 +2,13 @@
 //! challenge passed to every node through gossip before the CA is told
 //! to validate, then the key, the CSR and the certificate. The protocol
 //! is instant-acme's; every wait here is bounded.
+//!
+//! The node has one account per directory ([`Accounts`]): made by the
+//! first order that needs it (the others wait for it), kept in the cache,
+//! reused by every order after. The challenge keys an order writes are
+//! removed however it ends: done, failed, or aborted by a reload.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +52,9 @@ pub enum OrderError {
         humantime::format_duration(ORDER_DEADLINE)
     )]
     Deadline,
+    /// The directory URL is not an ACME directory, or cannot be reached.
+    #[error("{0}")]
+    Directory(String),
 }
 
 /// What an order needs.
@@ -54,14 +63,62 @@ pub struct Ordering {
     pub names: Vec<String>,
     pub membership: Arc<Membership>,
     pub http: Arc<Http>,
+    pub accounts: Arc<Accounts>,
+}
+
+/// The node's ACME accounts, one per directory.
+#[derive(Default)]
+pub struct Accounts(tokio::sync::Mutex<HashMap<String, Account>>);
+
+impl Accounts {
+    /// The account at the directory of `settings`: known, else read from
+    /// the cache, else made (and kept). Orders that ask at once wait for
+    /// the first: one account, however many orders start together.
+    async fn get(&self, settings: &AcmeSettings, http: &Arc<Http>) -> Result<Account, OrderError> {
+        let mut accounts = self.0.lock().await;
+        if let Some(account) = accounts.get(&settings.directory) {
+            return Ok(account.clone());
+        }
+        let account = account(settings, http).await?;
+        accounts.insert(settings.directory.clone(), account.clone());
+        Ok(account)
+    }
+}
+
+/// The challenge keys an order wrote: removed when it ends, and when its
+/// task is aborted (a reload that drops the certificate), from a task of
+/// their own.
+struct Written {
+    membership: Arc<Membership>,
+    keys: Vec<String>,
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        let keys = std::mem::take(&mut self.keys);
+        if keys.is_empty() {
+            return;
+        }
+        let membership = Arc::clone(&self.membership);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for key in keys {
+                    membership.delete_own(&key).await;
+                }
+            });
+        }
+    }
 }
 
 /// Orders the certificate of `ordering.names`; returns its chain and key
 /// as PEM. The challenge keys it wrote are removed whatever happens.
 pub async fn order(ordering: &Ordering) -> Result<String, OrderError> {
-    let mut written = Vec::new();
-    let result = tokio::time::timeout(ORDER_DEADLINE, steps(ordering, &mut written)).await;
-    for key in written {
+    let mut written = Written {
+        membership: Arc::clone(&ordering.membership),
+        keys: Vec::new(),
+    };
+    let result = tokio::time::timeout(ORDER_DEADLINE, steps(ordering, &mut written.keys)).await;
+    for key in std::mem::take(&mut written.keys) {
         ordering.membership.delete_own(&key).await;
     }
     result.unwrap_or(Err(OrderError::Deadline))
@@ -69,7 +126,7 @@ pub async fn order(ordering: &Ordering) -> Result<String, OrderError> {
 
 async fn steps(ordering: &Ordering, written: &mut Vec<String>) -> Result<String, OrderError> {
     let settings = &ordering.settings;
-    let account = account(settings, &ordering.http).await?;
+    let account = ordering.accounts.get(settings, &ordering.http).await?;
     let identifiers: Vec<Identifier> = ordering
         .names
         .iter()
@@ -204,8 +261,37 @@ async fn why_invalid(order: &mut instant_acme::Order, status: OrderStatus) -> Or
     OrderError::Status(status)
 }
 
+/// What the directory URL answers, unless it is an ACME directory: an
+/// error that says what to change.
+async fn probe(settings: &AcmeSettings, http: &Http) -> Result<(), OrderError> {
+    let url = &settings.directory;
+    let (status, body) = http
+        .get(url)
+        .await
+        .map_err(|e| OrderError::Directory(format!("[acme] directory {url}: {e}")))?;
+    let hint = "is [acme] directory the CA's directory URL (such as https://acme-v02.api.letsencrypt.org/directory)?";
+    if !status.is_success() {
+        return Err(OrderError::Directory(format!(
+            "[acme] directory {url} answers {status}: {hint}"
+        )));
+    }
+    let directory: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+    let complete = directory.as_ref().is_some_and(|d| {
+        ["newNonce", "newAccount", "newOrder"]
+            .iter()
+            .all(|field| d[*field].is_string())
+    });
+    if !complete {
+        return Err(OrderError::Directory(format!(
+            "[acme] directory {url} answers, but not with an ACME directory (newNonce, newAccount, newOrder): {hint}"
+        )));
+    }
+    Ok(())
+}
+
 /// The node's account at the CA: from the cache, else made (and kept).
 async fn account(settings: &AcmeSettings, http: &Arc<Http>) -> Result<Account, OrderError> {
+    probe(settings, http).await?;
     let file = store::account_file(&settings.cache, &settings.directory);
     let cached = store::read(&file).map_err(OrderError::Cache)?;
     if let Some(text) = cached {

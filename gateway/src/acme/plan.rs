@@ -45,6 +45,17 @@ pub fn orderer<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, node)| node)
 }
 
+/// The node that passes on the certificate `serial` of `name`, of those
+/// that serve it (`holders`): rendezvous hashing, as for the orderer, so
+/// that every node reckons the same one and one copy travels.
+pub fn passer<'a>(
+    name: &str,
+    serial: &str,
+    holders: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    orderer(&format!("{name}/{serial}"), holders)
+}
+
 /// The orderer of `name` among `candidates` (node, its last order
 /// failed): of those not failing, else of all.
 pub fn orderer_among<'a>(name: &str, candidates: &[(&'a str, bool)]) -> Option<&'a str> {

@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use picket_proto::acme::{
-    ALPN_PREFIX, CERT_PREFIX, CertificateState, HELD_KEY, HTTP_PREFIX, Held, Issued, MAX_PARTS,
-    PART, STATE_PREFIX,
+    ALPN_PREFIX, AcmeNode, CERT_PREFIX, CertificateState, HELD_KEY, HTTP_PREFIX, Held, Issued,
+    MAX_PARTS, NODE_KEY, PART, STATE_PREFIX,
 };
 use picket_proto::gossip::{decode_value, encode_value};
 
@@ -48,6 +48,8 @@ pub struct Shared {
     pub held: HashMap<String, Vec<String>>,
     /// Each live node's states, by node, then by certificate name.
     pub states: HashMap<String, HashMap<String, CertificateState>>,
+    /// The directory each live node orders from.
+    pub directories: HashMap<String, String>,
     /// Every whole certificate any node passes on, live or not: a dead
     /// node's copy is as good as a live one's.
     pub certificates: Vec<Passed>,
@@ -94,6 +96,15 @@ pub fn read(entries: &[Entry]) -> Shared {
             shared.http.insert(token.to_string(), entry.value.clone());
         } else if let Some(name) = key.strip_prefix(ALPN_PREFIX) {
             shared.alpn.insert(name.to_string(), entry.value.clone());
+        } else if key == NODE_KEY {
+            match decode_value::<AcmeNode>(&entry.value) {
+                Ok(node) => {
+                    shared
+                        .directories
+                        .insert(entry.node.clone(), node.directory);
+                }
+                Err(_) => shared.refused += 1,
+            }
         } else if key == HELD_KEY {
             match decode_value::<Held>(&entry.value) {
                 Ok(held) => {
@@ -199,6 +210,7 @@ mod tests {
             not_before_unix: 1,
             not_after_unix: 2,
             by: "a".into(),
+            directory: "https://ca.test/dir".into(),
             parts,
             digest: String::new(),
         }
@@ -258,8 +270,18 @@ mod tests {
                 &encode_value(&state).unwrap(),
             ),
             entry("c", true, HELD_KEY, "%%%"),
-            entry("c", true, "acme/cert/x/99", "x"),
-            entry("c", true, "acme/cert/x", "%%%"),
+            entry("c", true, "acme/certificate/x/99", "x"),
+            entry("c", true, "acme/certificate/x", "%%%"),
+            entry(
+                "a",
+                true,
+                "acme/node",
+                &encode_value(&AcmeNode {
+                    directory: "https://ca.test/dir".into(),
+                })
+                .unwrap(),
+            ),
+            entry("b", false, "acme/node", "%%%"),
         ];
         let shared = read(&entries);
         assert_eq!(shared.http.keys().collect::<Vec<_>>(), ["tok"]);
@@ -267,6 +289,8 @@ mod tests {
         assert_eq!(shared.held["b"], ["0011"]);
         assert_eq!(shared.states["a"]["shop.example.com"], state);
         assert!(!shared.states.contains_key("c"));
+        assert_eq!(shared.directories["a"], "https://ca.test/dir");
+        assert_eq!(shared.directories.len(), 1, "live nodes only");
         assert_eq!(shared.refused, 4);
     }
 }

@@ -5,13 +5,15 @@
 //! ```text
 //! account-<8 bytes of SHA-256 of the directory URL, hex>.json
 //! <first name>.pem      the chain, then the key
+//! <first name>.json     the directory that issued it, and the node that
+//!                       ordered it
 //! <first name>.failure  the last order's failure: when to order again
 //!                       (Unix seconds), then the error; gone once served
 //! ```
 //! The failure outlives a restart, so a node that restarts in a loop
 //! does not ask the CA again before its back-off ends.
-//! Files are written whole (a temporary file, then a rename) and readable
-//! by the node's user only.
+//! Files are written whole (a temporary file of a name no other write
+//! shares, then a rename) and readable by the node's user only.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,43 @@ use std::path::{Path, PathBuf};
 /// The file of the certificate named `name`.
 pub fn certificate_file(cache: &Path, name: &str) -> PathBuf {
     cache.join(format!("{name}.pem"))
+}
+
+/// What the cache says of the certificate named `name`.
+pub fn meta_file(cache: &Path, name: &str) -> PathBuf {
+    cache.join(format!("{name}.json"))
+}
+
+/// What a certificate in the cache says of itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Meta {
+    /// The directory that issued it.
+    pub directory: String,
+    /// The node that ordered it.
+    pub issued_by: String,
+}
+
+/// Keeps a certificate and what it says of itself.
+pub fn write_certificate(cache: &Path, name: &str, pem: &str, meta: &Meta) -> std::io::Result<()> {
+    let text = serde_json::to_string(meta).map_err(std::io::Error::other)?;
+    write(&certificate_file(cache, name), pem)?;
+    write(&meta_file(cache, name), &text)
+}
+
+/// A certificate of the cache: its PEM, and what it says of itself (`None`
+/// from an earlier release, which kept nothing beside it).
+pub fn read_certificate(
+    cache: &Path,
+    name: &str,
+) -> std::io::Result<Option<(String, Option<Meta>)>> {
+    let Some(pem) = read(&certificate_file(cache, name))? else {
+        return Ok(None);
+    };
+    let meta = read(&meta_file(cache, name))
+        .ok()
+        .flatten()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    Ok(Some((pem, meta)))
 }
 
 /// The file of the account at `directory`.
@@ -78,17 +117,32 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     if mode & 0o077 != 0 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700))?;
     }
-    let partial = path.with_extension("partial");
+    // A name of this write's own: two writes at once (a certificate and
+    // its failure, two orders' accounts) never share a temporary file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let partial = dir.join(format!(".{file}.{}.{n}.partial", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(&partial)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
+    let written = file
+        .write_all(text.as_bytes())
+        .and_then(|()| file.sync_all());
     drop(file);
-    std::fs::rename(&partial, path)
+    match written.and_then(|()| std::fs::rename(&partial, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -128,5 +182,46 @@ mod tests {
         clear_failure(&failure);
         clear_failure(&failure);
         assert_eq!(read_failure(&failure), None);
+        let meta = Meta {
+            directory: "https://a/dir".into(),
+            issued_by: "n1".into(),
+        };
+        write_certificate(&cache, "shop.example.com", "PEM", &meta).unwrap();
+        assert_eq!(
+            read_certificate(&cache, "shop.example.com").unwrap(),
+            Some(("PEM".to_string(), Some(meta)))
+        );
+    }
+
+    /// A certificate and its failure, written at once from many threads,
+    /// each whole: no temporary file is shared, none is left behind.
+    #[test]
+    fn writes_at_once_share_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().to_path_buf();
+        std::thread::scope(|scope| {
+            for i in 0..8 {
+                let cache = &cache;
+                scope.spawn(move || {
+                    for round in 0..50 {
+                        let text = format!("{i}-{round}-").repeat(100);
+                        write(&certificate_file(cache, "shop.example.com"), &text).unwrap();
+                        write_failure(&failure_file(cache, "shop.example.com"), round, &text)
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let pem = read(&certificate_file(&cache, "shop.example.com"))
+            .unwrap()
+            .unwrap();
+        let unit = pem.split('-').take(2).collect::<Vec<_>>().join("-") + "-";
+        assert_eq!(pem, unit.repeat(100), "one write, whole");
+        let left: Vec<_> = std::fs::read_dir(&cache)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

@@ -263,6 +263,10 @@ pub struct RawAcme {
     pub directory: Option<Spanned<String>>,
     pub email: Option<Spanned<String>>,
     pub ca: Option<Spanned<String>>,
+    /// The roots the CA's certificates chain to.
+    pub issuers: Option<Spanned<String>>,
+    /// The longest lifetime a certificate of the CA may have.
+    pub max_lifetime: Option<Spanned<String>>,
     pub cache: Option<Spanned<String>>,
     pub challenge: Option<Spanned<String>>,
 }

@@ -27,13 +27,13 @@ use super::raw::{
 use super::{
     AccessLogFormat, AccessLogTarget, AcmeChallenge, AcmeSettings, BreakerSettings,
     CertificateConfig, CheckKind, Cidr, ClientIdentity, ClusterSettings, Config,
-    DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY,
-    DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONSECUTIVE_GATEWAY_ERRORS,
-    DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT, DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL,
-    DEFAULT_INGRESS_CLASS, DEFAULT_MAX_TRIES, ExternalHost, FeedSettings, GlobalSettings,
-    HeaderRules, HostMatch, NodeSettings, Origin, Protocol, RateKey, RateSettings, RouteConfig,
-    RuntimeBreakerSettings, RuntimeKind, RuntimeSettings, ServicePort, Setting, TrustedProxies,
-    UpstreamConfig, UpstreamTls,
+    DEFAULT_ACME_MAX_LIFETIME, DEFAULT_BODY_TIMEOUT, DEFAULT_BREAKER_COOLDOWN,
+    DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
+    DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_INGRESS_CLASS, DEFAULT_MAX_TRIES,
+    ExternalHost, FeedSettings, GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin,
+    Protocol, RateKey, RateSettings, RouteConfig, RuntimeBreakerSettings, RuntimeKind,
+    RuntimeSettings, ServicePort, Setting, TrustedProxies, UpstreamConfig, UpstreamTls,
 };
 use crate::certificate::Culprit;
 
@@ -58,6 +58,11 @@ pub(super) const BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duratio
 pub const RUNTIME_BREAKER_FAILURES_RANGE: RangeInclusive<i64> = 1..=100;
 pub const RUNTIME_BREAKER_COOLDOWN_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
 pub(super) const CHECK_EVERY_RANGE: (Duration, Duration) = (SECOND, Duration::from_secs(600));
+/// `[acme] max_lifetime`: an hour to ten years.
+pub(super) const ACME_LIFETIME_RANGE: (Duration, Duration) = (
+    Duration::from_secs(3600),
+    Duration::from_secs(3650 * 86_400),
+);
 pub(super) const CHECK_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(30));
 pub const WORKERS_RANGE: RangeInclusive<i64> = 1..=256;

@@ -34,6 +34,16 @@
 //! clients: anything malformed, of another format, period or key, or that
 //! fails its tag, is a full handshake, never an error.
 //!
+//! ## TLS 1.3 only
+//! A TLS 1.2 ticket holds its session's master secret: sealed with the
+//! cluster key, whoever ever got the key file could decrypt every recorded
+//! TLS 1.2 session that got one, from any period. So a TLS 1.2 session is
+//! never sealed ([`session_version`]): its client gets an empty ticket
+//! (RFC 5077, 3.3) and resumes by session ID from the node's own cache
+//! ([`super::server_config`]). A TLS 1.3 ticket is sealed as above; with
+//! `psk_dhe_ke` its resumption makes fresh keys, so a leaked ticket key
+//! opens no recorded traffic.
+//!
 //! The clock is injected ([`WallClock`]); which periods a ticket opens in
 //! is decided by the pure [`opens`].
 
@@ -87,6 +97,25 @@ impl fmt::Debug for WallClock {
         write!(f, "WallClock({})", self.now())
     }
 }
+
+/// The TLS version of a session rustls asks to seal or has opened (its
+/// `ServerSessionValue`: whether it names a server, the name, then the
+/// version); `None` when it does not read as one.
+pub fn session_version(plain: &[u8]) -> Option<u16> {
+    let (&named, rest) = plain.split_first()?;
+    let rest = match named {
+        0 => rest,
+        1 => {
+            let (&len, rest) = rest.split_first()?;
+            rest.get(usize::from(len)..)?
+        }
+        _ => return None,
+    };
+    Some(u16::from_be_bytes([*rest.first()?, *rest.get(1)?]))
+}
+
+/// TLS 1.3, as [`session_version`] reads it.
+const TLS13: u16 = 0x0304;
 
 /// The period `unix` seconds fall in.
 pub fn period_of(unix: u64) -> u32 {
@@ -218,6 +247,11 @@ impl rustls::server::ProducesTickets for Tickets {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        // A TLS 1.2 session (or one that does not read as TLS 1.3) is never
+        // sealed: its client gets an empty ticket.
+        if session_version(plain) != Some(TLS13) {
+            return None;
+        }
         let now = self.clock.now();
         let scope = Scope {
             key: self.source.with(|keys| keys.sealing().id),
@@ -280,6 +314,10 @@ impl rustls::server::ProducesTickets for Tickets {
             .ok()?
             .len();
         plain.truncate(len);
+        if session_version(&plain) != Some(TLS13) {
+            // A TLS 1.2 ticket of an earlier release: a full handshake.
+            return None;
+        }
         if fresh {
             self.keep(scope, &key, now);
         }
@@ -311,6 +349,52 @@ mod tests {
 
     const T0: u64 = 1_800_000_000;
 
+    /// A TLS 1.3 session as rustls hands it to the ticketer: no server
+    /// name, the version, then `state`.
+    fn tls13(state: &[u8]) -> Vec<u8> {
+        [&[0, 0x03, 0x04][..], state].concat()
+    }
+
+    /// The same for TLS 1.2, naming the server.
+    fn tls12(state: &[u8]) -> Vec<u8> {
+        [&[1, 4][..], b"shop", &[0x03, 0x03], state].concat()
+    }
+
+    #[test]
+    fn a_tls12_session_is_never_sealed_nor_opened() {
+        assert_eq!(session_version(&tls13(b"x")), Some(0x0304));
+        assert_eq!(session_version(&tls12(b"x")), Some(0x0303));
+        assert_eq!(session_version(&[1, 9, b'a']), None, "a name cut short");
+        assert_eq!(session_version(&[2, 3, 4]), None);
+        assert_eq!(session_version(&[]), None);
+        let cluster = keys(&[5]);
+        let now = Arc::new(AtomicU64::new(T0));
+        let one = node(&cluster, &now);
+        assert_eq!(one.encrypt(&tls12(b"master secret")), None);
+        assert!(one.encrypt(&tls13(b"state")).is_some());
+        // A TLS 1.2 ticket sealed by an earlier release does not open.
+        let scope = Scope {
+            key: cluster.load().sealing().id,
+            period: period_of(T0),
+            issuer: one.issuer,
+        };
+        let key = scope.derive(cluster.load().sealing()).expect("a key");
+        let mut ticket = vec![FORMAT];
+        ticket.extend_from_slice(&scope.key);
+        ticket.extend_from_slice(&scope.period.to_be_bytes());
+        ticket.extend_from_slice(&scope.issuer);
+        ticket.extend_from_slice(&[0; NONCE_LEN]);
+        let mut sealed = tls12(b"master secret");
+        key.seal_in_place_append_tag(
+            Nonce::assume_unique_for_key([0; NONCE_LEN]),
+            Aad::from(&ticket[..HEADER]),
+            &mut sealed,
+        )
+        .expect("sealed");
+        ticket.extend_from_slice(&sealed);
+        assert_eq!(one.decrypt(&ticket), None);
+    }
+
     #[test]
     fn a_ticket_opens_in_its_period_and_the_next_only() {
         let start = period_of(T0);
@@ -332,9 +416,15 @@ mod tests {
         let cluster = keys(&[7]);
         let now = Arc::new(AtomicU64::new(T0));
         let (one, two) = (node(&cluster, &now), node(&cluster, &now));
-        let ticket = one.encrypt(b"session state").expect("sealed");
-        assert_eq!(two.decrypt(&ticket).as_deref(), Some(&b"session state"[..]));
-        assert_eq!(one.decrypt(&ticket).as_deref(), Some(&b"session state"[..]));
+        let ticket = one.encrypt(&tls13(b"session state")).expect("sealed");
+        assert_eq!(
+            two.decrypt(&ticket).as_deref(),
+            Some(&tls13(b"session state")[..])
+        );
+        assert_eq!(
+            one.decrypt(&ticket).as_deref(),
+            Some(&tls13(b"session state")[..])
+        );
         // Another cluster's key does not.
         let other = node(&keys(&[8]), &now);
         assert_eq!(other.decrypt(&ticket), None);
@@ -348,7 +438,7 @@ mod tests {
         let cluster = keys(&[7]);
         let now = Arc::new(AtomicU64::new(T0));
         let (one, two) = (node(&cluster, &now), node(&cluster, &now));
-        let ticket = one.encrypt(b"state").expect("sealed");
+        let ticket = one.encrypt(&tls13(b"state")).expect("sealed");
         let issued = u64::from(period_of(T0)) * PERIOD_SECS;
         now.store(issued + 2 * PERIOD_SECS - 1, Ordering::Relaxed);
         assert!(two.decrypt(&ticket).is_some(), "the next period opens it");
@@ -362,10 +452,10 @@ mod tests {
         let cluster = keys(&[1]);
         let now = Arc::new(AtomicU64::new(T0));
         let one = node(&cluster, &now);
-        let old = one.encrypt(b"old").expect("sealed");
+        let old = one.encrypt(&tls13(b"old")).expect("sealed");
         // The new key first, the old one second: both open, the new seals.
         cluster.store(keys(&[2, 1]).load_full());
-        let new = one.encrypt(b"new").expect("sealed");
+        let new = one.encrypt(&tls13(b"new")).expect("sealed");
         assert_ne!(old[1..5], new[1..5]);
         assert!(one.decrypt(&old).is_some());
         assert!(one.decrypt(&new).is_some());
@@ -381,8 +471,8 @@ mod tests {
         let cluster = keys(&[3]);
         let now = Arc::new(AtomicU64::new(T0));
         let one = node(&cluster, &now);
-        let a = one.encrypt(b"same").expect("sealed");
-        let b = one.encrypt(b"same").expect("sealed");
+        let a = one.encrypt(&tls13(b"same")).expect("sealed");
+        let b = one.encrypt(&tls13(b"same")).expect("sealed");
         assert_ne!(a[25..HEADER], b[25..HEADER]);
         assert_ne!(a, b);
         for i in 0..a.len() {
@@ -401,7 +491,7 @@ mod tests {
         let cluster = keys(&[4]);
         let now = Arc::new(AtomicU64::new(T0));
         let one = node(&cluster, &now);
-        let ticket = one.encrypt(b"state").expect("sealed");
+        let ticket = one.encrypt(&tls13(b"state")).expect("sealed");
         // Tickets claiming ever new issuers (a hostile client's) each cost
         // a derivation and are kept nowhere.
         for i in 0..(3 * MAX_DERIVED as u32) {
@@ -414,7 +504,9 @@ mod tests {
         // Real tickets of more issuers than there is room for: the room
         // stays bounded, and every ticket still opens.
         for _ in 0..(2 * MAX_DERIVED) {
-            let ticket = node(&cluster, &now).encrypt(b"state").expect("sealed");
+            let ticket = node(&cluster, &now)
+                .encrypt(&tls13(b"state"))
+                .expect("sealed");
             assert!(one.decrypt(&ticket).is_some());
         }
         assert!(one.derived.lock().expect("lock").len() <= MAX_DERIVED);

@@ -29,6 +29,16 @@ use tokio::time::Instant;
 /// The certificate's names; the first names it.
 const NAMES: [&str; 2] = ["shop.test", "www.shop.test"];
 
+/// What a node's `[acme]` says: the CA (its directory, and the roots of
+/// the certificates it issues), the roots of the directory's own
+/// certificate, and the certificates (each one's names, the first naming
+/// it).
+struct Acme<'a> {
+    pebble: &'a Pebble,
+    ca: &'a std::path::Path,
+    certificates: &'a [&'a [&'a str]],
+}
+
 /// The cluster of a test: its nodes, Pebble, and the files they share.
 struct Cluster {
     pebble: Pebble,
@@ -105,6 +115,18 @@ impl Cluster {
 
     /// [`Cluster::start`], trusting `ca` for the CA's directory.
     fn start_trusting(&mut self, i: usize, name: &str, ca: &std::path::Path) {
+        let addrs = self.addresses(i, name);
+        let acme = Acme {
+            pebble: &self.pebble,
+            ca,
+            certificates: &[&NAMES],
+        };
+        let text = self.text(i, name, addrs, &acme);
+        self.launch(i, name, addrs, &text);
+    }
+
+    /// The admin, feed and gossip addresses of node `name` on address `i`.
+    fn addresses(&mut self, i: usize, name: &str) -> (SocketAddr, SocketAddr, SocketAddr) {
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let feed = SocketAddr::from(([127, 0, 0, 1], free_port()));
         self.feeds.push((name.to_string(), feed));
@@ -112,20 +134,63 @@ impl Cluster {
             Some(gossip) => *gossip,
             None => SocketAddr::from(([127, 0, 0, 1], free_port())),
         };
+        (admin, feed, gossip)
+    }
+
+    /// Starts node `name` on address `i` with the configuration `text`.
+    fn launch(
+        &mut self,
+        i: usize,
+        name: &str,
+        addrs: (SocketAddr, SocketAddr, SocketAddr),
+        text: &str,
+    ) {
+        let (admin, _, gossip) = addrs;
+        let proxy = SocketAddr::from((ip(i), self.http_port));
+        let node = NodeProcess::start_text(
+            &binaries::picket(),
+            self.dir.path(),
+            name,
+            (proxy, admin, gossip),
+            text,
+            &[],
+        );
+        self.nodes.push(node);
+    }
+
+    /// The configuration of node `name` on address `i` at `addrs` (admin,
+    /// feed, gossip), of `acme`.
+    fn text(
+        &self,
+        i: usize,
+        name: &str,
+        addrs: (SocketAddr, SocketAddr, SocketAddr),
+        acme: &Acme<'_>,
+    ) -> String {
+        let (admin, feed, gossip) = addrs;
         let seeds: Vec<String> = self.seeds.iter().map(|s| format!("\"{s}\"")).collect();
-        let text = format!(
+        let certificates: String = acme
+            .certificates
+            .iter()
+            .map(|names| {
+                let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+                format!("[[certificate]]\nacme = [{}]\n\n", names.join(", "))
+            })
+            .collect();
+        format!(
             "[node]\nname = \"{name}\"\nlisten = \"{ip}:{http}\"\nlisten_tls = \"{ip}:{tls}\"\nadmin = \"{admin}\"\nfeed = \"{feed}\"\n\n\
              [cluster]\nid = \"acme\"\ngossip = \"{gossip}\"\nseeds = [{seeds}]\nkey_file = {key:?}\ngossip_interval = \"200ms\"\n\n\
-             [acme]\ndirectory = \"{directory}\"\nemail = \"ops@example.com\"\nca = {ca:?}\ncache = {cache:?}\nchallenge = \"{challenge}\"\n\n\
-             [[certificate]]\nacme = [\"{a}\", \"{b}\"]\n\n\
+             [acme]\ndirectory = \"{directory}\"\nemail = \"ops@example.com\"\nca = {ca:?}\nissuers = {issuers:?}\ncache = {cache:?}\nchallenge = \"{challenge}\"\n\n\
+             {certificates}\
              [[route]]\nname = \"shop\"\nreplicas = [\"{upstream}\"]\n",
             ip = ip(i),
             http = self.http_port,
             tls = self.tls_port,
             seeds = seeds.join(", "),
             key = self.key.display().to_string(),
-            directory = self.pebble.directory,
-            ca = ca.display().to_string(),
+            directory = acme.pebble.directory,
+            ca = acme.ca.display().to_string(),
+            issuers = acme.pebble.issuers_file.display().to_string(),
             cache = self
                 .dir
                 .path()
@@ -133,20 +198,30 @@ impl Cluster {
                 .display()
                 .to_string(),
             challenge = self.challenge,
-            a = NAMES[0],
-            b = NAMES[1],
             upstream = self.upstream.addr,
-        );
-        let proxy = SocketAddr::from((ip(i), self.http_port));
-        let node = NodeProcess::start_text(
-            &binaries::picket(),
-            self.dir.path(),
-            name,
-            (proxy, admin, gossip),
-            &text,
-            &[],
-        );
-        self.nodes.push(node);
+        )
+    }
+
+    /// Rewrites node `name`'s file (on address `i`) for `acme`, and tells
+    /// it to reload (SIGHUP) at once.
+    fn reconfigure(&self, i: usize, name: &str, acme: &Acme<'_>) {
+        let node = self.node(name);
+        let feed = self
+            .feeds
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, f)| *f)
+            .expect("the node's feed");
+        let text = self.text(i, name, (node.admin, feed, node.gossip), acme);
+        let partial = node.config.with_extension("toml.new");
+        std::fs::write(&partial, text).expect("write the configuration");
+        std::fs::rename(&partial, &node.config).expect("replace the configuration");
+        let pid = node.pid().expect("a running node").to_string();
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGHUP to {name}");
     }
 
     fn node(&self, name: &str) -> &NodeProcess {
@@ -753,4 +828,562 @@ async fn a_node_that_cannot_reach_the_ca_passes_its_orders_to_the_next() {
         names[stuck].as_str(),
         "its own again once well"
     );
+}
+
+/// Node `node`'s state of the certificate `name` (its `/v1/node`), once it
+/// has one.
+async fn state_of(node: &NodeProcess, name: &str) -> serde_json::Value {
+    let json = node_json(node).await;
+    json["acme"]
+        .as_array()
+        .and_then(|states| states.iter().find(|s| s["name"] == name).cloned())
+        .unwrap_or_default()
+}
+
+/// Waits until every node of `nodes` serves the certificate `name` with
+/// one serial; returns it.
+async fn all_serve(cluster: &Cluster, nodes: &[&str], name: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut serials = Vec::new();
+        for node in nodes {
+            let state = state_of(cluster.node(node), name).await;
+            serials.push((state["phase"].clone(), state["serial"].clone()));
+        }
+        let first = serials[0].1.clone();
+        if serials
+            .iter()
+            .all(|(phase, serial)| phase == "serving" && *serial == first && first.is_string())
+        {
+            return first.as_str().unwrap_or_default().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} not served by every node within {within:?}: {serials:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Three nodes reloaded in the same 100 ms add a certificate, ten times
+/// over: each time the CA receives exactly one order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_reloaded_together_add_a_certificate_and_the_ca_sees_one_order() {
+    if !available() {
+        return;
+    }
+    let names = names("reload", 3);
+    let mut cluster = Cluster::new(1, None, "http-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    cluster.serving(&all, None, Duration::from_secs(60)).await;
+    assert_eq!(cluster.pebble.orders(), 1, "{}", cluster.pebble.log());
+    let added: Vec<String> = (0..10).map(|k| format!("blog{k}.test")).collect();
+    for k in 0..added.len() {
+        let mut certificates: Vec<&[&str]> = vec![&NAMES];
+        let each: Vec<[&str; 1]> = added[..=k].iter().map(|n| [n.as_str()]).collect();
+        certificates.extend(each.iter().map(|n| &n[..]));
+        let before = cluster.pebble.orders();
+        let acme = Acme {
+            pebble: &cluster.pebble,
+            ca: &cluster.pebble.ca_file,
+            certificates: &certificates,
+        };
+        let started = Instant::now();
+        for (i, name) in names.iter().enumerate() {
+            cluster.reconfigure(i, name, &acme);
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "reloaded within 100 ms"
+        );
+        all_serve(&cluster, &all, &added[k], Duration::from_secs(60)).await;
+        // What any node could still order has settled by now.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            cluster.pebble.orders() - before,
+            1,
+            "round {k}: orders at the CA\n{}",
+            cluster.logs()
+        );
+    }
+    assert!(
+        cluster.pebble.accounts() <= 3,
+        "one account per node, reused by every order: {}",
+        cluster.pebble.accounts()
+    );
+}
+
+/// A node that starts with three certificates orders them at once, with
+/// one account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_at_once_make_one_account() {
+    if !available() {
+        return;
+    }
+    let names = names("account", 1);
+    let mut cluster = Cluster::new(0, None, "http-01", 1).await;
+    let addrs = cluster.addresses(0, &names[0]);
+    let acme = Acme {
+        pebble: &cluster.pebble,
+        ca: &cluster.pebble.ca_file,
+        certificates: &[&NAMES, &["blog.test"], &["api.test"]],
+    };
+    let text = cluster.text(0, &names[0], addrs, &acme);
+    cluster.launch(0, &names[0], addrs, &text);
+    let node = [names[0].as_str()];
+    for name in ["shop.test", "blog.test", "api.test"] {
+        all_serve(&cluster, &node, name, Duration::from_secs(60)).await;
+    }
+    assert_eq!(cluster.pebble.orders(), 3);
+    assert_eq!(cluster.pebble.accounts(), 1, "{}", cluster.pebble.log());
+    let cache = cluster.dir.path().join(format!("cache-{}", names[0]));
+    let files: Vec<String> = std::fs::read_dir(&cache)
+        .expect("the cache")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        files.iter().filter(|f| f.starts_with("account-")).count(),
+        1,
+        "{files:?}"
+    );
+    assert!(files.iter().all(|f| !f.ends_with(".partial")), "{files:?}");
+}
+
+/// A fourth node pointed at a second CA orders its own certificate there
+/// and passes it on: the three nodes of the first CA refuse it (another
+/// directory), count it, and keep serving, and keeping, their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_another_ca_replaces_no_certificate_anywhere() {
+    if !available() {
+        return;
+    }
+    let names = names("twoca", 4);
+    let mut cluster = Cluster::new(0, None, "http-01", 4).await;
+    for (i, name) in names.iter().enumerate().take(3) {
+        cluster.start(i, name);
+    }
+    let first: Vec<&str> = names[..3].iter().map(String::as_str).collect();
+    let (serial, _) = cluster.serving(&first, None, Duration::from_secs(60)).await;
+    let dir = cluster.dir.path().to_path_buf();
+    let cache = |name: &str| {
+        std::fs::read(dir.join(format!("cache-{name}/shop.test.pem")))
+            .expect("the cached certificate")
+    };
+    let kept: Vec<Vec<u8>> = first.iter().map(|n| cache(n)).collect();
+    // The second CA validates at the fourth node.
+    let second = Pebble::start(Setup {
+        listen: Ipv4Addr::LOCALHOST,
+        http_port: cluster.http_port,
+        tls_port: cluster.tls_port,
+        validate_at: ip(3),
+        validity: None,
+    })
+    .await;
+    let addrs = cluster.addresses(3, &names[3]);
+    let acme = Acme {
+        pebble: &second,
+        ca: &second.ca_file,
+        certificates: &[&NAMES],
+    };
+    let text = cluster.text(3, &names[3], addrs, &acme);
+    cluster.launch(3, &names[3], addrs, &text);
+    let theirs = node_in_phase(
+        cluster.node(&names[3]),
+        "serving",
+        Duration::from_secs(60),
+        || cluster.logs(),
+    )
+    .await;
+    assert_ne!(theirs["acme"][0]["serial"], serial.as_str());
+    assert_eq!(second.orders(), 1);
+    let refused =
+        "picket_acme_certificates_refused_total{certificate=\"shop.test\",reason=\"directory\"}";
+    for name in &first {
+        let node = cluster.node(name);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while metric(node, refused).await < 1.0 {
+            assert!(
+                Instant::now() < deadline,
+                "{name} never refused the other CA's certificate\n{}",
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // A few more rounds: counted once, nothing replaced.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let roots = cluster.pebble.issued_roots().await;
+    for (i, name) in first.iter().enumerate() {
+        assert_eq!(metric(cluster.node(name), refused).await, 1.0, "{name}");
+        assert_eq!(
+            state_of(cluster.node(name), "shop.test").await["serial"],
+            serial.as_str()
+        );
+        let (shown, _) = cluster
+            .shown(i, NAMES[0], &roots)
+            .await
+            .expect("its own CA's");
+        assert_eq!(shown, serial, "{name} serves the first CA's");
+        assert_eq!(cache(name), kept[i], "{name} keeps the first CA's");
+    }
+}
+
+/// A name added to the certificate on three nodes, one after the other,
+/// while 100 requests a second go over TLS to its first name on every
+/// node: none fails; the old certificate serves its names until the new
+/// one, ordered once, serves all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_added_node_by_node_under_load_loses_no_request() {
+    if !available() {
+        return;
+    }
+    let names = names("addname", 3);
+    let mut cluster = Cluster::new(0, None, "http-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (old, _) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    let roots = cluster.pebble.issued_roots().await;
+    let cluster = Arc::new(cluster);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let load = {
+        let cluster = Arc::clone(&cluster);
+        let roots = Arc::clone(&roots);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis(10));
+            let mut requests = tokio::task::JoinSet::new();
+            let mut sent = 0usize;
+            while !*stopped.borrow() {
+                ticks.tick().await;
+                let (cluster, roots) = (Arc::clone(&cluster), Arc::clone(&roots));
+                let i = sent % 3;
+                sent += 1;
+                requests.spawn(async move { cluster.shown(i, NAMES[0], &roots).await });
+            }
+            let mut outcomes = Vec::new();
+            while let Some(outcome) = requests.join_next().await {
+                outcomes.push(
+                    outcome
+                        .expect("a request task")
+                        .map_err(|e| format!("{e:#}")),
+                );
+            }
+            outcomes
+        })
+    };
+    let three = ["shop.test", "www.shop.test", "api.shop.test"];
+    let acme = Acme {
+        pebble: &cluster.pebble,
+        ca: &cluster.pebble.ca_file,
+        certificates: &[&three],
+    };
+    for (i, name) in names.iter().enumerate() {
+        cluster.reconfigure(i, name, &acme);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let new = loop {
+        let new = all_serve(&cluster, &all, "shop.test", Duration::from_secs(60)).await;
+        if new != old {
+            break new;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never renewed for the new name\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for i in 0..3 {
+        let (shown, _) = cluster
+            .shown(i, "api.shop.test", &roots)
+            .await
+            .unwrap_or_else(|e| panic!("node {i} for the new name: {e:#}\n{}", cluster.logs()));
+        assert_eq!(shown, new);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.send_replace(true);
+    let outcomes = load.await.expect("the load");
+    let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    println!(
+        "a name added node by node under load: {} requests over TLS, {} failed",
+        outcomes.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    assert!(outcomes.len() >= 900, "the load ran: {}", outcomes.len());
+    assert_eq!(
+        cluster.pebble.orders(),
+        2,
+        "the first certificate, then its successor"
+    );
+}
+
+/// A node whose `[acme] directory` changes to another CA orders there at
+/// once, serving the first CA's certificate until the new one comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_change_orders_at_the_new_ca() {
+    if !available() {
+        return;
+    }
+    let names = names("moved", 1);
+    let mut cluster = Cluster::new(0, None, "http-01", 1).await;
+    cluster.start(0, &names[0]);
+    let (old, _) = cluster
+        .serving(&[names[0].as_str()], None, Duration::from_secs(60))
+        .await;
+    let production = Pebble::start(Setup {
+        listen: Ipv4Addr::LOCALHOST,
+        http_port: cluster.http_port,
+        tls_port: cluster.tls_port,
+        validate_at: ip(0),
+        validity: None,
+    })
+    .await;
+    let acme = Acme {
+        pebble: &production,
+        ca: &production.ca_file,
+        certificates: &[&NAMES],
+    };
+    cluster.reconfigure(0, &names[0], &acme);
+    // Until the new one comes, the old one serves.
+    let staging_roots = cluster.pebble.issued_roots().await;
+    let (shown, _) = cluster
+        .shown(0, NAMES[0], &staging_roots)
+        .await
+        .expect("still served");
+    assert_eq!(shown, old);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let new = loop {
+        let state = state_of(cluster.node(&names[0]), "shop.test").await;
+        if state["phase"] == "serving" && state["serial"] != old.as_str() {
+            break state["serial"].as_str().unwrap_or_default().to_string();
+        }
+        assert!(
+            production.orders() <= 1 && Instant::now() < deadline,
+            "not ordered once at the new CA within 60 s: {state}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(production.orders(), 1);
+    let roots = production.issued_roots().await;
+    let (shown, status) = cluster
+        .shown(0, NAMES[0], &roots)
+        .await
+        .expect("the new CA's");
+    assert_eq!((shown, status), (new, 200));
+}
+
+/// A holder of the cluster key writes a self-signed certificate for the
+/// managed name, valid until 9999, into gossip: every node refuses it,
+/// counts it and logs it once, never serves it, never keeps it, never
+/// passes it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_planted_with_the_cluster_key_is_refused_everywhere() {
+    if !available() {
+        return;
+    }
+    let names = names("planted", 3);
+    let mut cluster = Cluster::new(0, None, "http-01", 3).await;
+    for (i, name) in names.iter().enumerate() {
+        cluster.start(i, name);
+    }
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (serial, _) = cluster.serving(&all, None, Duration::from_secs(60)).await;
+    let rogue = Rogue::join(&cluster).await;
+    let forged = picket_tests::tls::self_signed_pem(&NAMES, "9999-12-31");
+    let issued = picket_proto::acme::Issued {
+        serial: "ffff".into(),
+        not_before_unix: 1_767_225_600,
+        not_after_unix: 253_402_214_400,
+        by: "rogue".into(),
+        directory: cluster.pebble.directory.clone(),
+        parts: 0,
+        digest: String::new(),
+    };
+    let keys = picket::acme::shared::pass_on(NAMES[0], &issued, &forged).expect("it fits");
+    let digest = picket::acme::shared::digest(&forged);
+    for (key, value) in &keys {
+        rogue.membership.set_own(key, value).await;
+    }
+    let refused =
+        "picket_acme_certificates_refused_total{certificate=\"shop.test\",reason=\"lifetime\"}";
+    for name in &all {
+        let node = cluster.node(name);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while metric(node, refused).await < 1.0 {
+            assert!(
+                Instant::now() < deadline,
+                "{name} never refused it\n{}",
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let roots = cluster.pebble.issued_roots().await;
+    for (i, name) in all.iter().enumerate() {
+        let node = cluster.node(name);
+        assert_eq!(metric(node, refused).await, 1.0, "{name}: counted once");
+        let lines = node
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("is not the CA's"))
+            .count();
+        assert_eq!(lines, 1, "{name}: logged once");
+        let (shown, _) = cluster.shown(i, NAMES[0], &roots).await.expect("the CA's");
+        assert_eq!(shown, serial, "{name} serves the CA's");
+        let cached = std::fs::read_to_string(
+            cluster
+                .dir
+                .path()
+                .join(format!("cache-{name}/shop.test.pem")),
+        )
+        .expect("the cache");
+        assert_ne!(
+            picket::acme::shared::digest(&cached),
+            digest,
+            "{name} keeps no forgery"
+        );
+    }
+    // No honest node passes it on.
+    let entries = rogue.membership.acme_entries().await;
+    let passed = picket::acme::shared::read(&entries);
+    assert!(
+        passed
+            .certificates
+            .iter()
+            .all(|c| c.node == "rogue" || c.issued.digest != digest),
+        "passed on: {:?}",
+        passed.certificates
+    );
+}
+
+/// A directory URL that is not one, and a directory whose certificate
+/// `[acme] ca` does not sign: each failure says what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_of_the_directory_say_what_to_change() {
+    if !available() {
+        return;
+    }
+    let names = names("wrongdir", 1);
+    let mut cluster = Cluster::new(0, None, "http-01", 1).await;
+    let addrs = cluster.addresses(0, &names[0]);
+    let acme = Acme {
+        pebble: &cluster.pebble,
+        ca: &cluster.pebble.ca_file,
+        certificates: &[&NAMES],
+    };
+    let text = cluster.text(0, &names[0], addrs, &acme).replace(
+        &cluster.pebble.directory,
+        &format!("{}ectory", cluster.pebble.directory),
+    );
+    cluster.launch(0, &names[0], addrs, &text);
+    let json = node_in_phase(
+        cluster.node(&names[0]),
+        "failing",
+        Duration::from_secs(60),
+        || cluster.logs(),
+    )
+    .await;
+    let error = json["acme"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        error.contains("answers 404")
+            && error.contains("is [acme] directory the CA's directory URL"),
+        "{error}"
+    );
+    // Another CA's roots for the directory.
+    let elsewhere = cluster.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("a directory");
+    let wrong = picket_tests::tls::TestCa::new("another CA").write_pem(&elsewhere);
+    let acme = Acme {
+        pebble: &cluster.pebble,
+        ca: &wrong,
+        certificates: &[&NAMES, &["blog.test"]],
+    };
+    cluster.reconfigure(0, &names[0], &acme);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = state_of(cluster.node(&names[0]), "blog.test").await;
+        let error = state["error"].as_str().unwrap_or_default();
+        if state["phase"] == "failing" {
+            assert!(error.contains("set [acme] ca"), "{error}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never failing: {state}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A gossip member that holds the cluster key and writes what it likes.
+struct Rogue {
+    membership: Arc<picket::gossip::Membership>,
+    _trigger: picket::shutdown::Trigger,
+    _tasks: picket::shutdown::Tasks,
+}
+
+impl Rogue {
+    async fn join(cluster: &Cluster) -> Rogue {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a gossip socket");
+        let gossip = socket.local_addr().expect("its address");
+        let settings = picket::config::ClusterSettings {
+            id: "acme".into(),
+            gossip,
+            advertise: None,
+            seeds: cluster.seeds.iter().map(ToString::to_string).collect(),
+            key_file: Some(cluster.key.clone()),
+            insecure: false,
+            gossip_interval: Duration::from_millis(200),
+        };
+        let keys = picket::gossip::keys::load(&settings, None)
+            .expect("the key")
+            .expect("a key");
+        let (trigger, shutdown) = picket::shutdown::channel();
+        let mut tasks = picket::shutdown::Tasks::default();
+        let membership = picket::gossip::start(
+            picket::gossip::Joining {
+                settings: Some(&settings),
+                keys: Some(Arc::new(arc_swap::ArcSwap::from_pointee(keys))),
+                wire: picket::gossip::Wire::Udp(Arc::new(std::sync::Mutex::new(Some(socket)))),
+                me: picket::gossip::Me {
+                    info: picket_proto::NodeInfo {
+                        name: "rogue".into(),
+                        version: "rogue".into(),
+                        admin: "127.0.0.1:1".into(),
+                        feed: None,
+                        feed_fingerprint: None,
+                        runtime: "none".into(),
+                        started_unix_ms: 1,
+                    },
+                },
+                verdicts: tokio::sync::watch::channel(Arc::default()).1,
+                table: tokio::sync::watch::channel(None).1,
+                certificates: tokio::sync::watch::channel(Arc::default()).1,
+                metrics: Arc::new(picket::metrics::Metrics::new()),
+            },
+            shutdown,
+            &mut tasks,
+        )
+        .await
+        .expect("the rogue joins");
+        Rogue {
+            membership,
+            _trigger: trigger,
+            _tasks: tasks,
+        }
+    }
 }

@@ -606,11 +606,11 @@ fn the_acme_stack_obtains_its_certificate_and_keeps_it_on_its_volume() {
         // The CA of Pebble's directory, as a config of the stack.
         .replace(
             "      - source: picket-acme-config\n        target: /etc/picket/picket.toml\n",
-            "      - source: picket-acme-config\n        target: /etc/picket/picket.toml\n      - source: acme-ca\n        target: /etc/picket/acme-ca.pem\n",
+            "      - source: picket-acme-config\n        target: /etc/picket/picket.toml\n      - source: acme-ca\n        target: /etc/picket/acme-ca.pem\n      - source: acme-issuers\n        target: /etc/picket/acme-issuers.pem\n",
         )
         .replace(
             "    file: ./acme.toml\n",
-            "    file: ./acme.toml\n  acme-ca:\n    file: ./acme-ca.pem\n",
+            "    file: ./acme.toml\n  acme-ca:\n    file: ./acme-ca.pem\n  acme-issuers:\n    file: ./acme-issuers.pem\n",
         );
     assert!(
         stack.contains(&secret) && stack.contains("acme-ca.pem"),
@@ -621,7 +621,7 @@ fn the_acme_stack_obtains_its_certificate_and_keeps_it_on_its_volume() {
         .replace(
             "directory = \"https://acme-v02.api.letsencrypt.org/directory\"",
             &format!(
-                "directory = \"{}\"\nca = \"/etc/picket/acme-ca.pem\"",
+                "directory = \"{}\"\nca = \"/etc/picket/acme-ca.pem\"\nissuers = \"/etc/picket/acme-issuers.pem\"",
                 pebble.directory
             ),
         )
@@ -638,6 +638,7 @@ fn the_acme_stack_obtains_its_certificate_and_keeps_it_on_its_volume() {
     std::fs::write(dir.path().join("stack-acme.yml"), &stack).unwrap();
     std::fs::write(dir.path().join("acme.toml"), &config).unwrap();
     std::fs::copy(&pebble.ca_file, dir.path().join("acme-ca.pem")).unwrap();
+    std::fs::copy(&pebble.issuers_file, dir.path().join("acme-issuers.pem")).unwrap();
     let key_file = dir.path().join("key");
     std::fs::write(&key_file, picket::gossip::keys::generate().unwrap()).unwrap();
     let volume = format!("{stack_name}_acme-cache");

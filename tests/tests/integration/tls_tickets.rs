@@ -1,9 +1,11 @@
 //! Session tickets resume on every node of a cluster: each node derives
-//! its ticket keys from the cluster key, so a client whose next
-//! connection lands on another node skips the full handshake there, in
-//! TLS 1.3 and 1.2 alike. A node of another cluster, or one without a
-//! cluster key, cannot read them; a ticket older than two periods (12 h
-//! each) is a full handshake everywhere.
+//! its ticket keys from the cluster key, so a TLS 1.3 client whose next
+//! connection lands on another node skips the full handshake there. A
+//! node of another cluster, or one without a cluster key, cannot read
+//! them; a ticket older than two periods (12 h each) is a full handshake
+//! everywhere. A TLS 1.2 client gets no ticket (one would hold its
+//! session's master secret under the cluster key): it resumes by session
+//! ID, on the node that keeps its session.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,11 +24,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NAME: &str = "tickets.test";
 
-/// The TLS versions a client may speak, one at a time.
-const VERSIONS: [(&str, &rustls::SupportedProtocolVersion); 2] = [
-    ("TLS 1.3", &rustls::version::TLS13),
-    ("TLS 1.2", &rustls::version::TLS12),
-];
+/// The TLS versions whose clients get tickets.
+const VERSIONS: [(&str, &rustls::SupportedProtocolVersion); 1] =
+    [("TLS 1.3", &rustls::version::TLS13)];
 
 /// A client of `ca` that speaks `version` only and keeps the sessions it
 /// is given, as browsers and HTTP libraries do: one cache per client.
@@ -139,7 +139,21 @@ async fn a_ticket_from_one_node_resumes_on_another_and_only_in_its_cluster() {
         ];
         walk(&resuming_client(&ca, protocol), version, &steps).await;
     }
-    // Each node counts its handshakes by kind: node 2 resumed every one.
+    // A TLS 1.2 client resumes on the node that keeps its session, by its
+    // ID, and nowhere else: it holds no ticket the cluster key opens.
+    let steps = [
+        (at_one, Full, "first visit"),
+        (at_one, Resumed, "the same node, by session ID"),
+        (at_two, Full, "another node: no ticket to show"),
+        (at_two, Resumed, "that node's own session"),
+    ];
+    walk(
+        &resuming_client(&ca, &rustls::version::TLS12),
+        "TLS 1.2",
+        &steps,
+    )
+    .await;
+    // Each node counts its handshakes by kind.
     let metrics = |node: &TestNode| {
         let admin = node.admin;
         async move {
@@ -155,12 +169,12 @@ async fn a_ticket_from_one_node_resumes_on_another_and_only_in_its_cluster() {
         "{at_two}"
     );
     assert!(
-        at_two.contains("picket_tls_handshakes_total{kind=\"full\"} 0\n"),
+        at_two.contains("picket_tls_handshakes_total{kind=\"full\"} 1\n"),
         "{at_two}"
     );
     let at_one = metrics(&one).await;
     assert!(
-        at_one.contains("picket_tls_handshakes_total{kind=\"full\"} 6\n"),
+        at_one.contains("picket_tls_handshakes_total{kind=\"full\"} 4\n"),
         "{at_one}"
     );
     assert!(
@@ -220,4 +234,43 @@ async fn a_ticket_older_than_two_periods_gets_a_full_handshake() {
     }
     one.stop().await;
     two.stop().await;
+}
+
+/// What `openssl s_client` (a client that takes a TLS 1.2 ticket when
+/// offered one, and says so) sees: no ticket for TLS 1.2, whatever the
+/// cluster key; the session resumes by its ID on the node that keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openssl_gets_no_tls12_ticket_and_resumes_by_session_id() {
+    if !picket_tests::require("openssl", picket_tests::has_program("openssl")) {
+        return;
+    }
+    let ca = TestCa::new("openssl CA");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = ca.write_leaf(dir.path(), "edge", &[NAME]).table();
+    let upstream = Upstream::start("app", Behaviour::Status(200)).await;
+    let key = key_file(dir.path(), "cluster.key");
+    let (one, at_one) = node(&leaf, upstream.addr, Some(&key), None);
+    let session = dir.path().join("session.pem");
+    let s_client = |session_flag: &str| {
+        let output = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &at_one.to_string(),
+                "-servername",
+                NAME,
+            ])
+            .args(["-tls1_2", session_flag])
+            .arg(&session)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let first = s_client("-sess_out");
+    assert!(first.contains("Protocol  : TLSv1.2"), "{first}");
+    assert!(!first.contains("TLS session ticket:"), "a ticket: {first}");
+    let again = s_client("-sess_in");
+    assert!(again.contains("Reused, TLSv1.2"), "{again}");
+    one.stop().await;
 }

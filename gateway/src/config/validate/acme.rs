@@ -59,33 +59,16 @@ impl Validator<'_> {
                 None
             }
         });
-        let ca = section.ca.as_ref().and_then(|ca| {
-            let path = dir.join(ca.get_ref());
-            match std::fs::read(&path) {
-                Ok(pem) => {
-                    use rustls::pki_types::{CertificateDer, pem::PemObject};
-                    if CertificateDer::pem_slice_iter(&pem)
-                        .flatten()
-                        .next()
-                        .is_none()
-                    {
-                        self.problem(
-                            ca.span(),
-                            format!("{}: no PEM certificate in it", path.display()),
-                        );
-                        return None;
-                    }
-                    Some((path, pem))
-                }
-                Err(e) => {
-                    self.problem(
-                        ca.span(),
-                        format!("cannot read CA certificates {}: {e}", path.display()),
-                    );
-                    None
-                }
-            }
-        });
+        let ca = section.ca.as_ref().and_then(|ca| self.pem_roots(ca, dir));
+        let issuers = section
+            .issuers
+            .as_ref()
+            .and_then(|issuers| self.pem_roots(issuers, dir));
+        let max_lifetime = section
+            .max_lifetime
+            .as_ref()
+            .and_then(|raw| self.duration(raw, "max_lifetime", ACME_LIFETIME_RANGE))
+            .unwrap_or(DEFAULT_ACME_MAX_LIFETIME);
         let cache = match &section.cache {
             None => {
                 self.problem(
@@ -143,10 +126,42 @@ impl Validator<'_> {
             directory: directory?,
             email,
             ca,
+            issuers,
+            max_lifetime,
             cache: cache?,
             challenge,
             certificates: names,
         })
+    }
+
+    /// A PEM file of root certificates (relative to the file's directory):
+    /// its path and its text, with at least one certificate in it.
+    fn pem_roots(&mut self, raw: &Spanned<String>, dir: &Path) -> Option<(PathBuf, Vec<u8>)> {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        let path = dir.join(raw.get_ref());
+        match std::fs::read(&path) {
+            Ok(pem) => {
+                if CertificateDer::pem_slice_iter(&pem)
+                    .flatten()
+                    .next()
+                    .is_none()
+                {
+                    self.problem(
+                        raw.span(),
+                        format!("{}: no PEM certificate in it", path.display()),
+                    );
+                    return None;
+                }
+                Some((path, pem))
+            }
+            Err(e) => {
+                self.problem(
+                    raw.span(),
+                    format!("cannot read CA certificates {}: {e}", path.display()),
+                );
+                None
+            }
+        }
     }
 
     /// The names of each `[[certificate]]` with `acme`, checked: DNS
