@@ -1387,3 +1387,81 @@ impl Rogue {
         }
     }
 }
+
+/// An order that waits for every node to answer its challenge (a member
+/// that never says it does) is aborted by a reload that drops its
+/// certificate: its challenge keys leave gossip at once, not at the
+/// node's restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_aborted_by_a_reload_takes_its_challenges_out_of_gossip() {
+    if !available() {
+        return;
+    }
+    // A name that the rendezvous makes the orderer beside the rogue.
+    let name = (0..)
+        .map(|n| format!("aborted-{n}"))
+        .find(|n| picket::acme::plan::orderer(NAMES[0], [n.as_str(), "rogue"]) == Some(n.as_str()))
+        .expect("a name");
+    let mut cluster = Cluster::new(0, None, "http-01", 1).await;
+    let rogue = Rogue::join(&cluster).await;
+    // The rogue manages the certificate too, and never answers.
+    let state = picket_proto::acme::CertificateState {
+        name: NAMES[0].into(),
+        phase: picket_proto::acme::Phase::Waiting,
+        serial: None,
+        not_after_unix: None,
+        renew_at_unix: None,
+        orderer: None,
+        issued_by: None,
+        error: None,
+        retry_at_unix: None,
+    };
+    rogue
+        .membership
+        .set_own(
+            &format!("{}{}", picket_proto::acme::STATE_PREFIX, NAMES[0]),
+            &picket_proto::gossip::encode_value(&state).expect("fits"),
+        )
+        .await;
+    cluster.start(0, &name);
+    let challenges = || async {
+        let entries = rogue.membership.acme_entries().await;
+        entries
+            .into_iter()
+            .filter(|e| e.node == name && e.key.starts_with(picket_proto::acme::HTTP_PREFIX))
+            .map(|e| e.key)
+            .collect::<Vec<String>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        let written = challenges().await;
+        if !written.is_empty() {
+            break written;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no challenge written\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let acme = Acme {
+        pebble: &cluster.pebble,
+        ca: &cluster.pebble.ca_file,
+        certificates: &[&["blog.test"]],
+    };
+    cluster.reconfigure(0, &name, &acme);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = challenges().await;
+        if written.iter().all(|key| !now.contains(key)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the aborted order's challenges stay: {now:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
