@@ -313,6 +313,9 @@ pub struct ConnectionMetrics {
     /// Admin connections closed to make room for a new one at
     /// `admin_max_connections`.
     pub admin_evicted: Counter,
+    /// Admin connections closed at once: twice the limit held, every one
+    /// answering.
+    pub admin_refused: Counter,
 }
 
 /// The kinds of a finished TLS handshake, as metric labels, in the order
@@ -551,8 +554,13 @@ impl Metrics {
         );
         registry.register(
             "admin_connections_evicted",
-            "Admin connections closed, the oldest first, to make room for a new one at admin_max_connections",
+            "Admin connections closed to make room for a new one at admin_max_connections: silent ones first, then stalled, then idle keep-alive ones; never one being answered",
             connections.admin_evicted.clone(),
+        );
+        registry.register(
+            "admin_connections_refused",
+            "New admin connections closed at once: twice admin_max_connections held, every one being answered",
+            connections.admin_refused.clone(),
         );
         let certificate_expiry = Family::<NameLabels, Gauge>::default();
         registry.register(

@@ -330,7 +330,10 @@ pub async fn serve(
     max_connections: usize,
     mut shutdown: Shutdown,
 ) {
-    let places = places::Places::new(max_connections);
+    let places = places::Places::new(
+        max_connections,
+        state.metrics.connections.admin_open.clone(),
+    );
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -344,17 +347,25 @@ pub async fn serve(
             () = shutdown.wait() => return,
         };
         let _ = stream.set_nodelay(true);
-        let (place, stream, evicted) = places.take(stream);
+        let taken = places.take(stream);
         let connections = &state.metrics.connections;
-        if evicted > 0 {
-            connections.admin_evicted.inc_by(evicted);
+        if taken.evicted > 0 {
+            connections.admin_evicted.inc_by(taken.evicted);
         }
-        connections.admin_open.inc();
+        let Some((place, stream)) = taken.held else {
+            // Twice the limit, every place answering: closed at once.
+            connections.admin_refused.inc();
+            continue;
+        };
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            let metrics = Arc::clone(&state.metrics);
+            let place = Arc::new(place);
+            let marks = Arc::clone(&place);
             let service = service_fn(move |req: Request<Incoming>| {
-                let response = answer(&state, req.method(), req.uri().path(), req.uri().query());
+                // Answering from the head read to the body's last byte.
+                marks.activity.answering();
+                let response = answer(&state, req.method(), req.uri().path(), req.uri().query())
+                    .map(|body| places::Finishing::new(body, &marks));
                 async move { Ok::<_, Infallible>(response) }
             });
             let connection = http1::Builder::new()
@@ -365,8 +376,6 @@ pub async fn serve(
                 _ = connection => {}
                 () = place.close.notified() => {}
             }
-            drop(place);
-            metrics.connections.admin_open.dec();
         });
     }
 }

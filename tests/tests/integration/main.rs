@@ -11,6 +11,7 @@
 //!   cargo test -p picket-tests --test integration -- smuggling:: # one area
 
 mod acme;
+mod admin_places;
 mod answers;
 mod bounds;
 mod breaker;
