@@ -284,12 +284,16 @@ impl AccessLogFormat {
 }
 
 /// `request_headers` / `response_headers`: headers set (replacing any of
-/// the same name) and removed. Names are lower case; none of them is one
-/// the node writes itself ([`HeaderRules::is_reserved`]).
+/// the same name) and removed, and the trailers admitted besides those
+/// whose definition allows a trailer. Names are lower case; none of them
+/// is one the node writes itself ([`HeaderRules::is_reserved`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct HeaderRules {
     pub set: Vec<(http::header::HeaderName, http::header::HeaderValue)>,
     pub remove: Vec<http::header::HeaderName>,
+    /// Trailer names that may cross (`trailers = ["x-checksum"]`), besides
+    /// [`crate::proxy::rules::TRAILERS`].
+    pub trailers: Vec<http::header::HeaderName>,
 }
 
 impl HeaderRules {
@@ -321,7 +325,12 @@ impl HeaderRules {
 
 impl HeaderRules {
     pub fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.remove.is_empty()
+        !self.changes_head() && self.trailers.is_empty()
+    }
+
+    /// Whether the rules set or remove a header of a head.
+    pub fn changes_head(&self) -> bool {
+        !self.set.is_empty() || !self.remove.is_empty()
     }
 
     /// `[global]`'s rules, then the route's: the route's `set` of a name
@@ -345,7 +354,19 @@ impl HeaderRules {
                 .cloned(),
         );
         remove.retain(|name| !set.iter().any(|(n, _)| n == name));
-        HeaderRules { set, remove }
+        let mut trailers = self.trailers.clone();
+        trailers.extend(
+            route
+                .trailers
+                .iter()
+                .filter(|n| !self.trailers.contains(n))
+                .cloned(),
+        );
+        HeaderRules {
+            set,
+            remove,
+            trailers,
+        }
     }
 }
 
@@ -550,6 +571,58 @@ impl RouteConfig {
             connect: self.connect_timeout.value,
             first_answer: self.first_answer_timeout.value,
         }
+    }
+
+    /// Whether a route under `other` reaches the same replicas the same
+    /// way: its replica set, their health and ejections, its pool, and its
+    /// circuit (its state is about those replicas) carry over. Only what
+    /// decides where and how requests go upstream counts; a node-wide
+    /// field (`trusted_proxies`, `body_timeout`, `underscores_in_headers`,
+    /// the global header rules) and a route's own request handling
+    /// (matching, rewriting, header rules, `max_body`, `https_only`) never
+    /// reset them. Every field is named here, so a new one must say which
+    /// it is.
+    pub fn same_upstream(&self, other: &RouteConfig) -> bool {
+        let RouteConfig {
+            name,
+            declared_by,
+            upstream,
+            connect_timeout,
+            first_answer_timeout,
+            tries,
+            eject_for,
+            consecutive_gateway_errors,
+            tls,
+            protocol,
+            check,
+            // Where requests come from and what is done to them: not the
+            // upstream's state.
+            host: _,
+            path_prefix: _,
+            exact_path: _,
+            breaker: _,
+            body_timeout: _,
+            underscores_in_headers: _,
+            trusted_proxies: _,
+            https_only: _,
+            strip_prefix: _,
+            add_prefix: _,
+            request_headers: _,
+            response_headers: _,
+            max_body: _,
+            rate: _,
+        } = self;
+        *name == other.name
+            && *declared_by == other.declared_by
+            && *upstream == other.upstream
+            && connect_timeout.value == other.connect_timeout.value
+            && first_answer_timeout.value == other.first_answer_timeout.value
+            && tries.value == other.tries.value
+            && eject_for.value == other.eject_for.value
+            && consecutive_gateway_errors.value == other.consecutive_gateway_errors.value
+            && *tls == other.tls
+            && *protocol == other.protocol
+            && *check == other.check
     }
 }
 

@@ -63,11 +63,11 @@ pub struct Route {
     /// form of each request, when its connections go to `HTTP_PROXY`.
     pub proxy_origin: Option<String>,
     /// This node's circuit breaker of the route, when enabled.
-    pub breaker: Option<Breaker>,
+    pub breaker: Option<Arc<Breaker>>,
     /// `strip_prefix` and `add_prefix`, when it has either.
     pub rewrite: Option<rewrite::Rewrite>,
     /// This node's rate limit of the route, when it has one.
-    pub rate: Option<limits::RateLimit>,
+    pub rate: Option<Arc<limits::RateLimit>>,
 }
 
 /// The route table of a node.
@@ -177,37 +177,76 @@ impl Route {
         if let UpstreamConfig::Service { name, port } = &config.upstream {
             ctx.catalog.attach(&upstream, name, port);
         }
-        let breaker = config.breaker.active().map(|settings| {
-            Breaker::new(
-                &config.name,
-                &ctx.node,
-                settings,
-                ctx.metrics.breaker(&config.name),
-                Arc::clone(&ctx.changes),
-            )
-        });
         Route {
             metrics: ctx.metrics.route(&config.name),
             rewrite: rewrite::Rewrite::new(&config),
-            rate: config.rate.map(limits::RateLimit::new),
+            rate: config
+                .rate
+                .map(|rate| Arc::new(limits::RateLimit::new(rate))),
+            breaker: new_breaker(&config, ctx),
             config,
             upstream,
             upstream_host,
             proxy_origin,
+        }
+    }
+
+    /// This route under `config`, which reaches the same replicas the same
+    /// way ([`RouteConfig::same_upstream`]): the same upstream (replica
+    /// health, ejections, pooled connections), the same circuit when the
+    /// breaker's settings are the same, the same buckets when the rate's
+    /// are. A reload that changes a node-wide field, or how the route
+    /// treats requests, resets none of it.
+    fn renewed(&self, config: RouteConfig, ctx: &RouteContext) -> Route {
+        self.upstream.set_underscores(config.underscores_in_headers);
+        let breaker = match (&self.breaker, config.breaker.active()) {
+            (Some(breaker), Some(settings)) if breaker.settings() == settings => {
+                Some(Arc::clone(breaker))
+            }
+            _ => new_breaker(&config, ctx),
+        };
+        let rate = match (&self.rate, config.rate) {
+            (Some(rate), Some(settings)) if rate.settings == settings => Some(Arc::clone(rate)),
+            (_, settings) => settings.map(|rate| Arc::new(limits::RateLimit::new(rate))),
+        };
+        Route {
+            metrics: ctx.metrics.route(&config.name),
+            rewrite: rewrite::Rewrite::new(&config),
+            rate,
             breaker,
+            upstream: Arc::clone(&self.upstream),
+            upstream_host: self.upstream_host.clone(),
+            proxy_origin: self.proxy_origin.clone(),
+            config,
         }
     }
 }
 
+/// A new breaker for the route, when it has one.
+fn new_breaker(config: &RouteConfig, ctx: &RouteContext) -> Option<Arc<Breaker>> {
+    let settings = config.breaker.active()?;
+    Some(Arc::new(Breaker::new(
+        &config.name,
+        &ctx.node,
+        settings,
+        ctx.metrics.breaker(&config.name),
+        Arc::clone(&ctx.changes),
+    )))
+}
+
 /// Builds a route table, keeping the route objects (and with them replica
-/// health and pooled connections) of routes whose configuration is the same
-/// as in `previous`.
+/// health, pooled connections, circuits and rate buckets) of routes whose
+/// configuration is the same as in `previous`, and the state of those
+/// that still reach the same replicas the same way ([`Route::renewed`]).
 pub fn build_table(routes: &[RouteConfig], previous: Option<&Table>, ctx: &RouteContext) -> Table {
     let reuse = |config: &RouteConfig| {
-        previous?
+        let previous = previous?
             .values()
-            .find(|r| r.config == *config)
-            .map(Arc::clone)
+            .find(|r| r.config.name == config.name && r.config.same_upstream(config))?;
+        Some(match previous.config == *config {
+            true => Arc::clone(previous),
+            false => Arc::new(previous.renewed(config.clone(), ctx)),
+        })
     };
     RouteTable::with_owners(routes.iter().map(|config| {
         let route = reuse(config).unwrap_or_else(|| Arc::new(Route::new(config.clone(), ctx)));

@@ -410,8 +410,9 @@ pub struct Upstream {
     pub protocol: crate::config::Protocol,
     /// How replicas that no runtime reports on are checked.
     pub check: crate::config::CheckKind,
-    /// Header names holding `_` pass (trailers of HTTP/2 replicas).
-    pub underscores: bool,
+    /// Header names holding `_` pass (trailers of HTTP/2 replicas):
+    /// `[global] underscores_in_headers`, which a reload may change.
+    underscores: AtomicBool,
     /// Gateway errors in a row that eject a replica.
     eject_after: u32,
     next: AtomicUsize,
@@ -485,7 +486,7 @@ impl Upstream {
             eject_for: route.eject_for.value,
             protocol: route.protocol,
             check: route.check.clone(),
-            underscores: route.underscores_in_headers,
+            underscores: AtomicBool::new(route.underscores_in_headers),
             eject_after: route.consecutive_gateway_errors.value,
             next: AtomicUsize::new(0),
             in_rotation,
@@ -493,6 +494,16 @@ impl Upstream {
             changes,
             this: this.clone(),
         })
+    }
+
+    /// Whether header names holding `_` pass.
+    pub fn underscores(&self) -> bool {
+        self.underscores.load(Ordering::Relaxed)
+    }
+
+    /// `[global] underscores_in_headers` after a reload.
+    pub fn set_underscores(&self, underscores: bool) {
+        self.underscores.store(underscores, Ordering::Relaxed);
     }
 
     /// The replica set now.

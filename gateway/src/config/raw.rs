@@ -217,12 +217,13 @@ pub enum RawSize {
 }
 
 /// `request_headers` / `response_headers`: `{ set = { name = "value" },
-/// remove = ["name"] }`.
+/// remove = ["name"], trailers = ["name"] }`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeaderRules {
     pub set: Option<Spanned<std::collections::BTreeMap<Spanned<String>, Spanned<String>>>>,
     pub remove: Option<Spanned<Vec<Spanned<String>>>>,
+    pub trailers: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// A route's `rate = { per_second, burst, by }`.

@@ -446,13 +446,15 @@ fn header_rules(out: &mut String, key: &str, rules: &crate::config::HeaderRules)
         .map(|(n, v)| format!("{} = {}", quoted(n), quoted(v.to_str().unwrap_or(""))))
         .collect();
     let remove: Vec<String> = rules.remove.iter().map(quoted).collect();
+    let trailers: Vec<String> = rules.trailers.iter().map(quoted).collect();
     line(
         out,
         key,
         &format!(
-            "{{ set = {{ {} }}, remove = [{}] }}",
+            "{{ set = {{ {} }}, remove = [{}], trailers = [{}] }}",
             set.join(", "),
-            remove.join(", ")
+            remove.join(", "),
+            trailers.join(", ")
         ),
         Origin::File,
     );

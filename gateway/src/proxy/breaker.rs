@@ -116,6 +116,11 @@ impl Breaker {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How this breaker trips and recovers.
+    pub fn settings(&self) -> Settings {
+        self.lock().machine.settings()
+    }
+
     /// Lets a request through, or refuses it with the time left.
     pub(in crate::proxy) fn admit(&self) -> Result<Ticket<'_>, Duration> {
         if self.phase.load(Ordering::Acquire) == CLOSED {

@@ -25,11 +25,20 @@
 //! client's address from them (for a log, a rate limit, an allow-list)
 //! would believe whoever sent them.
 //!
+//! The family holds, besides, the names applications and identity
+//! proxies read as the client's address, scheme, host, path or method
+//! (`X-Client-IP`, `True-Client-IP`, `X-Forwarded-Scheme`,
+//! `X-Forwarded-Server`, `X-Forwarded-Uri`, ... [`PASSED`]): the node
+//! never writes them, and drops them from any client but a trusted proxy.
+//!
 //! A trusted client is a proxy in front of the node: the node appends its
 //! hop to that proxy's `X-Forwarded-For` and `Forwarded`, and keeps the
-//! others as it sent them, writing its own only where it sent none.
-//! `X-Forwarded-Prefix`, `X-Original-URL` and `X-Rewrite-URL` are never
-//! written by the node itself: it only passes on a trusted proxy's.
+//! others as it sent them, writing its own only where it sent none. A
+//! chain is appended to only when it is well-formed: `Forwarded` by RFC
+//! 7239's grammar (a value a token or a closed quoted string),
+//! `X-Forwarded-For` a list with no quotes. Anything else could take the
+//! node's hop into the proxy's last element (`for="1.2.3.4` would swallow
+//! it), so the node writes its own hop alone.
 //!
 //! A route's `request_headers` may set or remove the family members the
 //! configuration does not reserve (`Forwarded`, `X-Real-IP`,
@@ -58,7 +67,7 @@ use std::net::IpAddr;
 use http::header::HeaderValue;
 
 use super::incoming::{ClientRequest, Fields};
-use super::rules::FORWARDING;
+use super::rules::{PASSED, WRITTEN, is_forwarding};
 use super::scheme::Scheme;
 use crate::h1::{self, request};
 use crate::upstream::Target;
@@ -124,13 +133,6 @@ pub struct Forwarding<'a> {
     /// The client is in `[global] trusted_proxies`: a proxy whose
     /// forwarding headers are appended to or kept, not replaced.
     pub trusted: bool,
-}
-
-/// Whether `name` is one of the forwarding family.
-fn is_forwarding(name: &[u8]) -> bool {
-    FORWARDING
-        .iter()
-        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
 /// Headers the proxy writes itself besides the forwarding family,
@@ -248,7 +250,7 @@ fn forwarded_fields(
     mut emit: impl FnMut(&[u8], &[u8]),
 ) {
     let connection = req.fields.all("connection");
-    let ruled = !forwarding.rules.is_empty();
+    let ruled = forwarding.rules.changes_head();
     // Only HTTP/2 and HTTP/3 split cookies: an HTTP/1 client's lines cross
     // as they came.
     let split = cookies == Cookies::Joined && matches!(req.fields, Fields::Map(_));
@@ -290,16 +292,25 @@ fn forwarded_fields(
 
 /// How the node writes one header of the forwarding family.
 enum Hop<'a> {
-    /// A list each proxy appends its hop to: a trusted proxy's, then this.
-    Append(&'a [u8]),
-    /// One value: a trusted proxy's as it sent it, else this, if any.
-    Keep(Option<&'a [u8]>),
+    /// A list each proxy appends its hop to: a trusted proxy's, when
+    /// every value it sent is a well-formed list (`valid`), then this.
+    /// A malformed one is replaced by this alone, for what the node
+    /// appended could be read as part of the proxy's last element (an
+    /// unclosed quote in `Forwarded` would swallow it).
+    Append(&'a [u8], fn(&[u8]) -> bool),
+    /// One value: a trusted proxy's as it sent it, else this.
+    Keep(&'a [u8]),
+    /// Not written: a route's rule decides it.
+    Ruled,
+    /// Nothing this hop can say (an HTTP/1.0 client named no host).
+    Unknown,
 }
 
-/// Calls `emit` with each header of the forwarding family, in the order
-/// of [`FORWARDING`]: a trusted proxy's values appended to or kept, and
-/// what the node saw for the rest. A header the route's rules set or
-/// remove is left to them.
+/// Calls `emit` with each header of the forwarding family: first those
+/// the node writes ([`WRITTEN`]), a trusted proxy's values appended to or
+/// kept and what the node saw for the rest; then those only a trusted
+/// proxy's cross ([`PASSED`]). A header the route's rules set or remove
+/// is left to them.
 fn forwarding_family(
     req: &ClientRequest<'_>,
     forwarding: &Forwarding<'_>,
@@ -310,41 +321,124 @@ fn forwarding_family(
     let mut digits = [0; 5];
     let port = client.port.map(|port| decimal(port, &mut digits));
     let element = forwarded_element(client, forwarding.host);
-    let ruled = !forwarding.rules.is_empty();
-    for name in FORWARDING {
-        if ruled && super::rules::overridden(forwarding.rules, name.as_bytes()) {
-            continue;
-        }
-        let hop = match name {
-            "x-forwarded-for" => Hop::Append(address),
-            "forwarded" => Hop::Append(&element),
-            "x-forwarded-proto" => Hop::Keep(Some(client.scheme.proto())),
-            "x-forwarded-host" => Hop::Keep(forwarding.host),
-            "x-forwarded-port" => Hop::Keep(port),
-            "x-real-ip" => Hop::Keep(Some(address)),
-            // `X-Forwarded-Prefix`, `X-Original-URL`, `X-Rewrite-URL`:
-            // only a trusted proxy's (a route that strips a prefix may
-            // set `X-Forwarded-Prefix` by a rule).
-            _ => Hop::Keep(None),
-        };
+    let ruled = forwarding.rules.changes_head();
+    let overridden =
+        |name: &str| ruled && super::rules::overridden(forwarding.rules, name.as_bytes());
+    let sent = |name: &str| {
         let mut sent = match forwarding.trusted {
             true => req.fields.all(name),
             false => Vec::new(),
         };
         sent.retain(|value| !value.trim_ascii().is_empty());
+        sent
+    };
+    for name in WRITTEN {
+        let hop = match (name, overridden(name)) {
+            (_, true) => Hop::Ruled,
+            ("x-forwarded-for", _) => Hop::Append(address, is_address_list),
+            ("forwarded", _) => Hop::Append(&element, is_forwarded_list),
+            ("x-forwarded-proto", _) => Hop::Keep(client.scheme.proto()),
+            ("x-forwarded-host", _) => forwarding.host.map_or(Hop::Unknown, Hop::Keep),
+            ("x-forwarded-port", _) => port.map_or(Hop::Unknown, Hop::Keep),
+            ("x-real-ip", _) => Hop::Keep(address),
+            _ => Hop::Unknown,
+        };
+        let sent = match hop {
+            Hop::Ruled => continue,
+            _ => sent(name),
+        };
         let name = name.as_bytes();
         match hop {
-            Hop::Append(ours) if sent.is_empty() => emit(name, ours),
-            Hop::Append(ours) => {
+            Hop::Append(ours, valid) if sent.is_empty() || !sent.iter().all(|v| valid(v)) => {
+                emit(name, ours)
+            }
+            Hop::Append(ours, _) => {
                 let mut list = sent.join(&b", "[..]);
                 list.extend_from_slice(b", ");
                 list.extend_from_slice(ours);
                 emit(name, &list);
             }
-            Hop::Keep(Some(ours)) if sent.is_empty() => emit(name, ours),
-            Hop::Keep(_) => sent.iter().for_each(|value| emit(name, value)),
+            Hop::Keep(ours) if sent.is_empty() => emit(name, ours),
+            _ => sent.iter().for_each(|value| emit(name, value)),
         }
     }
+    if !forwarding.trusted {
+        return;
+    }
+    for name in PASSED {
+        if !overridden(name) {
+            sent(name)
+                .iter()
+                .for_each(|value| emit(name.as_bytes(), value));
+        }
+    }
+}
+
+/// Whether `value` is a list `X-Forwarded-For` may hold: addresses (with
+/// a port, in brackets), `unknown` or obfuscated names, between commas;
+/// nothing that quotes or escapes.
+fn is_address_list(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|b| h1::is_token(*b) || matches!(*b, b',' | b' ' | b'\t' | b':' | b'[' | b']'))
+}
+
+/// Whether `value` is a well-formed `Forwarded` list (RFC 7239 §4):
+/// elements between commas, each pairs `token=value` between semicolons,
+/// a value a token or a closed quoted string. Spaces are taken around
+/// the separators, as proxies write them.
+fn is_forwarded_list(value: &[u8]) -> bool {
+    let mut rest = value;
+    loop {
+        rest = rest.trim_ascii_start();
+        // A pair, or an empty element or pair.
+        if rest.first().is_some_and(|b| *b != b',' && *b != b';') {
+            let name = rest.iter().take_while(|b| h1::is_token(**b)).count();
+            if name == 0 || rest.get(name) != Some(&b'=') {
+                return false;
+            }
+            rest = &rest[name + 1..];
+            rest = match rest.first() {
+                Some(b'"') => match closed_quote(&rest[1..]) {
+                    Some(after) => after,
+                    None => return false,
+                },
+                _ => {
+                    let token = rest.iter().take_while(|b| h1::is_token(**b)).count();
+                    if token == 0 {
+                        return false;
+                    }
+                    &rest[token..]
+                }
+            };
+            rest = rest.trim_ascii_start();
+        }
+        match rest.split_first() {
+            None => return true,
+            Some((b',' | b';', after)) => rest = after,
+            Some(_) => return false,
+        }
+    }
+}
+
+/// What follows a quoted string whose opening quote came before `rest`
+/// (RFC 9110 §5.6.4); `None` when it is never closed or holds a byte no
+/// quoted string may.
+fn closed_quote(rest: &[u8]) -> Option<&[u8]> {
+    let text = |b: u8| b == b'\t' || b == b' ' || (0x21..=0x7e).contains(&b) || b >= 0x80;
+    let mut at = 0;
+    while let Some(&b) = rest.get(at) {
+        match b {
+            b'"' => return Some(&rest[at + 1..]),
+            b'\\' => match rest.get(at + 1) {
+                Some(&escaped) if text(escaped) => at += 2,
+                _ => return None,
+            },
+            b if text(b) => at += 1,
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The node's element of `Forwarded` (RFC 7239 §4): `for=` the client,
@@ -445,7 +539,9 @@ mod tests {
     /// all would send them.
     const SPOOFED: &str = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.example\r\n\
         X-Forwarded-Port: 443\r\nX-Forwarded-Prefix: /admin\r\nX-Real-IP: 6.6.6.6\r\n\
-        Forwarded: for=6.6.6.6;proto=https\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
+        Forwarded: for=6.6.6.6;proto=https\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n\
+        X-Client-IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Forwarded-Server: evil.example\r\n\
+        X-Forwarded-Scheme: https\r\n";
 
     fn forwarding<'a>(client: &'a Client, host: &'a [u8]) -> Forwarding<'a> {
         Forwarding {
@@ -464,6 +560,7 @@ mod tests {
     static NO_RULES: crate::config::HeaderRules = crate::config::HeaderRules {
         set: Vec::new(),
         remove: Vec::new(),
+        trailers: Vec::new(),
     };
 
     #[test]
@@ -578,9 +675,11 @@ mod tests {
             family,
             "x-forwarded-for: 6.6.6.6, 198.51.100.1, 10.0.0.9\r\n\
              x-forwarded-proto: https\r\nx-forwarded-host: evil.example\r\nx-forwarded-port: 443\r\n\
-             x-forwarded-prefix: /admin\r\nx-real-ip: 6.6.6.6\r\n\
+             x-real-ip: 6.6.6.6\r\n\
              forwarded: for=6.6.6.6;proto=https, for=198.51.100.1, for=10.0.0.9;proto=http;host=shop.example.com\r\n\
-             x-original-url: /admin\r\nx-rewrite-url: /admin\r\n\r\n"
+             x-forwarded-prefix: /admin\r\nx-original-url: /admin\r\nx-rewrite-url: /admin\r\n\
+             x-client-ip: 6.6.6.6\r\ntrue-client-ip: 6.6.6.6\r\nx-forwarded-scheme: https\r\n\
+             x-forwarded-server: evil.example\r\n\r\n"
         );
         // What the proxy did not send, the node writes; an empty value is
         // none.
@@ -646,6 +745,7 @@ mod tests {
                 HeaderValue::from_static("/api"),
             )],
             remove: vec![http::header::HeaderName::from_static("x-real-ip")],
+            trailers: Vec::new(),
         };
         for trusted in [false, true] {
             let text = head(
@@ -691,7 +791,7 @@ mod tests {
                 ..forwarding(&client, b"h")
             };
             let request = upstream_h2_request(&req, &fw, &replica, "http").unwrap();
-            FORWARDING
+            super::super::rules::FORWARDING
                 .iter()
                 .map(|name| {
                     let values: Vec<_> = request
@@ -723,14 +823,18 @@ mod tests {
                 ("x-forwarded-proto", "https".into()),
                 ("x-forwarded-host", "evil.example".into()),
                 ("x-forwarded-port", "443".into()),
-                ("x-forwarded-prefix", "/admin".into()),
                 ("x-real-ip", "6.6.6.6".into()),
                 (
                     "forwarded",
                     "for=6.6.6.6;proto=https, for=10.0.0.9;proto=http;host=h".into()
                 ),
+                ("x-forwarded-prefix", "/admin".into()),
                 ("x-original-url", "/admin".into()),
                 ("x-rewrite-url", "/admin".into()),
+                ("x-client-ip", "6.6.6.6".into()),
+                ("true-client-ip", "6.6.6.6".into()),
+                ("x-forwarded-scheme", "https".into()),
+                ("x-forwarded-server", "evil.example".into()),
             ]
         );
     }
@@ -888,6 +992,7 @@ mod tests {
                 HeaderValue::from_static("prod"),
             )],
             remove: vec![http::header::HeaderName::from_static("cookie")],
+            trailers: Vec::new(),
         };
         let forwarding = Forwarding {
             rules: &rules,
@@ -909,6 +1014,107 @@ mod tests {
                 "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n"
             ) && text.contains("tracestate: a=b\r\n"),
             "trace context crosses untouched: {text}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_chain_from_a_trusted_proxy_is_replaced_by_the_nodes_hop() {
+        let client = client();
+        let trusted = Forwarding {
+            trusted: true,
+            ..forwarding(&client, b"h")
+        };
+        let ours = "for=10.0.0.9;proto=http;host=h";
+        for (sent, expected) in [
+            // An unclosed quote would swallow the node's element.
+            ("for=\"1.2.3.4", ours.to_string()),
+            ("for=\"[2001:db8::1]", ours.to_string()),
+            ("for=1.2.3.4, for=\"5.6.7.8", ours.to_string()),
+            ("for=1.2.3.4 proto=https", ours.to_string()),
+            ("for=a\"b\"", ours.to_string()),
+            ("=1.2.3.4", ours.to_string()),
+            ("for=", ours.to_string()),
+            ("for=\"a\\", ours.to_string()),
+            ("for", ours.to_string()),
+            // Well-formed ones, with the spaces proxies write.
+            ("for=1.2.3.4", format!("for=1.2.3.4, {ours}")),
+            (
+                "for=\"[2001:db8::1]:443\";proto=https",
+                format!("for=\"[2001:db8::1]:443\";proto=https, {ours}"),
+            ),
+            (
+                "for=1.2.3.4; proto=https , for=_hidden;by=\"a\\\"b\"",
+                format!("for=1.2.3.4; proto=https , for=_hidden;by=\"a\\\"b\", {ours}"),
+            ),
+            ("for=1.2.3.4;;, ,", format!("for=1.2.3.4;;, ,, {ours}")),
+        ] {
+            let text = head(
+                &format!("GET / HTTP/1.1\r\nHost: h\r\nForwarded: {sent}\r\n\r\n"),
+                &trusted,
+            );
+            assert!(
+                text.contains(&format!("\r\nforwarded: {expected}\r\n")),
+                "{sent:?}: {text}"
+            );
+            assert_eq!(text.matches("forwarded:").count(), 1, "{text}");
+        }
+        // A control character the head parser would have refused already.
+        assert!(!is_forwarded_list(b"for=\"a\x01\""));
+        assert!(is_forwarded_list(b"for=\"a\x80\""));
+        // Two field lines: each must be well-formed on its own.
+        let text = head(
+            "GET / HTTP/1.1\r\nHost: h\r\nForwarded: for=\"1.2.3.4\r\nForwarded: 5.6.7.8\"\r\n\r\n",
+            &trusted,
+        );
+        assert!(
+            text.contains(&format!("\r\nforwarded: {ours}\r\n")),
+            "{text}"
+        );
+        for (sent, expected) in [
+            (
+                "1.2.3.4, [2001:db8::1]:443, unknown, _hidden",
+                "1.2.3.4, [2001:db8::1]:443, unknown, _hidden, 10.0.0.9",
+            ),
+            ("\"1.2.3.4", "10.0.0.9"),
+            ("1.2.3.4;x", "10.0.0.9"),
+        ] {
+            let text = head(
+                &format!("GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: {sent}\r\n\r\n"),
+                &trusted,
+            );
+            assert!(
+                text.contains(&format!("\r\nx-forwarded-for: {expected}\r\n")),
+                "{sent:?}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_aliases_of_the_clients_address_and_scheme_cross_only_from_a_trusted_proxy() {
+        let client = client();
+        let aliases: String = PASSED
+            .iter()
+            .map(|name| format!("{name}: 6.6.6.6\r\n"))
+            .collect();
+        let request = format!("GET / HTTP/1.1\r\nHost: h\r\n{aliases}\r\n");
+        let untrusted = head(&request, &forwarding(&client, b"h"));
+        assert_eq!(
+            untrusted,
+            format!(
+                "GET / HTTP/1.1\r\nhost: h\r\nx-request-id: req-1\r\n{}\r\n",
+                ours("h")
+            )
+        );
+        let trusted = head(
+            &request,
+            &Forwarding {
+                trusted: true,
+                ..forwarding(&client, b"h")
+            },
+        );
+        assert!(
+            trusted.ends_with(&format!("{}{aliases}\r\n", ours("h"))),
+            "{trusted}"
         );
     }
 }

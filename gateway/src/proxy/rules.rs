@@ -11,7 +11,13 @@
 //! for a route that strips one): the rule then decides that header alone,
 //! for every client.
 //!
-//! No trailer of a request carries the forwarding family, not even a
+//! ## Trailers
+//! A trailer crosses, either way, only when its field's definition lets
+//! it come after a body ([`TRAILERS`]: gRPC's status, `Server-Timing`,
+//! the digests; and gRPC's `-bin` metadata) or the route admits its name
+//! (`response_headers = { trailers = ["x-checksum"] }`, and the same in
+//! `request_headers`). Even then, no trailer carries what the node owns
+//! or a rule sets or removes, and none the forwarding family, not even a
 //! trusted proxy's: the replica has read who the client is from the head.
 //!
 //! ## Request IDs
@@ -39,17 +45,73 @@ pub fn overridden(rules: &HeaderRules, name: &[u8]) -> bool {
 /// The forwarding family: the headers that say who the client is and how
 /// it reached the node. The node writes them from what it saw; a client's
 /// cross only when it is a trusted proxy (see [`super::headers`]).
-pub const FORWARDING: [&str; 9] = [
+pub const FORWARDING: [&str; 6 + PASSED.len()] = {
+    let mut all = [""; 6 + PASSED.len()];
+    let mut i = 0;
+    while i < WRITTEN.len() {
+        all[i] = WRITTEN[i];
+        i += 1;
+    }
+    while i < all.len() {
+        all[i] = PASSED[i - WRITTEN.len()];
+        i += 1;
+    }
+    all
+};
+
+/// The members of the family the node writes itself, in the order it
+/// writes them.
+pub const WRITTEN: [&str; 6] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "x-forwarded-host",
     "x-forwarded-port",
-    "x-forwarded-prefix",
     "x-real-ip",
     "forwarded",
+];
+
+/// The members the node never writes, only passes on from a trusted
+/// proxy: names that applications, frameworks and identity proxies read
+/// as the client's address (`X-Client-IP`, `True-Client-IP`, ...), the
+/// scheme it came by (`X-Forwarded-Scheme`, `X-Forwarded-Ssl`, ...), the
+/// host or server it asked (`X-Forwarded-Server`, `X-Original-Host`) and
+/// the path or method before a proxy changed them (`X-Forwarded-Uri`,
+/// `X-Original-URL`, ...). From any other client they are dropped.
+pub const PASSED: [&str; 22] = [
+    "x-forwarded-prefix",
     "x-original-url",
     "x-rewrite-url",
+    "x-client-ip",
+    "true-client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-original-forwarded-for",
+    "forwarded-for",
+    "x-forwarded",
+    "x-envoy-external-address",
+    "x-forwarded-scheme",
+    "x-forwarded-ssl",
+    "x-forwarded-protocol",
+    "front-end-https",
+    "x-url-scheme",
+    "x-forwarded-server",
+    "x-original-host",
+    "x-forwarded-uri",
+    "x-original-uri",
+    "x-forwarded-method",
 ];
+
+/// Whether `name` (any case) is one of the forwarding family.
+pub fn is_forwarding(name: &[u8]) -> bool {
+    // Every member starts with one of these: most names go at one byte.
+    matches!(
+        name.first().map(u8::to_ascii_lowercase),
+        Some(b'x' | b'f' | b't' | b'c')
+    ) && FORWARDING
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+}
 
 /// Headers the node owns on a request besides the forwarding family:
 /// written from what it saw, never taken from a client.
@@ -59,18 +121,43 @@ const OWNED_REQUEST: [&str; 2] = ["x-request-id", "via"];
 /// locations it moves back under the route's prefix.
 const OWNED_RESPONSE: [&str; 3] = ["x-request-id", "location", "content-location"];
 
-/// Trailers cross only what a head may: the ones the node owns, and
-/// those a rule of the route removes or sets, are dropped from `trailers`
-/// as they are from the head (a `Cookie` a rule removes does not come
-/// back in a trailer).
-fn trailers_as_heads(
-    mut trailers: http::HeaderMap,
-    rules: &HeaderRules,
-    owned: &[&str],
-) -> http::HeaderMap {
+/// The fields whose definitions let them come after a body (RFC 9110
+/// §6.5.1): gRPC's status, message and details, `Server-Timing` (W3C),
+/// and the digests of RFC 9530 and RFC 3230. With them, a name ending in
+/// `-bin`: gRPC's binary metadata, which no HTTP field is.
+pub const TRAILERS: [&str; 7] = [
+    "grpc-status",
+    "grpc-message",
+    "grpc-status-details-bin",
+    "server-timing",
+    "content-digest",
+    "repr-digest",
+    "digest",
+];
+
+/// Whether a trailer named `name` may cross: its definition allows a
+/// trailer ([`TRAILERS`]), or a rule of the route admits it (`trailers`
+/// of `request_headers` or `response_headers`). Anything else (a
+/// `Strict-Transport-Security`, a `WWW-Authenticate`, a `Set-Cookie`)
+/// means something only in a head, and a client or cache that merged it
+/// into the head would obey it.
+fn admitted(name: &http::header::HeaderName, rules: &HeaderRules) -> bool {
+    TRAILERS.contains(&name.as_str())
+        || name.as_str().ends_with("-bin")
+        || rules.trailers.contains(name)
+}
+
+/// Trailers cross by admission ([`admitted`]), less the ones the node
+/// owns and those a rule of the route removes or sets, as in a head (a
+/// `Cookie` a rule removes does not come back in a trailer).
+fn crossing(mut trailers: http::HeaderMap, rules: &HeaderRules, owned: &[&str]) -> http::HeaderMap {
     let names: Vec<http::header::HeaderName> = trailers.keys().cloned().collect();
     for name in names {
-        if owned.contains(&name.as_str()) || overridden(rules, name.as_str().as_bytes()) {
+        let cross = admitted(&name, rules)
+            && !owned.contains(&name.as_str())
+            && !is_forwarding(name.as_str().as_bytes())
+            && !overridden(rules, name.as_str().as_bytes());
+        if !cross {
             trailers.remove(&name);
         }
     }
@@ -81,17 +168,13 @@ fn trailers_as_heads(
 /// route's `request_headers`), never with a header of the forwarding
 /// family.
 pub fn request_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
-    let mut trailers = trailers_as_heads(trailers, rules, &OWNED_REQUEST);
-    for name in FORWARDING {
-        trailers.remove(name);
-    }
-    trailers
+    crossing(trailers, rules, &OWNED_REQUEST)
 }
 
 /// A replica's trailers, as they may reach the client under `rules` (the
 /// route's `response_headers`).
 pub fn response_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
-    trailers_as_heads(trailers, rules, &OWNED_RESPONSE)
+    crossing(trailers, rules, &OWNED_RESPONSE)
 }
 
 /// The longest request ID kept from a client.
@@ -176,7 +259,7 @@ pub fn response_fields<'a>(
     mut emit: impl FnMut(&[u8], &[u8]),
 ) {
     let rules = &route.config.response_headers;
-    let plain = rules.is_empty() && route.rewrite.is_none();
+    let plain = !rules.changes_head() && route.rewrite.is_none();
     for (name, value) in fields {
         if name.eq_ignore_ascii_case(b"x-request-id") {
             continue;
@@ -206,57 +289,138 @@ pub fn response_fields<'a>(
 mod tests {
     use super::*;
 
+    fn map(pairs: &[(&'static str, &'static str)]) -> http::HeaderMap {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                http::header::HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            );
+        }
+        map
+    }
+
+    fn names(map: &http::HeaderMap) -> Vec<String> {
+        let mut names: Vec<String> = map.keys().map(|n| n.to_string()).collect();
+        names.sort();
+        names
+    }
+
     #[test]
-    fn trailers_cross_only_what_a_head_may() {
+    fn trailers_cross_by_admission_never_by_default() {
+        let trailers = map(&[
+            ("grpc-status", "0"),
+            ("grpc-message", "ok"),
+            ("grpc-status-details-bin", "AAAA"),
+            ("x-trace-bin", "AAAA"),
+            ("server-timing", "db;dur=53"),
+            ("content-digest", "sha-256=:AAAA:"),
+            ("repr-digest", "sha-256=:AAAA:"),
+            ("digest", "SHA-256=AAAA"),
+            ("strict-transport-security", "max-age=0"),
+            ("www-authenticate", "Basic realm=x"),
+            ("content-security-policy", "default-src *"),
+            ("set-cookie", "session=planted"),
+            ("content-type", "text/html"),
+            ("content-encoding", "gzip"),
+            ("cache-control", "no-store"),
+            ("x-sum", "1"),
+        ]);
+        let admitted = [
+            "content-digest",
+            "digest",
+            "grpc-message",
+            "grpc-status",
+            "grpc-status-details-bin",
+            "repr-digest",
+            "server-timing",
+            "x-trace-bin",
+        ];
+        let none = HeaderRules::default();
+        assert_eq!(names(&response_trailers(trailers.clone(), &none)), admitted);
+        assert_eq!(names(&request_trailers(trailers.clone(), &none)), admitted);
+        // A rule of the route admits a name of its own.
+        let rules = HeaderRules {
+            trailers: vec![http::header::HeaderName::from_static("x-sum")],
+            ..HeaderRules::default()
+        };
+        let mut with_sum = admitted.to_vec();
+        with_sum.push("x-sum");
+        with_sum.sort();
+        assert_eq!(names(&response_trailers(trailers, &rules)), with_sum);
+    }
+
+    #[test]
+    fn admitted_trailers_still_carry_nothing_the_node_owns_or_a_rule_decides() {
+        let admitting = |names: &[&'static str]| {
+            names
+                .iter()
+                .map(|n| http::header::HeaderName::from_static(n))
+                .collect::<Vec<_>>()
+        };
         let rules = HeaderRules {
             set: vec![(
                 http::header::HeaderName::from_static("x-tenant"),
                 http::HeaderValue::from_static("a"),
             )],
             remove: vec![http::header::HeaderName::from_static("cookie")],
+            trailers: admitting(&[
+                "x-sum",
+                "x-tenant",
+                "cookie",
+                "x-request-id",
+                "location",
+                "via",
+            ]),
         };
-        let mut trailers = http::HeaderMap::new();
-        for (name, value) in [
+        let mut pairs = vec![
             ("x-sum", "1"),
-            ("x-forwarded-for", "6.6.6.6"),
-            ("forwarded", "for=6.6.6.6"),
-            ("x-real-ip", "6.6.6.6"),
-            ("x-forwarded-port", "443"),
-            ("x-forwarded-prefix", "/admin"),
-            ("x-original-url", "/admin"),
-            ("x-rewrite-url", "/admin"),
             ("x-request-id", "forged"),
             ("cookie", "session=stolen"),
             ("x-tenant", "b"),
             ("location", "http://elsewhere/"),
-        ] {
-            trailers.append(
-                http::header::HeaderName::from_static(name),
-                http::HeaderValue::from_static(value),
-            );
+            ("via", "1.1 elsewhere"),
+        ];
+        for name in FORWARDING {
+            pairs.push((name, "6.6.6.6"));
         }
-        let names = |map: &http::HeaderMap| {
-            let mut names: Vec<String> = map.keys().map(|n| n.to_string()).collect();
-            names.sort();
-            names
-        };
+        let trailers = map(&pairs);
         assert_eq!(
             names(&request_trailers(trailers.clone(), &rules)),
             ["location", "x-sum"]
         );
         assert_eq!(
             names(&response_trailers(trailers, &rules)),
-            [
-                "forwarded",
-                "x-forwarded-for",
-                "x-forwarded-port",
-                "x-forwarded-prefix",
-                "x-original-url",
-                "x-real-ip",
-                "x-rewrite-url",
-                "x-sum"
-            ]
+            ["via", "x-sum"]
         );
+    }
+
+    #[test]
+    fn the_family_is_known_in_any_case_and_nothing_else_is() {
+        for name in FORWARDING {
+            assert!(is_forwarding(name.as_bytes()), "{name}");
+            assert!(
+                is_forwarding(name.to_ascii_uppercase().as_bytes()),
+                "{name}"
+            );
+        }
+        for other in [
+            "x-forwarded",
+            "x-sum",
+            "accept",
+            "cookie",
+            "",
+            "f",
+            "x-request-id",
+        ] {
+            assert_eq!(
+                is_forwarding(other.as_bytes()),
+                other == "x-forwarded",
+                "{other}"
+            );
+        }
+        assert_eq!(FORWARDING.len(), WRITTEN.len() + PASSED.len());
+        assert!(FORWARDING.iter().all(|name| !name.is_empty()));
     }
 
     #[test]

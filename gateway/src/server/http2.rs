@@ -658,7 +658,7 @@ fn answer_headers(
     id: &RequestId,
     host: Option<&[u8]>,
 ) -> http::HeaderMap {
-    if route.config.response_headers.is_empty() && route.rewrite.is_none() {
+    if !route.config.response_headers.changes_head() && route.rewrite.is_none() {
         let mut headers = head.header_map();
         headers.remove("x-request-id");
         return headers;

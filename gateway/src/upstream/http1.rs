@@ -222,7 +222,7 @@ impl H1Body {
             BodyFraming::Chunked => BodyDecoder::chunked(),
             BodyFraming::UntilClose => BodyDecoder::until_close(),
         };
-        let underscores = release.as_ref().is_some_and(|r| r.upstream.underscores);
+        let underscores = release.as_ref().is_some_and(|r| r.upstream.underscores());
         let mut body = H1Body {
             conn: Some(conn),
             decoder,

@@ -892,14 +892,11 @@ async fn nodes_reloaded_together_add_a_certificate_and_the_ca_sees_one_order() {
             ca: &cluster.pebble.ca_file,
             certificates: &certificates,
         };
-        let started = Instant::now();
+        // Back to back: however close together (or far apart, on a
+        // loaded machine) the reloads land, the CA sees one order.
         for (i, name) in names.iter().enumerate() {
             cluster.reconfigure(i, name, &acme);
         }
-        assert!(
-            started.elapsed() < Duration::from_millis(100),
-            "reloaded within 100 ms"
-        );
         all_serve(&cluster, &all, &added[k], Duration::from_secs(60)).await;
         // What any node could still order has settled by now.
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -649,7 +649,8 @@ fn rules_cannot_touch_framing_forwarding_or_the_id() {
                 .expect_err(&shape)
                 .to_string();
             assert!(
-                error.contains("rules.toml:4:") && error.contains("cannot be set or removed"),
+                error.contains("rules.toml:4:")
+                    && error.contains("no rule may set, remove or admit it"),
                 "{shape}: {error}"
             );
         }
@@ -924,6 +925,21 @@ fn picket_check_names_the_line_of_each_bad_day_two_setting() {
             "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrequest_headers = { set = { \"x-a\" = \"1\" }, remove = [\"X-A\"] }\n",
             4,
             "both set and removed",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nresponse_headers = { trailers = [\"content-length\"] }\n",
+            4,
+            "no rule may set, remove or admit it",
+        ),
+        (
+            "[[route]]\nname = \"r\"\nreplicas = [\"127.0.0.1:9\"]\nrequest_headers = { trailers = [\"X-Client-IP\"] }\n",
+            4,
+            "never crosses in a trailer",
+        ),
+        (
+            "[global]\nresponse_headers = { trailers = [\"a b\"] }\n",
+            2,
+            "not a header name",
         ),
     ];
     for (text, line, says) in cases {

@@ -31,6 +31,13 @@ const SPOOFED: &[(&str, &str)] = &[
     ("forwarded", "for=6.6.6.6;proto=https"),
     ("x-original-url", "/admin"),
     ("x-rewrite-url", "/admin"),
+    ("x-client-ip", "6.6.6.6"),
+    ("true-client-ip", "6.6.6.6"),
+    ("x-forwarded-server", "evil.example"),
+    ("x-forwarded-scheme", "https"),
+    ("x-forwarded-ssl", "on"),
+    ("x-forwarded-uri", "/admin"),
+    ("x-original-host", "evil.example"),
 ];
 
 /// The family as the node writes it for a client at 127.0.0.1 asking for
@@ -62,6 +69,13 @@ fn appended() -> Vec<(&'static str, String)> {
         ),
         ("x-original-url", "/admin".into()),
         ("x-rewrite-url", "/admin".into()),
+        ("x-client-ip", "6.6.6.6".into()),
+        ("true-client-ip", "6.6.6.6".into()),
+        ("x-forwarded-server", "evil.example".into()),
+        ("x-forwarded-scheme", "https".into()),
+        ("x-forwarded-ssl", "on".into()),
+        ("x-forwarded-uri", "/admin".into()),
+        ("x-original-host", "evil.example".into()),
     ]
 }
 
@@ -230,5 +244,96 @@ async fn a_websocket_upgrade_is_told_the_same() {
     assert!(head.contains("\r\nupgrade: websocket\r\n"), "{head}");
     let mut answer = [0u8; 12];
     let _ = tcp.read(&mut answer).await;
+    node.stop().await;
+}
+
+/// The family lines of a raw request head as the replica got them.
+fn family_lines(head: &str) -> Vec<String> {
+    head.lines()
+        .filter(|line| {
+            line.split_once(": ")
+                .is_some_and(|(name, _)| SPOOFED.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A trusted proxy's chain that could swallow what the node appends (an
+/// unclosed quote) is replaced by the node's own hop, byte for byte at the
+/// replica, over HTTP/1.1 and h2c; a well-formed one is appended to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxys_malformed_chain_is_replaced_not_extended() {
+    let recorder = Recorder::start().await;
+    let node = TestNode::start(&format!(
+        "[global]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n{}",
+        route("r", "/", &[recorder.addr], "")
+    ));
+    let port = node.proxy.port();
+    let ours = |xff: &str, forwarded: &str| {
+        vec![
+            format!("x-forwarded-for: {xff}"),
+            "x-forwarded-proto: http".to_string(),
+            "x-forwarded-host: h".to_string(),
+            format!("x-forwarded-port: {port}"),
+            "x-real-ip: 127.0.0.1".to_string(),
+            format!("forwarded: {forwarded}"),
+        ]
+    };
+    let hop = "for=127.0.0.1;proto=http;host=h";
+    for (xff, forwarded, expected) in [
+        ("\"1.2.3.4", "for=\"1.2.3.4", ours("127.0.0.1", hop)),
+        (
+            "1.2.3.4",
+            "for=1.2.3.4 by=x",
+            ours("1.2.3.4, 127.0.0.1", hop),
+        ),
+        (
+            "1.2.3.4",
+            "for=\"[2001:db8::1]:80\";proto=https",
+            ours(
+                "1.2.3.4, 127.0.0.1",
+                &format!("for=\"[2001:db8::1]:80\";proto=https, {hop}"),
+            ),
+        ),
+    ] {
+        // Over HTTP/1.1, raw.
+        let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
+        tcp.write_all(
+            format!(
+                "GET / HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: {xff}\r\nForwarded: {forwarded}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        assert!(recorder.wait_requests(1, Duration::from_secs(5)).await);
+        let (received, _) = recorder.take();
+        let head = String::from_utf8_lossy(&received).into_owned();
+        assert_eq!(
+            family_lines(&head),
+            expected,
+            "HTTP/1.1, {forwarded:?}: {head}"
+        );
+        drop(tcp);
+        // Over h2c.
+        let tcp = TcpStream::connect(node.proxy).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let request = Request::get("http://h/")
+            .header("x-forwarded-for", xff)
+            .header("forwarded", forwarded)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = sender.send_request(request).await;
+        });
+        assert!(recorder.wait_requests(1, Duration::from_secs(5)).await);
+        let (received, _) = recorder.take();
+        let head = String::from_utf8_lossy(&received).into_owned();
+        assert_eq!(family_lines(&head), expected, "h2c, {forwarded:?}: {head}");
+    }
     node.stop().await;
 }

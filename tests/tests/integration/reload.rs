@@ -332,3 +332,149 @@ async fn a_file_written_in_place_is_never_applied_half_written() {
     );
     node.stop().await;
 }
+
+/// A reload that changes only node-wide fields (`trusted_proxies`,
+/// `underscores_in_headers`, `body_timeout`, the global header rules)
+/// resets no route's state: an open circuit stays open with its upstream
+/// untouched, a drained rate bucket stays drained, and the replicas'
+/// health and pool are the same objects.
+#[tokio::test]
+async fn a_node_wide_change_resets_no_routes_state() {
+    let control = picket_tests::upstream::Control::new(502);
+    let failing = Upstream::start("api", Behaviour::Controlled(control)).await;
+    let echo = Upstream::start("limited", Behaviour::Echo).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("picket.toml");
+    let routes = format!(
+        "{}{}",
+        route(
+            "api",
+            "/",
+            &[failing.addr],
+            "breaker = { enabled = true, failures = 5, cooldown = \"60s\" }"
+        ),
+        route(
+            "limited",
+            "/limited",
+            &[echo.addr],
+            "rate = { per_second = 0.01, burst = 1 }"
+        ),
+    );
+    std::fs::write(&path, &routes).unwrap();
+    let node = TestNode::start_file(&path);
+    let status = async |path: &str| {
+        client::get(node.proxy, "x", path)
+            .await
+            .unwrap()
+            .status
+            .as_u16()
+    };
+    for _ in 0..5 {
+        assert_eq!(status("/").await, 502);
+    }
+    assert_eq!(status("/").await, 503, "the circuit opened");
+    assert_eq!(status("/limited").await, 200);
+    assert_eq!(status("/limited").await, 429, "the bucket is drained");
+    let table = node.node().proxy().table();
+    let before = table.find(None, "/").cloned().unwrap();
+
+    std::fs::write(
+        &path,
+        format!(
+            "[global]\ntrusted_proxies = [\"10.0.0.0/8\"]\nunderscores_in_headers = true\n\
+             body_timeout = \"20s\"\nrequest_headers = {{ set = {{ x-env = \"prod\" }} }}\n\n{routes}"
+        ),
+    )
+    .unwrap();
+    match node.reload().await {
+        Reload::Applied(_) | Reload::Unchanged => {}
+        Reload::Refused(error) => panic!("{error}"),
+    }
+    eventually("the new table serves", async || {
+        let table = node.node().proxy().table();
+        table
+            .find(None, "/")
+            .is_some_and(|r| r.config.underscores_in_headers)
+    })
+    .await;
+    let after = node
+        .node()
+        .proxy()
+        .table()
+        .find(None, "/")
+        .cloned()
+        .unwrap();
+    assert!(
+        !std::sync::Arc::ptr_eq(&before, &after),
+        "the route took the new settings"
+    );
+    assert!(
+        std::sync::Arc::ptr_eq(&before.upstream, &after.upstream),
+        "the replicas, their health and pool are the same"
+    );
+    let hits = failing.hits();
+    assert_eq!(status("/").await, 503, "the circuit is still open");
+    assert_eq!(failing.hits(), hits, "nothing went to the failing replica");
+    let (code, routes) = node.admin_json("/v1/routes").await;
+    assert_eq!(code, 200);
+    let api = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "api")
+        .unwrap();
+    assert_eq!(api["breaker"]["state"], "open", "{api}");
+    assert_eq!(status("/limited").await, 429, "the bucket is still drained");
+    let metrics = node.node().metrics().encode();
+    assert!(
+        metrics.contains("picket_breaker_transitions_total{route=\"api\",state=\"open\"} 1"),
+        "{metrics}"
+    );
+
+    // A change of the breaker itself starts a new circuit.
+    std::fs::write(
+        &path,
+        routes_with_breaker(&failing.addr, &echo.addr, "failures = 6"),
+    )
+    .unwrap();
+    if let Reload::Refused(error) = node.reload().await {
+        panic!("{error}");
+    }
+    eventually("the new circuit is closed", async || {
+        let table = node.node().proxy().table();
+        table.find(None, "/").is_some_and(|r| {
+            r.breaker
+                .as_ref()
+                .is_some_and(|b| b.settings().failures == 6)
+        })
+    })
+    .await;
+    assert_eq!(
+        status("/").await,
+        502,
+        "a new circuit lets requests through"
+    );
+    node.stop().await;
+}
+
+fn routes_with_breaker(
+    failing: &std::net::SocketAddr,
+    echo: &std::net::SocketAddr,
+    breaker: &str,
+) -> String {
+    format!(
+        "{}{}",
+        route(
+            "api",
+            "/",
+            &[*failing],
+            &format!("breaker = {{ enabled = true, {breaker}, cooldown = \"60s\" }}")
+        ),
+        route(
+            "limited",
+            "/limited",
+            &[*echo],
+            "rate = { per_second = 0.01, burst = 1 }"
+        ),
+    )
+}

@@ -428,6 +428,18 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[\"x-b\"]",
     ),
     (
+        "global.request_headers.trailers",
+        "[global]\nrequest_headers = { trailers = $ }",
+        "[\"x-a\"]",
+        "[\"x-b\"]",
+    ),
+    (
+        "global.response_headers.trailers",
+        "[global]\nresponse_headers = { trailers = $ }",
+        "[\"x-a\"]",
+        "[\"x-b\"]",
+    ),
+    (
         "route.strip_prefix",
         route!("path_prefix = \"/p\"\nstrip_prefix = $"),
         "false",
@@ -460,6 +472,18 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
     (
         "route.response_headers.remove",
         route!("response_headers = { remove = $ }"),
+        "[\"x-a\"]",
+        "[\"x-b\"]",
+    ),
+    (
+        "route.request_headers.trailers",
+        route!("request_headers = { trailers = $ }"),
+        "[\"x-a\"]",
+        "[\"x-b\"]",
+    ),
+    (
+        "route.response_headers.trailers",
+        route!("response_headers = { trailers = $ }"),
         "[\"x-a\"]",
         "[\"x-b\"]",
     ),
@@ -523,6 +547,18 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\nca = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
         "\"{dir}/feed.crt\"",
         "\"{dir}/other.crt\"",
+    ),
+    (
+        "acme.issuers",
+        "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\nissuers = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"{dir}/feed.crt\"",
+        "\"{dir}/other.crt\"",
+    ),
+    (
+        "acme.max_lifetime",
+        "[acme]\ndirectory = \"https://127.0.0.1:9/dir\"\ncache = \"{dir}/acme\"\nmax_lifetime = $\n[[certificate]]\nacme = [\"shop.test\"]\n",
+        "\"90d\"",
+        "\"30d\"",
     ),
     (
         "acme.cache",

@@ -1,6 +1,10 @@
 //! Trailers cross the node both ways, byte-checked at both ends: over
-//! chunked HTTP/1.1 and over HTTP/2, to HTTP/1.1 and to h2c replicas, and
-//! those only a head may carry (framing, hop-by-hop) never cross.
+//! chunked HTTP/1.1 and over HTTP/2, to HTTP/1.1 and to h2c replicas.
+//! Only those admitted cross: the fields whose definitions allow a trailer
+//! (`grpc-status`) and the names a route admits (`x-sum`, `x-req`); what
+//! means something only in a head (`Strict-Transport-Security`,
+//! `WWW-Authenticate`, `Content-Security-Policy`, `Set-Cookie`, the
+//! framing) never does.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,6 +23,18 @@ use tokio::net::{TcpListener, TcpStream};
 /// The response body every replica sends, and its trailers.
 const BODY: &[u8] = b"hello";
 const RESPONSE_TRAILERS: &[(&str, &str)] = &[("x-sum", "abc"), ("grpc-status", "0")];
+/// Trailers a replica sends after them that only a head may carry: none
+/// reaches the client.
+const HEAD_ONLY: &[(&str, &str)] = &[
+    ("strict-transport-security", "max-age=0"),
+    ("www-authenticate", "Basic realm=\"planted\""),
+    ("content-security-policy", "default-src *"),
+    ("set-cookie", "session=planted"),
+    ("x-client-ip", "6.6.6.6"),
+];
+/// The route's rules that admit the test's own trailers.
+const ADMITTING: &str =
+    "request_headers = { trailers = [\"x-req\"] }\nresponse_headers = { trailers = [\"x-sum\"] }\n";
 /// What a chunked answer to an HTTP/1.1 client ends with.
 const CHUNKED_END: &[u8] = b"5\r\nhello\r\n0\r\nx-sum: abc\r\ngrpc-status: 0\r\n\r\n";
 
@@ -50,7 +66,10 @@ async fn h1_replica() -> (SocketAddr, Seen) {
                 record.lock().unwrap().push(bytes);
                 let answer =
                     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n\
-                    5\r\nhello\r\n0\r\nx-sum: abc\r\nContent-Length: 99\r\ngrpc-status: 0\r\n\r\n";
+                    5\r\nhello\r\n0\r\nx-sum: abc\r\nContent-Length: 99\r\ngrpc-status: 0\r\n\
+                    Strict-Transport-Security: max-age=0\r\nWWW-Authenticate: Basic realm=\"planted\"\r\n\
+                    Content-Security-Policy: default-src *\r\nSet-Cookie: session=planted\r\n\
+                    X-Client-IP: 6.6.6.6\r\n\r\n";
                 let _ = tcp.write_all(answer).await;
             });
         }
@@ -77,9 +96,11 @@ async fn h2c_replica() -> (SocketAddr, SeenTrailers) {
                     async move {
                         let collected = req.into_body().collect().await.unwrap();
                         record.lock().unwrap().push(collected.trailers().cloned());
+                        let mut sent = trailers(RESPONSE_TRAILERS);
+                        sent.extend(trailers(HEAD_ONLY));
                         Ok::<_, Infallible>(http::Response::new(with_trailers(
                             Bytes::from_static(BODY),
-                            trailers(RESPONSE_TRAILERS),
+                            sent,
                         )))
                     }
                 });
@@ -116,7 +137,8 @@ async fn h1_call(node: SocketAddr) -> Vec<u8> {
     let mut tcp = TcpStream::connect(node).await.unwrap();
     tcp.write_all(
         b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTE: trailers\r\n\r\n\
-          4\r\nping\r\n0\r\nx-req: 1\r\nContent-Length: 4\r\nConnection: close\r\n\r\n",
+          4\r\nping\r\n0\r\nx-req: 1\r\nContent-Length: 4\r\nConnection: close\r\n\
+          Authorization: Basic cGxhbnRlZA==\r\nX-Client-IP: 6.6.6.6\r\nContent-Type: text/plain\r\n\r\n",
     )
     .await
     .unwrap();
@@ -151,7 +173,13 @@ async fn h2_call(node: SocketAddr) -> (Bytes, Option<HeaderMap>) {
         .header("te", "trailers")
         .body(with_trailers(
             Bytes::from_static(b"ping"),
-            trailers(&[("x-req", "1"), ("content-length", "4")]),
+            trailers(&[
+                ("x-req", "1"),
+                ("content-length", "4"),
+                ("authorization", "Basic cGxhbnRlZA=="),
+                ("x-client-ip", "6.6.6.6"),
+                ("content-type", "text/plain"),
+            ]),
         ))
         .unwrap();
     let response = send.send_request(request).await.unwrap();
@@ -172,7 +200,7 @@ fn assert_response_trailers(trailers: Option<HeaderMap>) {
 #[tokio::test]
 async fn trailers_cross_http1_replicas_both_ways() {
     let (replica, seen) = h1_replica().await;
-    let node = TestNode::start(&route("t", "/", &[replica], ""));
+    let node = TestNode::start(&route("t", "/", &[replica], ADMITTING));
 
     let answer = h1_call(node.proxy).await;
     assert!(
@@ -202,7 +230,12 @@ async fn trailers_cross_http1_replicas_both_ways() {
 #[tokio::test]
 async fn trailers_cross_h2c_replicas_both_ways() {
     let (replica, seen) = h2c_replica().await;
-    let node = TestNode::start(&route("t", "/", &[replica], "protocol = \"h2c\""));
+    let node = TestNode::start(&route(
+        "t",
+        "/",
+        &[replica],
+        &format!("protocol = \"h2c\"\n{ADMITTING}"),
+    ));
 
     let answer = h1_call(node.proxy).await;
     assert!(
@@ -227,7 +260,12 @@ async fn trailers_cross_h2c_replicas_both_ways() {
 #[tokio::test]
 async fn a_request_without_trailers_still_gets_the_answers() {
     let (replica, seen) = h2c_replica().await;
-    let node = TestNode::start(&route("t", "/", &[replica], "protocol = \"h2c\""));
+    let node = TestNode::start(&route(
+        "t",
+        "/",
+        &[replica],
+        &format!("protocol = \"h2c\"\n{ADMITTING}"),
+    ));
     let tcp = TcpStream::connect(node.proxy).await.unwrap();
     let (mut send, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
@@ -257,8 +295,9 @@ async fn trailers_carry_nothing_a_head_may_not() {
                 "t",
                 "/",
                 &[replica],
-                "request_headers = { remove = [\"cookie\"], set = { x-tenant = \"a\" } }\n\
-                 response_headers = { remove = [\"x-sum\"] }\n",
+                "request_headers = { remove = [\"cookie\"], set = { x-tenant = \"a\" }, \
+                 trailers = [\"x-req\", \"cookie\", \"x-tenant\", \"via\"] }\n\
+                 response_headers = { remove = [\"x-sum\"], trailers = [\"x-sum\"] }\n",
             )
         ));
         let mut tcp = TcpStream::connect(node.proxy).await.unwrap();
@@ -267,7 +306,7 @@ async fn trailers_carry_nothing_a_head_may_not() {
               4\r\nping\r\n0\r\nx-req: 1\r\nX-Forwarded-For: 6.6.6.6\r\nX-Request-Id: forged\r\n\
               Forwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nX-Forwarded-Port: 1\r\n\
               X-Forwarded-Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n\
-              Cookie: session=stolen\r\nX-Tenant: b\r\n\r\n",
+              Cookie: session=stolen\r\nX-Tenant: b\r\nVia: 1.1 forged\r\n\r\n",
         )
         .await
         .unwrap();
@@ -286,4 +325,79 @@ async fn trailers_carry_nothing_a_head_may_not() {
         );
         node.stop().await;
     }
+}
+
+/// With no rule of the route, only what may come after a body crosses:
+/// the replica's `x-sum` and the client's `x-req` stop at the node, both
+/// ways, both protocols, to both kinds of replica.
+#[tokio::test]
+async fn without_a_rule_only_what_may_follow_a_body_crosses() {
+    let (h1, seen_h1) = h1_replica().await;
+    let (h2c, seen_h2c) = h2c_replica().await;
+    let node = TestNode::start(&format!(
+        "{}\n{}",
+        route("a", "/", &[h1], ""),
+        route("b", "/", &[h2c], "host = \"b\"\nprotocol = \"h2c\""),
+    ));
+    let answer = h1_call(node.proxy).await;
+    assert!(
+        answer.ends_with(b"5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let request = seen_h1.lock().unwrap().pop().unwrap();
+    assert!(
+        request.ends_with(b"4\r\nping\r\n0\r\n\r\n"),
+        "{}",
+        String::from_utf8_lossy(&request)
+    );
+    let (body, answered) = h2_call(node.proxy).await;
+    assert_eq!(&body[..], BODY);
+    let h2_trailers = answered.expect("the answer's trailers");
+    assert_eq!(
+        h2_trailers.keys().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["grpc-status"]
+    );
+    // To the h2c replica, by its host.
+    let tcp = TcpStream::connect(node.proxy).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let request = http::Request::post("http://b/t")
+        .header("te", "trailers")
+        .body(with_trailers(
+            Bytes::from_static(b"ping"),
+            trailers(&[
+                ("x-req", "1"),
+                ("grpc-status", "0"),
+                ("www-authenticate", "x"),
+            ]),
+        ))
+        .unwrap();
+    let response = send.send_request(request).await.unwrap();
+    let collected = response.into_body().collect().await.unwrap();
+    let answer_trailers = collected
+        .trailers()
+        .cloned()
+        .expect("the answer's trailers");
+    assert_eq!(
+        answer_trailers
+            .keys()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>(),
+        ["grpc-status"]
+    );
+    let seen = seen_h2c
+        .lock()
+        .unwrap()
+        .pop()
+        .unwrap()
+        .expect("the request's trailers");
+    assert_eq!(
+        seen.keys().map(|n| n.as_str()).collect::<Vec<_>>(),
+        ["grpc-status"]
+    );
+    node.stop().await;
 }

@@ -651,7 +651,7 @@ impl Validator<'_> {
                 v.problem(
                     raw.span(),
                     format!(
-                        "{field}: {name} is written by the node itself (framing, hop-by-hop, forwarding or the request ID) and cannot be set or removed"
+                        "{field}: {name} is written by the node itself (framing, hop-by-hop, forwarding or the request ID): no rule may set, remove or admit it"
                     ),
                 );
                 return None;
@@ -682,6 +682,23 @@ impl Validator<'_> {
                         );
                     }
                     rules.remove.push(name);
+                }
+            }
+        }
+        if let Some(trailers) = &raw.get_ref().trailers {
+            for key in trailers.get_ref() {
+                let Some(name) = name(self, key) else {
+                    continue;
+                };
+                if crate::proxy::rules::is_forwarding(name.as_str().as_bytes()) {
+                    self.problem(
+                        key.span(),
+                        format!(
+                            "{field}: {name} says who the client is; it never crosses in a trailer"
+                        ),
+                    );
+                } else if !rules.trailers.contains(&name) {
+                    rules.trailers.push(name);
                 }
             }
         }
