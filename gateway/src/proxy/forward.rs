@@ -497,6 +497,7 @@ async fn exchange<B: RequestBody>(
     let trailers = Trailers {
         underscores,
         rules: forwarding.rules,
+        grpc: req.grpc,
     };
     if let Err(failed) = write_request(conn, req, body, body_started, waits.body, trailers).await {
         return match failed {
@@ -622,6 +623,7 @@ async fn exchange_h2<B: RequestBody>(
     let trailers = Trailers {
         underscores,
         rules: forwarding.rules,
+        grpc: req.grpc,
     };
     let request = match headers::upstream_h2_request(req, forwarding, target, scheme) {
         Ok(request) => request,
@@ -660,7 +662,7 @@ async fn exchange_h2<B: RequestBody>(
                     match body.detach() {
                         Some(rest) => {
                             let rules = forwarding.rules.clone();
-                            tokio::spawn(pump(rest, stream, underscores, rules));
+                            tokio::spawn(pump(rest, stream, underscores, rules, req.grpc));
                         }
                         // The body cannot leave this task: it goes up to
                         // its end before the answer goes back. A body that
@@ -821,12 +823,14 @@ async fn send_h2_data(
 struct Trailers<'a> {
     underscores: bool,
     rules: &'a crate::config::HeaderRules,
+    /// A gRPC call: the client's trailers are its metadata.
+    grpc: bool,
 }
 
 impl Trailers<'_> {
     fn of_client(&self, trailers: http::HeaderMap) -> http::HeaderMap {
         let crossing = crate::h1::body::clean_trailers(trailers, self.underscores);
-        super::rules::request_trailers(crossing, self.rules)
+        super::rules::request_trailers(crossing, self.rules, self.grpc)
     }
 }
 
@@ -850,6 +854,7 @@ async fn pump(
     mut stream: h2::SendStream<Bytes>,
     underscores: bool,
     rules: crate::config::HeaderRules,
+    grpc: bool,
 ) {
     rest.unbound();
     loop {
@@ -869,6 +874,7 @@ async fn pump(
                 let trailers = Trailers {
                     underscores,
                     rules: &rules,
+                    grpc,
                 };
                 end_h2_body(&mut stream, rest.trailers().map(|t| trailers.of_client(t)));
                 return;

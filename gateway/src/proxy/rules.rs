@@ -16,7 +16,7 @@
 //! it come after a body ([`TRAILERS`]: gRPC's status, `Server-Timing`,
 //! the digests; and gRPC's `-bin` metadata) or the route admits its name
 //! (`response_headers = { trailers = ["x-checksum"] }`, and the same in
-//! `request_headers`). Even then, no trailer carries what the node owns
+//! `request_headers`); in a gRPC call, every one (its metadata). Even then, no trailer carries what the node owns
 //! or a rule sets or removes, and none the forwarding family, not even a
 //! trusted proxy's: the replica has read who the client is from the head.
 //!
@@ -136,13 +136,15 @@ pub const TRAILERS: [&str; 7] = [
 ];
 
 /// Whether a trailer named `name` may cross: its definition allows a
-/// trailer ([`TRAILERS`]), or a rule of the route admits it (`trailers`
-/// of `request_headers` or `response_headers`). Anything else (a
-/// `Strict-Transport-Security`, a `WWW-Authenticate`, a `Set-Cookie`)
-/// means something only in a head, and a client or cache that merged it
-/// into the head would obey it.
-fn admitted(name: &http::header::HeaderName, rules: &HeaderRules) -> bool {
-    TRAILERS.contains(&name.as_str())
+/// trailer ([`TRAILERS`]), a rule of the route admits it (`trailers` of
+/// `request_headers` or `response_headers`), or the exchange is a gRPC
+/// call, whose trailers are its metadata (gRPC over HTTP/2: custom
+/// metadata rides in the trailers, and a gRPC client reads it as such,
+/// never as a head). Anything else (a `Strict-Transport-Security`, a
+/// `WWW-Authenticate`, a `Set-Cookie`) means something only in a head,
+/// and a client or cache that merged it into the head would obey it.
+fn admitted(name: &http::header::HeaderName, rules: &HeaderRules, grpc: bool) -> bool {
+    grpc || TRAILERS.contains(&name.as_str())
         || name.as_str().ends_with("-bin")
         || rules.trailers.contains(name)
 }
@@ -150,10 +152,15 @@ fn admitted(name: &http::header::HeaderName, rules: &HeaderRules) -> bool {
 /// Trailers cross by admission ([`admitted`]), less the ones the node
 /// owns and those a rule of the route removes or sets, as in a head (a
 /// `Cookie` a rule removes does not come back in a trailer).
-fn crossing(mut trailers: http::HeaderMap, rules: &HeaderRules, owned: &[&str]) -> http::HeaderMap {
+fn crossing(
+    mut trailers: http::HeaderMap,
+    rules: &HeaderRules,
+    grpc: bool,
+    owned: &[&str],
+) -> http::HeaderMap {
     let names: Vec<http::header::HeaderName> = trailers.keys().cloned().collect();
     for name in names {
-        let cross = admitted(&name, rules)
+        let cross = admitted(&name, rules, grpc)
             && !owned.contains(&name.as_str())
             && !is_forwarding(name.as_str().as_bytes())
             && !overridden(rules, name.as_str().as_bytes());
@@ -165,16 +172,24 @@ fn crossing(mut trailers: http::HeaderMap, rules: &HeaderRules, owned: &[&str]) 
 }
 
 /// A client's trailers, as they may reach a replica under `rules` (the
-/// route's `request_headers`), never with a header of the forwarding
-/// family.
-pub fn request_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
-    crossing(trailers, rules, &OWNED_REQUEST)
+/// route's `request_headers`) in a gRPC call or not, never with a header
+/// of the forwarding family.
+pub fn request_trailers(
+    trailers: http::HeaderMap,
+    rules: &HeaderRules,
+    grpc: bool,
+) -> http::HeaderMap {
+    crossing(trailers, rules, grpc, &OWNED_REQUEST)
 }
 
 /// A replica's trailers, as they may reach the client under `rules` (the
-/// route's `response_headers`).
-pub fn response_trailers(trailers: http::HeaderMap, rules: &HeaderRules) -> http::HeaderMap {
-    crossing(trailers, rules, &OWNED_RESPONSE)
+/// route's `response_headers`) in a gRPC call or not.
+pub fn response_trailers(
+    trailers: http::HeaderMap,
+    rules: &HeaderRules,
+    grpc: bool,
+) -> http::HeaderMap {
+    crossing(trailers, rules, grpc, &OWNED_RESPONSE)
 }
 
 /// The longest request ID kept from a client.
@@ -337,8 +352,14 @@ mod tests {
             "x-trace-bin",
         ];
         let none = HeaderRules::default();
-        assert_eq!(names(&response_trailers(trailers.clone(), &none)), admitted);
-        assert_eq!(names(&request_trailers(trailers.clone(), &none)), admitted);
+        assert_eq!(
+            names(&response_trailers(trailers.clone(), &none, false)),
+            admitted
+        );
+        assert_eq!(
+            names(&request_trailers(trailers.clone(), &none, false)),
+            admitted
+        );
         // A rule of the route admits a name of its own.
         let rules = HeaderRules {
             trailers: vec![http::header::HeaderName::from_static("x-sum")],
@@ -347,7 +368,15 @@ mod tests {
         let mut with_sum = admitted.to_vec();
         with_sum.push("x-sum");
         with_sum.sort();
-        assert_eq!(names(&response_trailers(trailers, &rules)), with_sum);
+        assert_eq!(
+            names(&response_trailers(trailers.clone(), &rules, false)),
+            with_sum
+        );
+        // A gRPC call's trailers are its metadata: all of them cross.
+        assert_eq!(
+            names(&response_trailers(trailers.clone(), &none, true)),
+            names(&trailers)
+        );
     }
 
     #[test]
@@ -386,11 +415,20 @@ mod tests {
         }
         let trailers = map(&pairs);
         assert_eq!(
-            names(&request_trailers(trailers.clone(), &rules)),
+            names(&request_trailers(trailers.clone(), &rules, false)),
             ["location", "x-sum"]
         );
         assert_eq!(
-            names(&response_trailers(trailers, &rules)),
+            names(&response_trailers(trailers.clone(), &rules, false)),
+            ["via", "x-sum"]
+        );
+        // Not even in a gRPC call.
+        assert_eq!(
+            names(&request_trailers(trailers.clone(), &rules, true)),
+            ["location", "x-sum"]
+        );
+        assert_eq!(
+            names(&response_trailers(trailers, &rules, true)),
             ["via", "x-sum"]
         );
     }

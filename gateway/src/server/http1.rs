@@ -624,6 +624,7 @@ async fn routed(
             let reply = Reply {
                 route,
                 id,
+                grpc: req.grpc,
                 host: parts.host.as_deref(),
                 version,
                 keep,
@@ -665,6 +666,8 @@ async fn routed(
 struct Reply<'a> {
     route: &'a Route,
     id: &'a RequestId,
+    /// A gRPC call: the replica's trailers are its metadata.
+    grpc: bool,
     /// The host the client asked for, for redirects naming it.
     host: Option<&'a [u8]>,
     version: Version,
@@ -759,6 +762,7 @@ async fn write_answer(
     let Reply {
         route,
         id,
+        grpc,
         host,
         version,
         keep,
@@ -801,7 +805,7 @@ async fn write_answer(
         _ => Some(framing.encoder()),
     };
     let rules = &route.config.response_headers;
-    write_body(conn, &mut body, encoder, rules, bytes_out).await?;
+    write_body(conn, &mut body, encoder, (rules, grpc), bytes_out).await?;
     Ok(if keep { Next::KeepAlive } else { Next::Close })
 }
 
@@ -840,7 +844,7 @@ async fn write_body(
     conn: &mut ClientConn,
     body: &mut UpstreamBody,
     encoder: Option<BodyEncoder>,
-    rules: &crate::config::HeaderRules,
+    (rules, grpc): (&crate::config::HeaderRules, bool),
     bytes_out: &mut u64,
 ) -> Result<(), Cut> {
     let Some(mut encoder) = encoder else {
@@ -879,7 +883,7 @@ async fn write_body(
                     let Ok(trailers) = frame.into_trailers() else {
                         continue;
                     };
-                    let trailers = crate::proxy::rules::response_trailers(trailers, rules);
+                    let trailers = crate::proxy::rules::response_trailers(trailers, rules, grpc);
                     let fields = trailers
                         .iter()
                         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));

@@ -80,6 +80,8 @@ struct Counted {
     log: Option<Box<Logged>>,
     /// The route whose metrics count an answer that did not go out whole.
     route: Option<Arc<Route>>,
+    /// A gRPC call: the replica's trailers are its metadata.
+    grpc: bool,
     /// How the exchange ended, as far as it is known: until the body ends,
     /// the answer's own (complete, or the node's page for a failure).
     ending: Ending,
@@ -280,6 +282,7 @@ impl http_body::Body for Counted {
                         http_body::Frame::trailers(crate::proxy::rules::response_trailers(
                             trailers,
                             &route.config.response_headers,
+                            this.grpc,
                         ))
                     }
                     (Ok(trailers), None) => http_body::Frame::trailers(trailers),
@@ -336,6 +339,7 @@ impl Counted {
             send,
             log,
             route: answered.route,
+            grpc: answered.grpc,
             ending: answered.ending,
             over: false,
         };
@@ -517,6 +521,8 @@ async fn handle(
 struct Answered {
     /// The route it took.
     route: Option<Arc<Route>>,
+    /// A gRPC call.
+    grpc: bool,
     /// What decided a failure.
     decided_by: Option<&'static str>,
     /// How it ended, unless the body says otherwise.
@@ -548,6 +554,7 @@ async fn answer(
             .insert("x-request-id", id.header_value());
         let answered = Answered {
             route: None,
+            grpc,
             decided_by: Some(error.decided_by()),
             ending: error.ending(),
             bytes_in: 0,
@@ -641,6 +648,7 @@ async fn answer(
     route.metrics.count(counted.unwrap_or(response.status()));
     let answered = Answered {
         route: Some(route),
+        grpc,
         decided_by,
         ending,
         bytes_in: body.read(),

@@ -471,8 +471,14 @@ async fn world() -> World {
     let http1 = Replica::http1().await;
     let h2c = Replica::h2(None).await;
     let h2 = Replica::h2(Some(ca.server_config_alpn(&["replica.test"], &[b"h2"]))).await;
+    // The body's digest travels as a trailer of the test's own name,
+    // which every route admits both ways.
+    let admitting = format!(
+        "[global]\nrequest_headers = {{ trailers = [{TRAILER:?}] }}\n\
+         response_headers = {{ trailers = [{TRAILER:?}] }}\n"
+    );
     let node = TestNode::start(&format!(
-        "[node]\nlisten_tls = \"127.0.0.1:0\"\n{}{}{}{}",
+        "[node]\nlisten_tls = \"127.0.0.1:0\"\n{admitting}{}{}{}{}",
         leaf.table(),
         route("h1", Side::Http1.route(), &[http1.addr], ""),
         route("h2c", Side::H2c.route(), &[h2c.addr], "protocol = \"h2c\""),
