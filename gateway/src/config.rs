@@ -16,6 +16,7 @@ pub mod declared;
 mod diff;
 mod error;
 pub mod fields;
+pub mod forwarding;
 pub mod ownership;
 pub mod raw;
 mod render;

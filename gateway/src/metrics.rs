@@ -180,9 +180,19 @@ pub struct FeedMetrics {
     snapshots: Counter,
     slow: Counter,
     refused: Counter,
+    evicted: Counter,
 }
 
 impl FeedMetrics {
+    /// A handshake in progress that gave its place to a newer one.
+    pub fn handshake_evicted(&self) {
+        self.evicted.inc();
+    }
+
+    pub fn evicted_count(&self) -> u64 {
+        self.evicted.get()
+    }
+
     pub fn attached(&self) {
         self.clients.inc();
     }
@@ -641,8 +651,13 @@ impl Metrics {
             ),
             (
                 "feed_refused",
-                "Feed connections that did not speak the feed protocol",
+                "Feed connections refused: a handshake that failed or took too long, no place left, or not the feed protocol",
                 &feed.refused,
+            ),
+            (
+                "feed_handshakes_evicted",
+                "Feed handshakes in progress that gave their place to a newer one (the oldest of its address, or of all)",
+                &feed.evicted,
             ),
         ] {
             registry.register(name, help, counter.clone());

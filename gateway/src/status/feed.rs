@@ -16,11 +16,16 @@
 //! - Memory per client is bounded: QUIC flow control bounds what is in
 //!   flight, and a request larger than [`MAX_REQUEST`] is refused unread.
 //! - The feed is read-only: nothing a client sends changes anything.
-//! - A place is given only to a client whose address is proven: a first
-//!   Initial packet gets a Retry (QUIC's address validation, a token the
-//!   client must echo from the address it claims), so packets from forged
-//!   or one-shot sources take no place and no handshake work. At most
-//!   [`MAX_PER_SOURCE`] places go to one address.
+//! - A handshake starts only for a client whose address is proven: a
+//!   first Initial packet gets a Retry (QUIC's address validation, a token
+//!   the client must echo from the address it claims), so packets from
+//!   forged or one-shot sources take no handshake work.
+//! - A place is given only once the handshake has ended (with
+//!   `feed_client_ca`, the client's certificate checked): at most
+//!   [`MAX_CLIENTS`], and [`MAX_PER_SOURCE`] to one address. Handshakes in
+//!   progress are bounded on their own, and a stalled one makes room for
+//!   a newcomer ([`handshakes`]), so clients that stall their handshakes
+//!   never lock out one that finishes its.
 //! - With `[node] feed_client_ca`, only clients with a certificate that CA
 //!   signed finish the handshake: the way to restrict who reads the
 //!   cluster view.
@@ -38,6 +43,10 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::sync::{Semaphore, watch};
 
+mod handshakes;
+
+use handshakes::Handshakes;
+
 use crate::config::FeedSettings;
 use crate::metrics::FeedMetrics;
 use crate::shutdown::{Shutdown, Tasks};
@@ -46,6 +55,9 @@ use crate::shutdown::{Shutdown, Tasks};
 pub const STALL: Duration = Duration::from_secs(10);
 /// How long a client has to send its request.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
+/// How long a handshake may take, from the client's proven Initial to
+/// its end.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 /// The largest request frame read.
 const MAX_REQUEST: usize = 1024;
 /// Clients served at once; more are refused.
@@ -261,6 +273,7 @@ pub fn spawn(
     tasks.spawn("feed", async move {
         let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
         let sources = Arc::new(Sources::default());
+        let handshakes = Arc::new(Handshakes::default());
         loop {
             let incoming = tokio::select! {
                 incoming = feed.endpoint.accept() => incoming,
@@ -277,26 +290,58 @@ pub fn spawn(
                 }
                 continue;
             }
-            let Some(source) = sources.take(incoming.remote_address().ip()) else {
-                incoming.refuse();
-                metrics.refused();
-                continue;
-            };
-            let Ok(permit) = Arc::clone(&clients).try_acquire_owned() else {
-                incoming.refuse();
-                metrics.refused();
-                continue;
+            let peer = incoming.remote_address();
+            let (handshake, evicted, made_room) = handshakes.begin(peer.ip());
+            if made_room {
+                metrics.handshake_evicted();
+            }
+            let connecting = match incoming.accept() {
+                Ok(connecting) => connecting,
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "feed handshake refused");
+                    metrics.refused();
+                    continue;
+                }
             };
             let (views, metrics, shutdown) = (views.clone(), metrics.clone(), shutdown.clone());
+            let (clients, sources) = (Arc::clone(&clients), Arc::clone(&sources));
             tokio::spawn(async move {
-                let peer = incoming.remote_address();
-                let connection = match incoming.await {
-                    Ok(connection) => connection,
-                    Err(error) => {
-                        tracing::debug!(%peer, %error, "feed handshake failed");
+                // Dropped unfinished (evicted, or past its time), the
+                // handshake's connection is closed.
+                let connection = tokio::select! {
+                    connected = connecting => match connected {
+                        Ok(connection) => connection,
+                        Err(error) => {
+                            tracing::debug!(%peer, %error, "feed handshake failed");
+                            metrics.refused();
+                            return;
+                        }
+                    },
+                    _ = evicted => {
+                        tracing::debug!(%peer, "feed handshake gave its place to a newer one");
+                        return;
+                    }
+                    () = tokio::time::sleep(HANDSHAKE_WAIT) => {
+                        tracing::debug!(%peer, "feed handshake took too long");
                         metrics.refused();
                         return;
                     }
+                };
+                drop(handshake);
+                // A place only now, for a client whose handshake ended
+                // (its certificate checked, with `feed_client_ca`).
+                let Some(source) = sources.take(peer.ip()) else {
+                    metrics.refused();
+                    connection.close(
+                        quinn::VarInt::from_u32(3),
+                        b"too many clients from this address",
+                    );
+                    return;
+                };
+                let Ok(permit) = clients.try_acquire_owned() else {
+                    metrics.refused();
+                    connection.close(quinn::VarInt::from_u32(4), b"the feed is full");
+                    return;
                 };
                 metrics.attached();
                 tracing::debug!(%peer, "feed client attached");

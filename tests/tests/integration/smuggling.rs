@@ -210,7 +210,7 @@ fn variants(port: u16) -> Vec<(&'static str, String, Expect)> {
             format!(
                 "{post}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nContent-Length: 50\r\nX-T: y\r\n\r\n"
             ),
-            // The trailer crosses; the framing one never does.
+            // The admitted trailer crosses; the framing one never does.
             one(
                 forwarded("POST /public/x", "", TE),
                 "5\r\nhello\r\n0\r\nx-t: y\r\n\r\n",
@@ -309,7 +309,14 @@ fn variants(port: u16) -> Vec<(&'static str, String, Expect)> {
 async fn node_on(recorder: &Recorder) -> TestNode {
     let config = format!(
         "[global]\nbody_timeout = \"1s\"\n{}",
-        route("public", "/public", &[recorder.addr], "host = \"h\"")
+        route(
+            "public",
+            "/public",
+            &[recorder.addr],
+            // A trailer of its own the route admits, next to the framing
+            // one no rule can.
+            "host = \"h\"\nrequest_headers = { trailers = [\"x-t\"] }"
+        )
     );
     TestNode::start(&config)
 }

@@ -690,7 +690,7 @@ impl Validator<'_> {
                 let Some(name) = name(self, key) else {
                     continue;
                 };
-                if crate::proxy::rules::is_forwarding(name.as_str().as_bytes()) {
+                if crate::config::forwarding::is_forwarding(name.as_str().as_bytes()) {
                     self.problem(
                         key.span(),
                         format!(
