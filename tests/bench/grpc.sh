@@ -6,6 +6,11 @@
 #
 #   bash tests/bench/grpc.sh [rounds] [seconds]
 #   CONNECTIONS=16 STREAMS=10 bash tests/bench/grpc.sh
+#   BEFORE=path/to/picket bash tests/bench/grpc.sh
+#
+# With BEFORE, another build of Picket (the commit before a change) joins
+# as `before`, on its own port, pinned as Picket is, in the same
+# interleaved rounds: a change's cost is the ratio of the two.
 #
 # The load: h2load, one thread, CONNECTIONS connections with STREAMS
 # streams each, POSTing a 5-byte gRPC message as `application/grpc`; the
@@ -33,6 +38,7 @@ need nginx h2load taskset
 build_picket
 
 upstream_port=18121; nginx_port=18122; picket_port=18123; picket_admin=18124
+before_port=18125; before_admin=18126
 
 body=$(printf 'x%.0s' $(seq 1 100))
 cat > "$work/upstream.conf" <<NGINX
@@ -93,6 +99,15 @@ printf '\x00\x00\x00\x00\x05hello' > "$work/message"
 
 start_pinned
 
+proxies="nginx picket"
+if [ -n "${BEFORE:-}" ]; then
+  sed -e "s/$picket_port/$before_port/" -e "s/$picket_admin/$before_admin/" "$work/picket.toml" > "$work/before.toml"
+  PICKET_LOG=warn PICKET_ACCESS_LOG=${PICKET_ACCESS_LOG:-off} taskset -c "$proxy_cpus" "$BEFORE" run --config "$work/before.toml" &
+  sleep 1
+  before_pid=$(pgrep -f "$BEFORE run --config $work/before.toml" | head -1)
+  proxies="$proxies before"
+fi
+
 # One load on port $1: prints "rate p99_us count".
 load() {
   rm -f "$work/h2load.log"
@@ -109,7 +124,7 @@ load() {
   echo "$rate $p99 $done"
 }
 
-for port in $nginx_port $picket_port; do
+for port in $nginx_port $picket_port ${BEFORE:+$before_port}; do
   taskset -c 1 h2load -n10 -c1 -d "$work/message" -H 'content-type: application/grpc' \
     "http://127.0.0.1:$port/bench.Echo/Unary" | grep -q '10 succeeded' \
     || { echo "bench: nothing answers h2c on $port" >&2; exit 1; }
@@ -122,12 +137,13 @@ echo "| round | proxy | requests/s | p99 µs | proxy CPU µs each |"
 echo "|---|---|---|---|---|"
 declare -A all
 for round in $(seq 1 "$rounds"); do
-  order="nginx picket"
-  [ $((round % 2)) = 0 ] && order="picket nginx"
+  order=$proxies
+  [ $((round % 2)) = 0 ] && order=$(echo "$proxies" | tr ' ' '\n' | tac | tr '\n' ' ')
   for proxy in $order; do
     case $proxy in
       nginx) port=$nginx_port; pid=$nginx_worker ;;
       picket) port=$picket_port; pid=$picket_pid ;;
+      before) port=$before_port; pid=$before_pid ;;
     esac
     before=$(cpu_ticks "$pid")
     read -r rate p99 n < <(load "$port")
@@ -147,3 +163,13 @@ echo "|---|---|---|---|"
 awk -v a="$nr" -v b="$pr" 'BEGIN { printf "| requests/s | %s | %s | %.2f× |\n", a, b, b / a }'
 awk -v a="$np" -v b="$pp" 'BEGIN { printf "| p99 µs | %s | %s | %.2f× |\n", a, b, b / a }'
 awk -v a="$nc" -v b="$pc" 'BEGIN { printf "| CPU µs a request | %s | %s | %.2f× |\n", a, b, b / a }'
+if [ -n "${BEFORE:-}" ]; then
+  br=$(echo "${all[before]}" | column 1); bp=$(echo "${all[before]}" | column 2); bc=$(echo "${all[before]}" | column 3)
+  echo
+  echo "| | before | picket | picket/before |"
+  echo "|---|---|---|---|"
+  awk -v a="$br" -v b="$pr" 'BEGIN { printf "| requests/s | %s | %s | %.3f× |\n", a, b, b / a }'
+  awk -v a="$bp" -v b="$pp" 'BEGIN { printf "| p99 µs | %s | %s | %.2f× |\n", a, b, b / a }'
+  awk -v a="$bc" -v b="$pc" 'BEGIN { printf "| CPU µs a request | %s | %s | %.3f× |\n", a, b, b / a }'
+  awk -v a="$br" -v b="$nr" -v c="$bc" -v d="$nc" 'BEGIN { printf "before/nginx: %.2f× the rate at %.2f× the CPU\n", a / b, c / d }'
+fi

@@ -13,7 +13,8 @@
 //! - Each stream's answer is sent under the send bound (`[node]
 //!   send_timeout`, 60 s): a stream whose client takes nothing of it for
 //!   that long (a zero flow-control window) is given up, its replica
-//!   connection freed, and it no longer counts as open ([`Watched`]).
+//!   connection freed, and it no longer counts as open ([`Watched`]). One
+//!   [`Sweeper`] per connection keeps every stream's bound.
 //! - The path is normalised before routing, as for HTTP/1.
 
 use std::convert::Infallible;
@@ -75,8 +76,6 @@ impl Drop for Open {
 /// log line when it is done (or dropped).
 struct Counted {
     body: Held,
-    /// The send bound ([`Watched`]).
-    send: std::time::Duration,
     log: Option<Box<Logged>>,
     /// The route whose metrics count an answer that did not go out whole.
     route: Option<Arc<Route>>,
@@ -122,12 +121,12 @@ enum Held {
 /// The send bound of one HTTP/2 stream. hyper polls an answer's body only
 /// while the client's flow-control window has room: a client that stops
 /// reading stops the polls, and nothing in the stream's own task can
-/// notice. So a watch task looks from outside: when no poll has come for
-/// the send bound while the body was not waiting on its replica, it takes
-/// the body (closing the replica connection it holds) and the stream's
-/// place among the open ones (so that the idle bound can close a
-/// connection whose every stream was given up). The next poll, if any,
-/// ends the stream with an error.
+/// notice. So the connection's [`Sweeper`] looks from outside: when no
+/// poll has come for the send bound while the body was not waiting on its
+/// replica, it takes the body (closing the replica connection it holds)
+/// and the stream's place among the open ones (so that the idle bound can
+/// close a connection whose every stream was given up). The next poll, if
+/// any, ends the stream with an error.
 struct Watched {
     body: std::sync::Mutex<Option<GatewayBody>>,
     open: std::sync::Mutex<Option<Open>>,
@@ -137,9 +136,7 @@ struct Watched {
     /// The last poll found the body waiting on its replica: the replica's
     /// own body bound covers that wait.
     replica_turn: std::sync::atomic::AtomicBool,
-    /// The stream ended or was dropped: the watch ends.
-    done: Arc<tokio::sync::Notify>,
-    /// The watch gave the answer up.
+    /// The sweeper gave the answer up.
     cut: std::sync::atomic::AtomicBool,
 }
 
@@ -151,53 +148,102 @@ impl Watched {
             .store(pending, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Watches `watched` until its stream ends, or gives its answer up
-    /// once the client has taken nothing of it for `bound`.
-    fn spawn(watched: &Arc<Watched>, bound: std::time::Duration) {
-        let weak = Arc::downgrade(watched);
-        let done = Arc::clone(&watched.done);
-        tokio::spawn(async move {
-            loop {
-                let Some(watched) = weak.upgrade() else {
-                    return;
-                };
-                let polled = std::time::Duration::from_millis(
-                    watched.polled.load(std::sync::atomic::Ordering::Relaxed),
-                );
-                let deadline = watched.started + polled + bound;
-                let replica_turn = watched
-                    .replica_turn
-                    .load(std::sync::atomic::Ordering::Relaxed);
-                if tokio::time::Instant::now() >= deadline && !replica_turn {
-                    let body = watched
-                        .body
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take();
-                    let open = watched
-                        .open
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .take();
-                    tracing::debug!("an HTTP/2 stream's client took nothing for the send bound");
-                    drop((body, open));
-                    watched
-                        .cut
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                    return;
+    /// At `now`, gives the answer up when its client has taken nothing of
+    /// it for `bound`; else says when to look again.
+    fn sweep(
+        &self,
+        now: tokio::time::Instant,
+        bound: std::time::Duration,
+    ) -> Option<tokio::time::Instant> {
+        let polled = std::time::Duration::from_millis(
+            self.polled.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let deadline = self.started + polled + bound;
+        let replica_turn = self.replica_turn.load(std::sync::atomic::Ordering::Relaxed);
+        if replica_turn {
+            // Looked at again a bound later: a poll may come.
+            return Some(now + bound);
+        }
+        if now < deadline {
+            return Some(deadline);
+        }
+        let body = self.body.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner()).take();
+        tracing::debug!("an HTTP/2 stream's client took nothing for the send bound");
+        drop((body, open));
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+        None
+    }
+}
+
+/// The send bounds of one connection's answers, kept by one future that
+/// runs with the connection: no task, timer or lock of its own per
+/// answer. It sleeps until the earliest moment an answer could pass its
+/// bound, and while no answer is being sent, until one is.
+#[derive(Default)]
+struct Sweeper {
+    watched: std::sync::Mutex<Swept>,
+    /// An answer came while none was watched.
+    added: tokio::sync::Notify,
+}
+
+/// The answers being sent, and those that ended since the list was last
+/// cleared of them.
+#[derive(Default)]
+struct Swept {
+    list: Vec<std::sync::Weak<Watched>>,
+    /// The length at which the answers that ended are cleared out: twice
+    /// those left the last time, so the list stays within twice the
+    /// streams open ([`MAX_STREAMS`]) at a constant cost per answer.
+    clear_at: usize,
+}
+
+impl Sweeper {
+    fn add(&self, watched: &Arc<Watched>) {
+        let mut swept = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        if swept.list.len() >= swept.clear_at {
+            swept.list.retain(|weak| weak.strong_count() > 0);
+            swept.clear_at = (2 * swept.list.len()).max(16);
+        }
+        if swept.list.is_empty() {
+            self.added.notify_one();
+        }
+        swept.list.push(Arc::downgrade(watched));
+    }
+
+    /// Gives up every answer past its bound at `now`, forgets those that
+    /// ended; when to sweep again, if any answer is left.
+    fn sweep(
+        &self,
+        now: tokio::time::Instant,
+        bound: std::time::Duration,
+    ) -> Option<tokio::time::Instant> {
+        let mut swept = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next: Option<tokio::time::Instant> = None;
+        swept.list.retain(|weak| {
+            let Some(watched) = weak.upgrade() else {
+                return false;
+            };
+            match watched.sweep(now, bound) {
+                Some(at) => {
+                    next = Some(next.map_or(at, |next| next.min(at)));
+                    true
                 }
-                let wake = match replica_turn {
-                    // Looked at again a bound later: a poll may come.
-                    true => tokio::time::Instant::now() + bound,
-                    false => deadline,
-                };
-                drop(watched);
-                tokio::select! {
-                    () = done.notified() => return,
-                    () = tokio::time::sleep_until(wake) => {}
-                }
+                None => false,
             }
         });
+        next
+    }
+
+    /// Keeps the send bound of every answer of the connection; never
+    /// returns.
+    async fn run(&self, bound: std::time::Duration) {
+        loop {
+            match self.sweep(tokio::time::Instant::now(), bound) {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => self.added.notified().await,
+            }
+        }
     }
 }
 
@@ -207,11 +253,11 @@ impl Drop for Counted {
         if !self.over && !self.body_ended() {
             self.ending = Ending::new(Cause::ClientGone, Phase::Body);
         }
-        if let Held::Watched(watched) = &self.body {
-            watched.done.notify_one();
-            if !self.over && watched.cut.load(std::sync::atomic::Ordering::Relaxed) {
-                self.ending = Ending::new(Cause::Bound(Bound::Send), Phase::Body);
-            }
+        if let Held::Watched(watched) = &self.body
+            && !self.over
+            && watched.cut.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.ending = Ending::new(Cause::Bound(Bound::Send), Phase::Body);
         }
         if let Some(route) = &self.route {
             route.metrics.ended(self.ending);
@@ -330,13 +376,12 @@ impl Counted {
     fn new(
         body: GatewayBody,
         open: Open,
-        send: std::time::Duration,
+        sweeper: &Sweeper,
         log: Option<Box<Logged>>,
         answered: Answered,
     ) -> Counted {
         let mut counted = Counted {
             body: Held::Own(body, open),
-            send,
             log,
             route: answered.route,
             grpc: answered.grpc,
@@ -346,7 +391,7 @@ impl Counted {
         // A body still to come is watched from the start: a client that
         // opened with a zero window is never asked for a first piece.
         if !counted.body_ended() {
-            counted.watch();
+            counted.watch(sweeper);
         }
         counted
     }
@@ -364,8 +409,8 @@ impl Counted {
         }
     }
 
-    /// Shares the body with a watch of its send bound, once.
-    fn watch(&mut self) {
+    /// Shares the body with the connection's sweeper, once.
+    fn watch(&mut self, sweeper: &Sweeper) {
         self.body = match std::mem::replace(&mut self.body, Held::Moving) {
             Held::Own(body, open) => {
                 let watched = Arc::new(Watched {
@@ -374,10 +419,9 @@ impl Counted {
                     started: tokio::time::Instant::now(),
                     polled: std::sync::atomic::AtomicU64::new(0),
                     replica_turn: std::sync::atomic::AtomicBool::new(false),
-                    done: Arc::new(tokio::sync::Notify::new()),
                     cut: std::sync::atomic::AtomicBool::new(false),
                 });
-                Watched::spawn(&watched, self.send);
+                sweeper.add(&watched);
                 Held::Watched(watched)
             }
             held => held,
@@ -416,16 +460,19 @@ pub async fn serve(
     let (idle, send) = (limits.idle, limits.send);
     let client = Arc::new(client);
     let activity = Arc::new(Activity::default());
+    let sweeper = Arc::new(Sweeper::default());
     let service = {
         let activity = Arc::clone(&activity);
+        let sweeper = Arc::clone(&sweeper);
         service_fn(move |req| {
             let proxy = Arc::clone(&proxy);
             let client = Arc::clone(&client);
+            let sweeper = Arc::clone(&sweeper);
             let open = Open::new(&activity);
             async move {
                 let (response, answered, log) = handle(&proxy, req, &client).await;
                 Ok::<_, Infallible>(
-                    response.map(|body| Counted::new(body, open, send, log, answered)),
+                    response.map(|body| Counted::new(body, open, &sweeper, log, answered)),
                 )
             }
         })
@@ -437,6 +484,10 @@ pub async fn serve(
         .max_header_list_size(crate::h1::MAX_HEAD as u32);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
+    // The answers' send bounds are kept in this task, for as long as the
+    // connection lives.
+    let sweeping = sweeper.run(send);
+    tokio::pin!(sweeping);
     let closing = tokio::select! {
         result = connection.as_mut() => {
             if let Err(error) = result {
@@ -446,19 +497,26 @@ pub async fn serve(
         }
         () = shutdown.wait() => "shutdown",
         () = activity.idle_for(idle) => "idle",
+        () = sweeping.as_mut() => return,
     };
     tracing::debug!(closing, "closing an HTTP/2 client connection");
     connection.as_mut().graceful_shutdown();
+    let closed = async {
+        tokio::select! {
+            _ = connection => {}
+            () = sweeping => {}
+        }
+    };
     if closing == "idle" {
         // Nothing is open: the GOAWAY's PING needs only its answer. A
         // client that never answers it does not keep its place: the wait
         // is bounded, as an HTTP/1 lingering close is.
-        let _ = tokio::time::timeout(IDLE_CLOSE, connection).await;
+        let _ = tokio::time::timeout(IDLE_CLOSE, closed).await;
         return;
     }
     // Shutting down: the streams still open finish, within the node's
     // drain deadline.
-    let _ = connection.await;
+    closed.await;
 }
 
 /// How long an idle HTTP/2 connection that was sent GOAWAY waits for the
