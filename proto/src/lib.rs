@@ -17,9 +17,9 @@ mod cluster;
 pub mod codec;
 pub mod feed;
 pub mod gossip;
-mod verdict;
+pub mod verdict;
 
 pub use acme::{CertificateState, Phase as AcmePhase};
 pub use backoff::Backoff;
 pub use cluster::{ClusterView, Liveness, Member, NodeInfo, TableGeneration};
-pub use verdict::{BreakerState, Heart, ImageCount, NodeView, Verdict};
+pub use verdict::{BreakerState, Heart, ImageCount, NodeView, Shown, ShownHeart, Verdict};

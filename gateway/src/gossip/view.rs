@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use picket_proto::gossip::{self, NODE_KEY, ROUTE_PREFIX, TABLE_KEY};
 use picket_proto::{
-    CertificateState, ClusterView, Heart, Liveness, Member, NodeInfo, TableGeneration, Verdict,
+    CertificateState, ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict,
 };
 
 use super::intern::Interner;
@@ -299,6 +299,8 @@ pub struct RouteOnNode {
     pub node: String,
     pub liveness: Liveness,
     pub age_ms: u64,
+    /// As a reader is shown it: a stale verdict with a heart of its own.
+    #[serde(serialize_with = "picket_proto::verdict::serialize_shown")]
     pub verdict: Verdict,
 }
 
@@ -320,10 +322,12 @@ pub fn route_across(view: &ClusterView, route: &str) -> Option<RouteAcross> {
     if nodes.is_empty() {
         return None;
     }
-    let hearts: Vec<Heart> = nodes
+    // As readers are shown them: a node on stale data disagrees with one
+    // whose runtime answers, whatever heart it last had.
+    let hearts: Vec<picket_proto::ShownHeart> = nodes
         .iter()
         .filter(|n| n.liveness != Liveness::Dead)
-        .map(|n| n.verdict.heart)
+        .map(|n| n.verdict.shown_heart())
         .collect();
     let disagreement = hearts.windows(2).any(|w| w[0] != w[1]);
     Some(RouteAcross {
@@ -336,7 +340,7 @@ pub fn route_across(view: &ClusterView, route: &str) -> Option<RouteAcross> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use picket_proto::BreakerState;
+    use picket_proto::{BreakerState, Heart};
 
     const NOW: u64 = 1_796_000_000_000;
     const SECOND: Duration = Duration::from_secs(1);
@@ -620,5 +624,34 @@ mod tests {
         let (view, _) = assembler.assemble(&me(), "prod", vec![dead], NOW, SECOND);
         assert!(!route_across(&view, "api").unwrap().disagreement);
         assert!(route_across(&view, "nothing").is_none());
+    }
+
+    /// A peer judging from a silent runtime is no second green: the two
+    /// nodes disagree, and the answer shows its heart as stale.
+    #[test]
+    fn a_stale_peer_disagrees_with_a_current_green() {
+        let mut assembler = Assembler::default();
+        let stale = Verdict {
+            runtime_stale_since_unix_ms: Some(NOW - 9_000),
+            ..verdict("api", Heart::Green)
+        };
+        let value = (
+            format!("{ROUTE_PREFIX}api"),
+            1,
+            gossip::encode_value(&stale).unwrap(),
+        );
+        let (view, _) = assembler.assemble(
+            &me(),
+            "prod",
+            vec![peer("n2", 1, 1, Some(vec![value]))],
+            NOW,
+            SECOND,
+        );
+        let across = route_across(&view, "api").unwrap();
+        assert!(across.disagreement);
+        let shown = serde_json::to_value(&across).unwrap();
+        assert_eq!(shown["nodes"][0]["verdict"]["heart"], "green");
+        assert_eq!(shown["nodes"][1]["verdict"]["heart"], "stale");
+        assert_eq!(shown["nodes"][1]["verdict"]["last_heart"], "green");
     }
 }

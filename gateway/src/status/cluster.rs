@@ -3,7 +3,7 @@
 //! Ages are counted at the moment of the answer.
 
 use picket_proto::{
-    CertificateState, ClusterView, Liveness, Member, NodeInfo, TableGeneration, Verdict,
+    CertificateState, ClusterView, Liveness, Member, NodeInfo, Shown, TableGeneration, Verdict,
 };
 use serde::Serialize;
 
@@ -98,12 +98,22 @@ pub struct MemberAnswer<'a> {
     pub verdicts: Option<Verdicts<'a>>,
 }
 
-/// A member's verdicts in an answer: all of them, or those a filter kept.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
+/// A member's verdicts in an answer: all of them, or those a filter kept;
+/// each as a reader is shown it ([`picket_proto::Shown`]: a stale one
+/// with a heart of its own).
+#[derive(Debug)]
 pub enum Verdicts<'a> {
     All(&'a [Verdict]),
     Kept(Vec<&'a Verdict>),
+}
+
+impl Serialize for Verdicts<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Verdicts::All(all) => serializer.collect_seq(all.iter().map(Shown)),
+            Verdicts::Kept(kept) => serializer.collect_seq(kept.iter().map(|v| Shown(v))),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -315,18 +325,19 @@ mod tests {
         }
     }
 
-    /// The answer borrows the view's verdicts and shows them as they are,
-    /// all of them or those the filter keeps.
+    fn shown<'a>(verdicts: impl Iterator<Item = &'a Verdict>) -> serde_json::Value {
+        serde_json::to_value(verdicts.map(Shown).collect::<Vec<_>>()).unwrap()
+    }
+
+    /// The answer borrows the view's verdicts and shows them as a reader
+    /// is shown them, all of them or those the filter keeps.
     #[test]
     fn an_answer_shows_the_views_verdicts_without_copying_them() {
         let view = view();
         let all = cluster(&view, Some("c"), true, 1_500, &Filter::default());
         let json = serde_json::to_value(&all).unwrap();
         for (i, m) in view.members.iter().enumerate() {
-            assert_eq!(
-                json["members"][i]["verdicts"],
-                serde_json::to_value(&m.verdicts).unwrap()
-            );
+            assert_eq!(json["members"][i]["verdicts"], shown(m.verdicts.iter()));
         }
         assert_eq!(json["members"][1]["age_ms"], 1_500, "last heard at 0");
         assert!(json["members"][0].get("routes").is_none());
@@ -336,11 +347,11 @@ mod tests {
         let json = serde_json::to_value(&kept).unwrap();
         assert_eq!(
             json["members"][0]["verdicts"],
-            serde_json::to_value([&view.members[0].verdicts[1]]).unwrap()
+            shown([&view.members[0].verdicts[1]].into_iter())
         );
         assert_eq!(
             json["members"][1]["verdicts"],
-            serde_json::to_value(&view.members[1].verdicts).unwrap()
+            shown(view.members[1].verdicts.iter())
         );
 
         let nodes = cluster(&view, Some("c"), false, 1_500, &Filter::default());

@@ -1,15 +1,17 @@
-//! The filters of `/v1/cluster`: `route=NAME`, `heart=green|orange|red`
-//! and `node=NAME`, each at most once, all of them holding together. At
+//! The filters of `/v1/cluster`: `route=NAME`,
+//! `heart=green|orange|red|stale` and `node=NAME`, each at most once, all
+//! of them holding together. `heart` is the heart a reader is shown: a
+//! verdict on data from a silent runtime is `stale`, never `green`. At
 //! 100 nodes × 1,000 routes the whole view is 100,000 verdicts; a script
 //! that wants one route's, or every red one, asks for those.
 
-use picket_proto::{Heart, Member, Verdict};
+use picket_proto::{Member, ShownHeart, Verdict};
 
 /// What a request to `/v1/cluster` keeps.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Filter {
     pub route: Option<String>,
-    pub heart: Option<Heart>,
+    pub heart: Option<ShownHeart>,
     pub node: Option<String>,
 }
 
@@ -18,7 +20,7 @@ pub struct Filter {
 pub enum FilterError {
     #[error("unknown filter {0:?}: the filters are route, heart and node")]
     Unknown(String),
-    #[error("heart={0:?}: green, orange or red")]
+    #[error("heart={0:?}: green, orange, red or stale")]
     Heart(String),
     #[error("{0} is given twice")]
     Twice(&'static str),
@@ -37,9 +39,10 @@ impl Filter {
                 "node" => set(&mut filter.node, "node", value.into_owned())?,
                 "heart" => {
                     let heart = match value.as_ref() {
-                        "green" => Heart::Green,
-                        "orange" => Heart::Orange,
-                        "red" => Heart::Red,
+                        "green" => ShownHeart::Green,
+                        "orange" => ShownHeart::Orange,
+                        "red" => ShownHeart::Red,
+                        "stale" => ShownHeart::Stale,
                         other => return Err(FilterError::Heart(other.to_string())),
                     };
                     set(&mut filter.heart, "heart", heart)?;
@@ -60,7 +63,9 @@ impl Filter {
         self.route
             .as_ref()
             .is_none_or(|route| **route == *verdict.route)
-            && self.heart.is_none_or(|heart| heart == verdict.heart)
+            && self
+                .heart
+                .is_none_or(|heart| heart == verdict.shown_heart())
     }
 
     /// Whether it keeps everything.
@@ -79,7 +84,7 @@ fn set<T>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), Filt
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use picket_proto::{BreakerState, Liveness};
+    use picket_proto::{BreakerState, Heart, Liveness};
 
     pub(in crate::status) fn verdict(route: &str, heart: Heart) -> Verdict {
         Verdict {
@@ -117,7 +122,7 @@ pub(super) mod tests {
             Filter::parse(Some("route=api.v2&heart=red&node=n%2D1")).unwrap(),
             Filter {
                 route: Some("api.v2".into()),
-                heart: Some(Heart::Red),
+                heart: Some(ShownHeart::Red),
                 node: Some("n-1".into()),
             }
         );
@@ -146,5 +151,21 @@ pub(super) mod tests {
         let none = Filter::default();
         assert!(none.keeps_member(&member("n2", Vec::new())));
         assert!(none.keeps_verdict(&verdict("web", Heart::Orange)));
+    }
+
+    /// A verdict on data from a silent runtime is no pass: `heart=green`
+    /// leaves it out, `heart=stale` finds it.
+    #[test]
+    fn a_stale_verdict_is_never_green() {
+        let stale = Verdict {
+            runtime_stale_since_unix_ms: Some(1),
+            ..verdict("api", Heart::Green)
+        };
+        let green = Filter::parse(Some("heart=green")).unwrap();
+        let is_stale = Filter::parse(Some("heart=stale")).unwrap();
+        assert!(!green.keeps_verdict(&stale));
+        assert!(is_stale.keeps_verdict(&stale));
+        assert!(green.keeps_verdict(&verdict("api", Heart::Green)));
+        assert!(!is_stale.keeps_verdict(&verdict("api", Heart::Green)));
     }
 }

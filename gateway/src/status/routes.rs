@@ -41,7 +41,9 @@ pub struct RouteView {
     /// `place-held`, …), for scripts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused_by: Option<&'static str>,
-    /// This node's verdict on the route, as last judged.
+    /// This node's verdict on the route, as last judged (a stale one with
+    /// a heart of its own).
+    #[serde(serialize_with = "picket_proto::verdict::serialize_shown_option")]
     pub verdict: Option<Verdict>,
     /// The route's runtime has gone silent: the verdict is its last pass,
     /// not a current one.

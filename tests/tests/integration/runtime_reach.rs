@@ -86,6 +86,25 @@ async fn a_hung_engine_is_marked_stale_within_6_s_and_relisted_when_it_answers()
         said.starts_with("runtime silent for ") && said.ends_with(" s; last seen: all 2 ready"),
         "{said}"
     );
+    // Its heart is a heart of its own, the last pass beside it: a script
+    // asking for green verdicts never gets one no one can refresh.
+    assert_eq!(api["verdict"]["heart"], "stale", "{api}");
+    assert_eq!(api["verdict"]["last_heart"], "green", "{api}");
+    let (_, green) = node.admin_json("/v1/cluster?heart=green").await;
+    assert_eq!(
+        green["members"][0]["verdicts"],
+        serde_json::json!([]),
+        "{green}"
+    );
+    let (_, stale) = node.admin_json("/v1/cluster?heart=stale").await;
+    assert_eq!(
+        stale["members"][0]["verdicts"][0]["route"], "api",
+        "{stale}"
+    );
+    let (_, cluster) = node.admin_json("/v1/cluster").await;
+    let spec = crate::status_api::openapi();
+    crate::status_api::check(&spec, "/v1/cluster", "200", &cluster);
+    crate::status_api::check(&spec, "/v1/routes", "200", &routes);
     // It answers again: a fresh inventory shows what happened meanwhile.
     engine.set_mode(Mode::Answers);
     eventually("current again, both dead", Duration::from_secs(15), || {

@@ -240,7 +240,7 @@ async fn every_endpoint_answers_as_documented() {
     assert!(cluster["responses"]["400"].is_object(), "400 is documented");
     for (query, said) in [
         ("routes=api", "unknown filter"),
-        ("heart=pink", "green, orange or red"),
+        ("heart=pink", "green, orange, red or stale"),
         ("route=a&route=b", "given twice"),
     ] {
         let answer = client::get(first.admin, "admin", &format!("/v1/cluster?{query}"))
