@@ -20,9 +20,13 @@
 //! abandoned without an outcome (its client went away) opens the circuit
 //! with no cool-down left, so the next request is the next trial.
 //!
+//! A route with an HTTP or gRPC check needs no client for it: a check its
+//! replica answered after the cool-down closes the circuit
+//! ([`Machine::check_answered`]), as a trial request would.
+//!
 //! ## Invariants
-//! - Only outcomes of requests this node proxied move the machine: there is
-//!   no other input.
+//! - Only outcomes of requests this node proxied, and its own checks the
+//!   replicas answered, move the machine: there is no other input.
 //! - Outcomes of requests admitted before the circuit opened are ignored
 //!   once it is open or half-open; only the trial decides.
 //! - Each change of state is returned once, for one log line.
@@ -88,6 +92,8 @@ pub enum Reason {
     /// `n` consecutive failures.
     Failures(u32),
     CooldownOver,
+    /// A health check was answered after the cool-down.
+    CheckAnswered,
     TrialSucceeded,
     TrialFailed,
     TrialAbandoned,
@@ -98,6 +104,7 @@ impl fmt::Display for Reason {
         match self {
             Reason::Failures(n) => write!(f, "{n} consecutive failures"),
             Reason::CooldownOver => f.write_str("cool-down over: one trial request"),
+            Reason::CheckAnswered => f.write_str("cool-down over and a health check answered"),
             Reason::TrialSucceeded => f.write_str("trial request succeeded"),
             Reason::TrialFailed => f.write_str("trial request failed"),
             Reason::TrialAbandoned => f.write_str("trial request abandoned by its client"),
@@ -170,6 +177,19 @@ impl Machine {
                 },
                 None,
             ),
+        }
+    }
+
+    /// A health check of the route was answered well at `now`: an open
+    /// circuit past its cool-down closes, as after a trial that succeeded.
+    /// Within the cool-down it stays open (the cool-down is a promise to
+    /// the replicas), and a trial under way decides by itself.
+    pub fn check_answered(&mut self, now: Instant) -> Option<Transition> {
+        match self.state {
+            State::Open { until } if now >= until => {
+                Some(self.go(State::Closed { failures: 0 }, Reason::CheckAnswered, now))
+            }
+            _ => None,
         }
     }
 
@@ -406,5 +426,35 @@ mod tests {
             assert_eq!(b.record(Admission::Pass, Outcome::Success, now), None);
         }
         assert_eq!(b.state(), State::Closed { failures: 0 });
+    }
+
+    #[test]
+    fn an_answered_check_closes_only_past_the_cooldown() {
+        let t0 = Instant::now();
+        let mut b = breaker();
+        assert_eq!(b.check_answered(t0), None, "closed stays closed");
+        fail(&mut b, 5, t0);
+        assert_eq!(
+            b.check_answered(t0 + COOLDOWN / 2),
+            None,
+            "within the cool-down"
+        );
+        assert_eq!(b.state().phase(), BreakerState::Open);
+        let closed = b.check_answered(t0 + COOLDOWN).unwrap();
+        assert_eq!(
+            (closed.from, closed.to, closed.reason),
+            (
+                BreakerState::Open,
+                BreakerState::Closed,
+                Reason::CheckAnswered
+            )
+        );
+        assert_eq!(b.state(), State::Closed { failures: 0 });
+        // A trial under way decides by itself.
+        fail(&mut b, 5, t0 + COOLDOWN);
+        let (admission, _) = b.admit(t0 + COOLDOWN * 2);
+        assert_eq!(admission, Admission::Trial);
+        assert_eq!(b.check_answered(t0 + COOLDOWN * 2), None);
+        assert_eq!(b.state(), State::HalfOpen);
     }
 }

@@ -25,6 +25,7 @@
 //! gets dialled for an `http://` host, and an `https://` host is checked
 //! through a `CONNECT` tunnel, handshake included.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,10 +36,10 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::changes::Changes;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, Route};
 use crate::shutdown::{Shutdown, Tasks};
-use crate::upstream::ConnectFailure;
 use crate::upstream::health::Observation;
+use crate::upstream::{ConnectFailure, Replica, Upstream};
 
 /// How often connect checks run, and how long each may take:
 /// `[global] check_every` and `check_timeout`.
@@ -46,13 +47,6 @@ use crate::upstream::health::Observation;
 pub struct Settings {
     pub every: Duration,
     pub timeout: Duration,
-}
-
-impl Settings {
-    /// When the round after one that started at `last` is due.
-    pub fn due_after(&self, last: Instant) -> Instant {
-        last + self.every
-    }
 }
 
 /// The connect checks of a node.
@@ -95,83 +89,187 @@ impl Checker {
     }
 
     /// Starts or stops the timer as the route table needs.
-    fn ensure(self: &Arc<Self>, proxy: &Arc<Proxy>) {
-        let needed = proxy
-            .table()
-            .values()
-            .any(|route| route.upstream.replicas().iter().any(|r| r.checked));
+    fn ensure(self: &Arc<Self>, proxy: &Arc<Proxy>, changes: &watch::Receiver<u64>) {
+        let needed = proxy.table().values().any(|route| checks_any(route));
         let mut timer = self.timer.lock().unwrap_or_else(|e| e.into_inner());
         match (needed, timer.is_some()) {
             (true, false) => {
                 let (checker, proxy) = (Arc::clone(self), Arc::clone(proxy));
-                *timer = Some(tokio::spawn(async move { checker.run(proxy).await }));
-                tracing::debug!(every = ?self.settings().every, "connect checks started");
+                let changes = changes.clone();
+                *timer = Some(tokio::spawn(
+                    async move { checker.run(proxy, changes).await },
+                ));
+                tracing::debug!(every = ?self.settings().every, "checks started");
             }
             (false, true) => {
                 if let Some(task) = timer.take() {
                     task.abort();
                 }
-                tracing::debug!("connect checks stopped: nothing to check");
+                tracing::debug!("checks stopped: nothing to check");
             }
             _ => {}
         }
     }
 
-    async fn run(&self, proxy: Arc<Proxy>) {
+    /// Checks each route when it is due, by its own period or the
+    /// node's; wakes when a check ends, the settings change, or anything
+    /// that may change the table does.
+    async fn run(&self, proxy: Arc<Proxy>, mut changes: watch::Receiver<u64>) {
         let mut settings = self.settings.subscribe();
+        let mut schedule = Schedule::default();
+        let mut running = FuturesUnordered::new();
         loop {
-            let started = Instant::now();
-            self.round(&proxy).await;
-            if !next_round(&mut settings, started).await {
-                return;
+            let node = *settings.borrow_and_update();
+            let table = proxy.table();
+            let routes: Vec<&Arc<Route>> = table.values().filter(|r| checks_any(r)).collect();
+            let periods: Vec<(&str, Duration)> = routes
+                .iter()
+                .map(|r| {
+                    (
+                        r.config.name.as_str(),
+                        r.config.check_every.unwrap_or(node.every),
+                    )
+                })
+                .collect();
+            let (due, next) = schedule.due(&periods, Instant::now());
+            for i in due {
+                let route = Arc::clone(routes[i]);
+                let bound = route.config.check_timeout.unwrap_or(node.timeout);
+                running.push(async move {
+                    check_route(&route, bound).await;
+                    route.config.name.clone()
+                });
+            }
+            drop(periods);
+            drop(routes);
+            drop(table);
+            let next = next.unwrap_or_else(|| Instant::now() + node.every);
+            tokio::select! {
+                Some(name) = running.next() => schedule.done(&name),
+                () = sleep_until(next) => {}
+                changed = settings.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                Ok(()) = changes.changed() => {}
             }
         }
     }
 
-    /// One check of every checked replica, all at once.
+    /// One check of every checked replica of every route, all at once, by
+    /// the node's bound: what a test asks for.
     pub async fn round(&self, proxy: &Proxy) {
         let bound = self.settings().timeout;
-        let mut checks = FuturesUnordered::new();
-        for route in proxy.table().values() {
-            let upstream = Arc::clone(&route.upstream);
-            for replica in upstream.replicas().iter().filter(|r| r.checked) {
-                let (upstream, replica) = (Arc::clone(&upstream), Arc::clone(replica));
-                checks.push(async move {
-                    let result = upstream.try_connect(&replica, bound).await;
-                    let pooled = result.is_err() && upstream.pool.holds(&replica);
-                    match checked(result, pooled) {
-                        Checked::Passed => {
-                            upstream.name_resolves(&replica, None);
-                            upstream.observe(&replica, Observation::CheckOk);
-                        }
-                        Checked::NameGone(why) => upstream.name_resolves(&replica, Some(why)),
-                        Checked::NodeShort => {}
-                        Checked::Failed(failure) => {
-                            upstream.connect_failed(&replica, &failure, false);
-                        }
-                    }
-                });
-            }
-        }
+        let table = proxy.table();
+        let mut checks: FuturesUnordered<_> = table
+            .values()
+            .filter(|r| checks_any(r))
+            .map(|route| check_route(route, route.config.check_timeout.unwrap_or(bound)))
+            .collect();
         while checks.next().await.is_some() {}
     }
 }
 
-/// Waits until the round after one that started at `last` is due, by the
-/// period in force while it waits: a reload that shortens the period ends
-/// the wait at once when the new period has already passed. False when the
-/// settings have no sender any more.
-async fn next_round(settings: &mut watch::Receiver<Settings>, last: Instant) -> bool {
-    loop {
-        let due = settings.borrow_and_update().due_after(last);
-        tokio::select! {
-            () = sleep_until(due) => return true,
-            changed = settings.changed() => {
-                if changed.is_err() {
-                    return false;
+/// Whether the route has a replica this node checks.
+fn checks_any(route: &Route) -> bool {
+    let upstream = &route.upstream;
+    upstream.replicas().iter().any(|r| is_checked(upstream, r))
+}
+
+/// Whether this node checks `replica`: a connect check for one no runtime
+/// reports on; an HTTP or gRPC check, asked for by its route, for every
+/// replica (the runtime says it runs, the check that it answers).
+fn is_checked(upstream: &Upstream, replica: &Replica) -> bool {
+    replica.checked || upstream.check.answers()
+}
+
+/// One check of every checked replica of `route`, all at once, each
+/// within `bound`. A check that the replica answered (HTTP, gRPC) also
+/// lets an open circuit past its cool-down close.
+async fn check_route(route: &Route, bound: Duration) {
+    let upstream = &route.upstream;
+    let answers = upstream.check.answers();
+    let mut checks = FuturesUnordered::new();
+    for replica in upstream
+        .replicas()
+        .iter()
+        .filter(|r| is_checked(upstream, r))
+    {
+        let replica = Arc::clone(replica);
+        checks.push(async move {
+            let result = upstream.try_connect(&replica, bound).await;
+            let pooled = result.is_err() && upstream.pool.holds(&replica);
+            match checked(result, pooled) {
+                Checked::Passed => {
+                    upstream.name_resolves(&replica, None);
+                    match answers {
+                        true => upstream.check_answered(&replica),
+                        false => upstream.observe(&replica, Observation::CheckOk),
+                    }
+                    return answers;
+                }
+                Checked::NameGone(why) => upstream.name_resolves(&replica, Some(why)),
+                Checked::NodeShort => {}
+                Checked::Failed(failure) => {
+                    upstream.connect_failed(&replica, &failure, false);
                 }
             }
+            false
+        });
+    }
+    let mut answered = false;
+    while let Some(one) = checks.next().await {
+        answered |= one;
+    }
+    if answered && let Some(breaker) = &route.breaker {
+        breaker.check_answered();
+    }
+}
+
+/// When each route's checks last started, and which are under way: the
+/// pure part of the timer.
+#[derive(Debug, Default)]
+struct Schedule {
+    last: HashMap<String, Instant>,
+    busy: HashSet<String>,
+}
+
+impl Schedule {
+    /// Of `routes` (each a name and its period), the indices of those due
+    /// at `now` (one period after their last start, or never checked) and
+    /// not still being checked, each marked as started now; and when the
+    /// next one is due. The period is read afresh each time: a reload that
+    /// shortens it makes a round due at once when the new period has
+    /// passed, and one that lengthens it moves the round later. A route
+    /// gone from `routes` is forgotten.
+    fn due(&mut self, routes: &[(&str, Duration)], now: Instant) -> (Vec<usize>, Option<Instant>) {
+        self.last
+            .retain(|name, _| routes.iter().any(|(n, _)| *n == name.as_str()));
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (i, &(name, every)) in routes.iter().enumerate() {
+            let at = self.last.get(name).map_or(now, |last| *last + every);
+            let wake = if at > now {
+                at
+            } else if self.busy.contains(name) {
+                // Due while its last check is under way: looked at again
+                // when that check ends.
+                continue;
+            } else {
+                self.last.insert(name.to_string(), now);
+                self.busy.insert(name.to_string());
+                due.push(i);
+                now + every
+            };
+            next = Some(next.map_or(wake, |n| n.min(wake)));
         }
+        (due, next)
+    }
+
+    /// The check of `name` ended.
+    fn done(&mut self, name: &str) {
+        self.busy.remove(name);
     }
 }
 
@@ -186,7 +284,7 @@ pub fn supervise(
     let mut changes = changes.subscribe();
     tasks.spawn("checks", async move {
         loop {
-            checker.ensure(&proxy);
+            checker.ensure(&proxy, &changes);
             tokio::select! {
                 Ok(()) = changes.changed() => {}
                 () = shutdown.wait() => break,
@@ -259,54 +357,84 @@ mod tests {
         );
     }
 
-    fn every(secs: u64) -> Settings {
-        Settings {
-            every: Duration::from_secs(secs),
-            timeout: Duration::from_secs(2),
+    /// When each round of a route with period `from` seconds starts, in a
+    /// schedule whose period becomes `to` seconds `at` seconds after the
+    /// first round, each check taking no time.
+    fn rounds_with_change(from: u64, at: u64, to: u64) -> Vec<u64> {
+        let start = Instant::now();
+        let mut schedule = Schedule::default();
+        let mut rounds = Vec::new();
+        let mut now = start;
+        while now < start + Duration::from_secs(40) {
+            let secs = (now - start).as_secs();
+            let every = Duration::from_secs(if secs >= at { to } else { from });
+            let (due, next) = schedule.due(&[("api", every)], now);
+            if !due.is_empty() {
+                rounds.push(secs);
+                schedule.done("api");
+            }
+            // The timer wakes when the next round is due, or when the
+            // settings change.
+            let change = start + Duration::from_secs(at);
+            now = match next {
+                Some(next) if now < change && change < next => change,
+                Some(next) => next,
+                None => break,
+            };
         }
+        rounds
     }
 
-    /// How long after `last` the wait for the next round ends, when the
-    /// period becomes `to` seconds `at` seconds into the wait.
-    async fn wait_with_change(from: u64, at: u64, to: u64) -> Duration {
-        let (sender, mut settings) = watch::channel(every(from));
-        let last = Instant::now();
-        let wait = tokio::spawn(async move {
-            assert!(next_round(&mut settings, last).await);
-            last.elapsed()
-        });
-        tokio::time::sleep(Duration::from_secs(at)).await;
-        sender.send_replace(every(to));
-        wait.await.unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_new_period_moves_the_next_round() {
-        let s = Duration::from_secs;
-        // (period before, change after, period after) → round due after
+    #[test]
+    fn a_new_period_moves_the_next_round() {
+        // (period before, change after, period after) → rounds
         let cases = [
             // Shortened past its new end: the round is due at once.
-            ((30, 5, 1), s(5)),
+            ((30, 5, 1), vec![0, 5, 6, 7]),
             // Shortened, not yet past: due one new period after the last.
-            ((30, 5, 10), s(10)),
+            ((30, 5, 10), vec![0, 10, 20, 30]),
             // Lengthened: the old due time no longer holds.
-            ((10, 5, 30), s(30)),
+            ((10, 5, 30), vec![0, 30]),
             // No change until the round is due.
-            ((3, 10, 1), s(3)),
+            ((3, 10, 1), vec![0, 3, 6, 9, 10, 11]),
         ];
-        for ((from, at, to), due) in cases {
+        for ((from, at, to), rounds) in cases {
+            let got = rounds_with_change(from, at, to);
             assert_eq!(
-                wait_with_change(from, at, to).await,
-                due,
+                got[..rounds.len().min(got.len())],
+                rounds[..],
                 "{from}s, then {to}s after {at}s"
             );
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_wait_ends_when_the_checker_is_gone() {
-        let (sender, mut settings) = watch::channel(every(30));
-        drop(sender);
-        assert!(!next_round(&mut settings, Instant::now()).await);
+    /// Each route by its own period; one whose check is still under way
+    /// is not started twice, and is due again when it ends.
+    #[test]
+    fn each_route_by_its_own_period_and_never_twice_at_once() {
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut schedule = Schedule::default();
+        let routes = [("fast", s(1)), ("slow", s(30))];
+        assert_eq!(schedule.due(&routes, t0), (vec![0, 1], Some(t0 + s(1))));
+        schedule.done("fast");
+        // "slow" is still being checked at its due time.
+        assert_eq!(schedule.due(&routes, t0 + s(1)), (vec![0], Some(t0 + s(2))));
+        schedule.done("fast");
+        let (due, next) = schedule.due(&routes, t0 + s(31));
+        assert_eq!(due, [0], "slow is busy: not started twice");
+        assert_eq!(next, Some(t0 + s(32)));
+        schedule.done("slow");
+        assert_eq!(
+            schedule.due(&routes, t0 + s(31)).0,
+            [1],
+            "due when its check ends"
+        );
+        // A route gone from the table is forgotten: back, it is due at once.
+        schedule.done("fast");
+        schedule.done("slow");
+        assert_eq!(schedule.due(&routes[..1], t0 + s(32)).0, [0]);
+        schedule.done("fast");
+        assert_eq!(schedule.due(&routes, t0 + s(32)).0, [1]);
     }
 }

@@ -504,8 +504,14 @@ pub struct RouteConfig {
     pub tls: Option<UpstreamTls>,
     /// The protocol spoken to its replicas.
     pub protocol: Protocol,
-    /// How this node checks replicas that no runtime reports on.
+    /// How this node checks its replicas: a connect for those no runtime
+    /// reports on; an HTTP or gRPC check, when asked, for every replica.
     pub check: CheckKind,
+    /// How often the route's checks run, and how long each may take:
+    /// `None` follows `[global] check_every` and `check_timeout` (which a
+    /// reload changes without touching the route).
+    pub check_every: Option<Duration>,
+    pub check_timeout: Option<Duration>,
     /// The `path_prefix` is taken off the path before forwarding.
     pub strip_prefix: bool,
     /// Put in front of the path (after stripping) before forwarding.
@@ -553,17 +559,93 @@ impl Protocol {
     }
 }
 
-/// How a route's replicas are checked when no runtime reports on them.
+/// How a route's replicas are checked.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum CheckKind {
     /// A connect, made as requests make it (TLS and HTTP/2 handshakes
-    /// included).
+    /// included), of the replicas no runtime reports on.
     #[default]
     Connect,
     /// The gRPC health protocol: `grpc.health.v1.Health/Check` for this
     /// service name (empty: the server as a whole); anything but SERVING
     /// fails.
     Grpc { service: String },
+    /// A `GET` of a path, whose status must be among those that pass.
+    Http(HttpCheck),
+}
+
+impl CheckKind {
+    /// Whether a passing check is an answer of the replica (not only a
+    /// connection it accepted): proof enough to end an ejection for what
+    /// it answered, and every replica is checked, the runtime's too.
+    pub fn answers(&self) -> bool {
+        !matches!(self, CheckKind::Connect)
+    }
+}
+
+/// `check = "http"`: what is asked and what passes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HttpCheck {
+    /// The path (and query) asked for: `check_path`, `/` by default.
+    pub path: String,
+    /// The `Host` sent: `check_host`; `None` sends the replica's
+    /// authority (an external host's name).
+    pub host: Option<String>,
+    /// The statuses that pass: `check_statuses`, 2xx and 3xx by default.
+    pub statuses: StatusSet,
+}
+
+/// A set of HTTP statuses, as inclusive ranges (`2xx` is 200 to 299).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StatusSet(pub Vec<(u16, u16)>);
+
+impl StatusSet {
+    /// 2xx and 3xx: what Traefik, HAProxy and Caddy pass by default.
+    pub fn default_pass() -> StatusSet {
+        StatusSet(vec![(200, 399)])
+    }
+
+    pub fn contains(&self, status: u16) -> bool {
+        self.0
+            .iter()
+            .any(|&(low, high)| (low..=high).contains(&status))
+    }
+
+    /// Parses `2xx`, `404` or `200-204`; `None` for anything else or a
+    /// status outside 100 to 599.
+    pub fn entry(text: &str) -> Option<(u16, u16)> {
+        let text = text.trim();
+        let status = |s: &str| {
+            s.parse::<u16>()
+                .ok()
+                .filter(|n| (100..=599).contains(n) && s.len() == 3)
+        };
+        if let Some(class) = text.strip_suffix("xx").or_else(|| text.strip_suffix("XX")) {
+            let digit = status(&format!("{class}00"))?;
+            return Some((digit, digit + 99));
+        }
+        if let Some((low, high)) = text.split_once('-') {
+            let (low, high) = (status(low.trim())?, status(high.trim())?);
+            return (low <= high).then_some((low, high));
+        }
+        status(text).map(|n| (n, n))
+    }
+}
+
+impl fmt::Display for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, &(low, high)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match (low, high) {
+                (low, high) if low == high => write!(f, "{low}")?,
+                (low, high) if low % 100 == 0 && high == low + 99 => write!(f, "{}xx", low / 100)?,
+                (low, high) => write!(f, "{low}-{high}")?,
+            }
+        }
+        Ok(())
+    }
 }
 
 impl RouteConfig {
@@ -596,6 +678,10 @@ impl RouteConfig {
             tls,
             protocol,
             check,
+            // How often it is checked: the same replicas, judged as often
+            // as asked from now on.
+            check_every: _,
+            check_timeout: _,
             // Where requests come from and what is done to them: not the
             // upstream's state.
             host: _,

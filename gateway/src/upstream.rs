@@ -38,6 +38,7 @@ pub mod handshake;
 pub mod health;
 mod http1;
 pub mod http2;
+mod http_check;
 mod io;
 mod pool;
 mod probe;
@@ -679,6 +680,24 @@ impl Upstream {
         drop(failing);
         replica.failing_now.store(false, Ordering::Relaxed);
         tracing::info!(route = &*self.route, replica = %replica.label, "replica serves traffic again");
+        self.changed();
+    }
+
+    /// A health check of `replica` that it answered (HTTP, gRPC) passed:
+    /// back from any ejection, off probation, and a lone replica's failing
+    /// mark cleared whatever its kind. No client has to be its trial.
+    pub fn check_answered(&self, replica: &Arc<Replica>) {
+        self.observe(replica, Observation::Answered);
+        if !replica.failing_now.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut failing = replica.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if failing.take().is_none() {
+            return;
+        }
+        drop(failing);
+        replica.failing_now.store(false, Ordering::Relaxed);
+        tracing::info!(route = &*self.route, replica = %replica.label, "replica answers its health check again");
         self.changed();
     }
 

@@ -200,12 +200,35 @@ pub struct RawRoute {
     pub protocol: Option<Spanned<String>>,
     pub check: Option<Spanned<String>>,
     pub grpc_service: Option<Spanned<String>>,
+    pub check_path: Option<Spanned<String>>,
+    pub check_host: Option<Spanned<String>>,
+    pub check_statuses: Option<Spanned<RawStatuses>>,
+    pub check_every: Option<Spanned<String>>,
+    pub check_timeout: Option<Spanned<String>>,
     pub strip_prefix: Option<Spanned<bool>>,
     pub add_prefix: Option<Spanned<String>>,
     pub request_headers: Option<Spanned<RawHeaderRules>>,
     pub response_headers: Option<Spanned<RawHeaderRules>>,
     pub max_body: Option<Spanned<RawSize>>,
     pub rate: Option<Spanned<RawRate>>,
+}
+
+/// `check_statuses`: a list (`["2xx", 401]`), one status (`204`), or a
+/// list in one text with commas (`"2xx, 401"`, as a label writes it).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawStatuses {
+    One(i64),
+    Text(String),
+    List(Vec<RawStatus>),
+}
+
+/// One entry of `check_statuses`: a status, or a class or range as text.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawStatus {
+    Code(i64),
+    Text(String),
 }
 
 /// A size: a number of bytes, or text with a unit (`"10MiB"`).

@@ -376,11 +376,44 @@ pub fn render_route(out: &mut String, route: &RouteConfig) {
             Origin::File,
         );
     }
-    if let crate::config::CheckKind::Grpc { service } = &route.check {
-        line(out, "check", &quoted("grpc"), Origin::File);
-        if !service.is_empty() {
-            line(out, "grpc_service", &quoted(service), Origin::File);
+    match &route.check {
+        crate::config::CheckKind::Connect => {}
+        crate::config::CheckKind::Grpc { service } => {
+            line(out, "check", &quoted("grpc"), Origin::File);
+            if !service.is_empty() {
+                line(out, "grpc_service", &quoted(service), Origin::File);
+            }
         }
+        crate::config::CheckKind::Http(http) => {
+            line(out, "check", &quoted("http"), Origin::File);
+            line(out, "check_path", &quoted(&http.path), Origin::File);
+            if let Some(host) = &http.host {
+                line(out, "check_host", &quoted(host), Origin::File);
+            }
+            let statuses: Vec<String> = http.statuses.to_string().split(", ").map(quoted).collect();
+            line(
+                out,
+                "check_statuses",
+                &format!("[{}]", statuses.join(", ")),
+                Origin::File,
+            );
+        }
+    }
+    if let Some(every) = route.check_every {
+        line(
+            out,
+            "check_every",
+            &quoted(humantime::format_duration(every)),
+            Origin::File,
+        );
+    }
+    if let Some(timeout) = route.check_timeout {
+        line(
+            out,
+            "check_timeout",
+            &quoted(humantime::format_duration(timeout)),
+            Origin::File,
+        );
     }
     if let Some(tls) = &route.tls {
         let mut fields = Vec::new();

@@ -22,7 +22,7 @@ use super::ownership::{HostPattern, HostRules};
 use super::raw::{
     RawAcme, RawBreaker, RawCertificate, RawCluster, RawConfig, RawGlobal, RawHeaderRules,
     RawNamespaces, RawNode, RawPort, RawRate, RawRoute, RawRuntime, RawRuntimeBreaker, RawSize,
-    RawUpstreamTls,
+    RawStatus, RawStatuses, RawUpstreamTls,
 };
 use super::{
     AccessLogFormat, AccessLogTarget, AcmeChallenge, AcmeSettings, BreakerSettings,
@@ -31,9 +31,9 @@ use super::{
     DEFAULT_BREAKER_FAILURES, DEFAULT_CHECK_EVERY, DEFAULT_CHECK_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_CONSECUTIVE_GATEWAY_ERRORS, DEFAULT_EJECT_FOR, DEFAULT_FIRST_ANSWER_TIMEOUT,
     DEFAULT_GOSSIP, DEFAULT_GOSSIP_INTERVAL, DEFAULT_INGRESS_CLASS, DEFAULT_MAX_TRIES,
-    ExternalHost, FeedSettings, GlobalSettings, HeaderRules, HostMatch, NodeSettings, Origin,
-    Protocol, RateKey, RateSettings, RouteConfig, RuntimeBreakerSettings, RuntimeKind,
-    RuntimeSettings, ServicePort, Setting, TrustedProxies, UpstreamConfig, UpstreamTls,
+    ExternalHost, FeedSettings, GlobalSettings, HeaderRules, HostMatch, HttpCheck, NodeSettings,
+    Origin, Protocol, RateKey, RateSettings, RouteConfig, RuntimeBreakerSettings, RuntimeKind,
+    RuntimeSettings, ServicePort, Setting, StatusSet, TrustedProxies, UpstreamConfig, UpstreamTls,
 };
 use crate::certificate::Culprit;
 

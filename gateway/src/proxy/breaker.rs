@@ -148,6 +148,17 @@ impl Breaker {
         }
     }
 
+    /// A health check of the route was answered: an open circuit past its
+    /// cool-down closes without waiting for a client.
+    pub fn check_answered(&self) {
+        if self.phase.load(Ordering::Acquire) == CLOSED {
+            return;
+        }
+        let mut inner = self.lock();
+        let transition = inner.machine.check_answered(Instant::now());
+        self.apply(&mut inner, transition);
+    }
+
     fn record(&self, admission: Admission, outcome: Outcome) {
         // A success through a closed circuit with no failures counted
         // changes nothing: the common case takes no lock.

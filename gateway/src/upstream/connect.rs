@@ -33,15 +33,19 @@ use super::conn::Conn;
 use super::failure::ConnectFailure;
 use super::forward_proxy::ForwardProxy;
 use super::handshake::TlsFailure;
-use super::health::Observation;
+use super::health::{HttpCheckFailure, Observation};
 use super::http1::Connection;
 use super::{RACE_DELAY, Replica, ReplicaKey, Target, Tried, Upstream};
+use crate::config::CheckKind;
 use tokio_util::either::Either;
 
 /// How long a check waits, after a TLS 1.3 handshake, for the replica to
 /// refuse it: a round trip on any network a route's replicas share with
 /// the node.
 pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// An HTTP check connected but got no answer head in time.
+const NO_ANSWER: ConnectFailure = ConnectFailure::HttpCheck(HttpCheckFailure::NoAnswer);
 
 /// TLS settings of an `https://` upstream.
 #[derive(Clone)]
@@ -197,9 +201,6 @@ impl Upstream {
             // after the TLS handshake came before it.
             Ok(Ok(Conn::H2(mut conn))) => {
                 crate::resources::LOCAL.ok();
-                let crate::config::CheckKind::Grpc { service } = &self.check else {
-                    return Ok(());
-                };
                 let scheme = if replica.key.tls == 0 {
                     "http"
                 } else {
@@ -207,15 +208,32 @@ impl Upstream {
                 };
                 let authority = replica.key.target.authority();
                 let left = deadline.saturating_duration_since(Instant::now());
-                let check = super::http2::health_check(&mut conn, scheme, &authority, service);
-                match timeout(left, check).await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(failure)) => Err(failure),
-                    Err(_) => Err(ConnectFailure::TimedOut),
+                match &self.check {
+                    CheckKind::Connect => Ok(()),
+                    CheckKind::Grpc { service } => {
+                        let check =
+                            super::http2::health_check(&mut conn, scheme, &authority, service);
+                        timeout(left, check)
+                            .await
+                            .unwrap_or(Err(ConnectFailure::TimedOut))
+                    }
+                    CheckKind::Http(http) => {
+                        let host = http.host.as_deref().unwrap_or(&authority);
+                        let check = super::http_check::http2(&mut conn, scheme, http, host);
+                        timeout(left, check).await.unwrap_or(Err(NO_ANSWER))
+                    }
                 }
             }
             Ok(Ok(Conn::H1(mut conn))) => {
                 crate::resources::LOCAL.ok();
+                // An answer proves the handshake was accepted: no settling.
+                if let CheckKind::Http(http) = &self.check {
+                    let authority = replica.key.target.authority();
+                    let host = http.host.as_deref().unwrap_or(&authority);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let check = super::http_check::http1(&mut conn, http, host);
+                    return timeout(left, check).await.unwrap_or(Err(NO_ANSWER));
+                }
                 let settle = SETTLE.min(deadline.saturating_duration_since(Instant::now()));
                 match conn.refused_after_handshake(settle).await {
                     None => Ok(()),

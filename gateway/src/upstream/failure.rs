@@ -4,7 +4,7 @@
 use std::io;
 
 use super::handshake::TlsFailure;
-use super::health::{EjectReason, GrpcHealth};
+use super::health::{EjectReason, GrpcHealth, HttpCheckFailure};
 
 /// Why no connection could be had.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -37,6 +37,9 @@ pub enum ConnectFailure {
     /// Connected, but its gRPC health check did not say SERVING.
     #[error("gRPC health check: {0}")]
     NotServing(GrpcHealth),
+    /// Connected, but its HTTP health check did not pass.
+    #[error("HTTP check: {0}")]
+    HttpCheck(HttpCheckFailure),
     /// The node ran out of something of its own (file descriptors): says
     /// nothing of the replica.
     #[error("the node is out of local resources: {0}")]
@@ -53,6 +56,7 @@ impl ConnectFailure {
             ConnectFailure::Tunnel { status } => EjectReason::ProxyRefused { status: *status },
             ConnectFailure::NotServing(health) => EjectReason::NotServing(*health),
             ConnectFailure::NoHttp2(_) => EjectReason::NoHttp2,
+            ConnectFailure::HttpCheck(failure) => EjectReason::HttpCheck(*failure),
             ConnectFailure::NoReplica
             | ConnectFailure::Unresolved(_)
             | ConnectFailure::Unresolvable(_)

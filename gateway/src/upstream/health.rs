@@ -67,6 +67,32 @@ pub enum EjectReason {
     /// Connected, but it does not speak HTTP/2 as its route asks (no `h2`
     /// by ALPN, or no answer to the preface).
     NoHttp2,
+    /// Its HTTP health check did not pass.
+    HttpCheck(HttpCheckFailure),
+}
+
+/// What an HTTP health check got instead of a passing status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpCheckFailure {
+    /// An answer with a status that does not pass.
+    Status(u16),
+    /// Connected, but no answer head within the check's timeout.
+    NoAnswer,
+    /// Closed before an answer head.
+    Closed,
+    /// An answer that is no HTTP answer.
+    Malformed,
+}
+
+impl fmt::Display for HttpCheckFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpCheckFailure::Status(status) => write!(f, "answered {status}"),
+            HttpCheckFailure::NoAnswer => f.write_str("no answer within the check timeout"),
+            HttpCheckFailure::Closed => f.write_str("closed before an answer"),
+            HttpCheckFailure::Malformed => f.write_str("an answer that did not parse"),
+        }
+    }
 }
 
 /// What a gRPC health check got instead of SERVING.
@@ -99,7 +125,7 @@ impl fmt::Display for GrpcHealth {
 
 impl EjectReason {
     /// Every [`EjectReason::slug`].
-    pub const SLUGS: [&'static str; 10] = [
+    pub const SLUGS: [&'static str; 11] = [
         "refused",
         "timed_out",
         "unreachable",
@@ -110,6 +136,7 @@ impl EjectReason {
         "broken_answers",
         "not_serving",
         "no_http2",
+        "http_check",
     ];
 
     /// Ejected for what it answered (or did not), not for a failed
@@ -135,6 +162,7 @@ impl EjectReason {
             EjectReason::Broken { .. } => "broken_answers",
             EjectReason::NotServing(_) => "not_serving",
             EjectReason::NoHttp2 => "no_http2",
+            EjectReason::HttpCheck(_) => "http_check",
         }
     }
 }
@@ -184,6 +212,7 @@ impl fmt::Display for EjectReason {
                 return write!(f, "gRPC health check: {health}");
             }
             EjectReason::NoHttp2 => "connected, but it does not speak HTTP/2",
+            EjectReason::HttpCheck(failure) => return write!(f, "HTTP check: {failure}"),
         })
     }
 }
@@ -208,6 +237,10 @@ pub enum Observation {
     /// connections all along.
     CheckOk,
     ProbeFailed(EjectReason),
+    /// An HTTP or gRPC health check (periodic, or the probe's) passed: the
+    /// replica answered, so it is back whatever it was ejected for, and
+    /// off probation.
+    Answered,
     /// A request on it (a trial, on probation) was answered well.
     Served,
 }
@@ -287,7 +320,8 @@ impl Health {
                 Some(Change::OnProbation),
             ),
             (Ejected { .. }, ProbeOk) => (InRotation, Some(Change::Readmitted)),
-            (Probation { .. }, Served) => (InRotation, Some(Change::Readmitted)),
+            (Probation { .. }, Served | Answered) => (InRotation, Some(Change::Readmitted)),
+            (Ejected { .. }, Answered) => (InRotation, Some(Change::Readmitted)),
             (Ejected { reason, .. }, CheckOk) if !reason.judges_answers() => {
                 (InRotation, Some(Change::Readmitted))
             }
@@ -741,6 +775,67 @@ mod tests {
                 reason: EjectReason::Refused
             }
             .in_rotation()
+        );
+    }
+
+    /// A health check the replica answered (HTTP, gRPC) brings it back
+    /// whatever it was ejected for, and ends its probation: no client has
+    /// to be its trial.
+    #[test]
+    fn an_answered_check_readmits_from_anything() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        let reasons = [
+            EjectReason::Refused,
+            EjectReason::Silent,
+            EjectReason::Answers {
+                status: 503,
+                count: 5,
+            },
+            EjectReason::Broken {
+                count: 5,
+                garbled: false,
+            },
+            EjectReason::HttpCheck(HttpCheckFailure::Status(500)),
+            EjectReason::NotServing(GrpcHealth::NotServing),
+        ];
+        for reason in reasons {
+            let ejected = Health::Ejected { since: t0, reason };
+            assert_eq!(
+                ejected.observe(Observation::Answered, t1),
+                (Health::InRotation, Some(Change::Readmitted)),
+                "{reason}"
+            );
+            let trial = Health::Probation {
+                since: t0,
+                after: reason,
+            };
+            assert_eq!(
+                trial.observe(Observation::Answered, t1),
+                (Health::InRotation, Some(Change::Readmitted)),
+                "{reason}"
+            );
+        }
+        // A connect check proves nothing of what a replica answers.
+        let answers = Health::Ejected {
+            since: t0,
+            reason: EjectReason::Answers {
+                status: 503,
+                count: 5,
+            },
+        };
+        assert_eq!(answers.observe(Observation::CheckOk, t1), (answers, None));
+        assert_eq!(
+            Health::InRotation.observe(Observation::Answered, t1),
+            (Health::InRotation, None)
+        );
+        assert_eq!(
+            EjectReason::HttpCheck(HttpCheckFailure::Status(503)).to_string(),
+            "HTTP check: answered 503"
+        );
+        assert_eq!(
+            EjectReason::HttpCheck(HttpCheckFailure::NoAnswer).to_string(),
+            "HTTP check: no answer within the check timeout"
         );
     }
 }

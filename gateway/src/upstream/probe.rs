@@ -76,7 +76,12 @@ pub(super) fn spawn(upstream: Weak<Upstream>, replica: Weak<Replica>) {
                     // Cleared first, so that an ejection right after the
                     // re-admission starts a probe of its own.
                     replica.probing.store(false, Ordering::Release);
-                    up.observe(&replica, Observation::ProbeOk);
+                    // An HTTP or gRPC check is an answer, not only a
+                    // connection accepted: no probation after it.
+                    match up.check.answers() {
+                        true => up.check_answered(&replica),
+                        false => up.observe(&replica, Observation::ProbeOk),
+                    }
                     return;
                 }
                 // The node's own shortage: try again at the next step.

@@ -39,6 +39,7 @@ mod grpc;
 mod h2_upstream;
 mod health;
 mod http1;
+mod http_check;
 mod kube;
 mod kube_ingress;
 mod kube_rbac;

@@ -603,6 +603,36 @@ const SAMPLES: &[(&str, &str, &str, &str)] = &[
         "\"b.v1.B\"",
     ),
     (
+        "route.check_path",
+        route!("check = \"http\"\ncheck_path = $"),
+        "\"/healthz\"",
+        "\"/ready\"",
+    ),
+    (
+        "route.check_host",
+        route!("check = \"http\"\ncheck_host = $"),
+        "\"a.internal\"",
+        "\"b.internal\"",
+    ),
+    (
+        "route.check_statuses",
+        route!("check = \"http\"\ncheck_statuses = $"),
+        "[\"2xx\"]",
+        "[\"2xx\", 401]",
+    ),
+    (
+        "route.check_every",
+        route!("check_every = $"),
+        "\"5s\"",
+        "\"7s\"",
+    ),
+    (
+        "route.check_timeout",
+        route!("check_timeout = $"),
+        "\"1s\"",
+        "\"2s\"",
+    ),
+    (
         "route.tls.server_name",
         route!("tls = { server_name = $ }"),
         "\"localhost\"",

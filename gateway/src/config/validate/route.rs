@@ -63,6 +63,14 @@ impl Validator<'_> {
             || matches!(&upstream, Some(UpstreamConfig::External(ext)) if ext.tls);
         let protocol = self.protocol(raw.protocol.as_ref(), speaks_tls);
         let check = self.check(raw);
+        let check_every = raw
+            .check_every
+            .as_ref()
+            .and_then(|e| self.duration(e, "check_every", CHECK_EVERY_RANGE));
+        let check_timeout = raw
+            .check_timeout
+            .as_ref()
+            .and_then(|t| self.duration(t, "check_timeout", CHECK_TIMEOUT_RANGE));
         if let (CheckKind::Grpc { .. }, Protocol::Http1, Some(span)) =
             (&check, protocol, raw.check.as_ref().map(|c| c.span()))
         {
@@ -112,6 +120,8 @@ impl Validator<'_> {
             tls,
             protocol,
             check,
+            check_every,
+            check_timeout,
             strip_prefix,
             add_prefix,
             request_headers,
@@ -159,36 +169,150 @@ impl Validator<'_> {
         protocol
     }
 
-    /// A route's `check` (and `grpc_service`).
+    /// A route's `check`, with what belongs to its kind: `grpc_service`
+    /// for `grpc`; `check_path`, `check_host` and `check_statuses` for
+    /// `http`. A setting of another kind is refused, not ignored.
     pub(super) fn check(&mut self, raw: &RawRoute) -> CheckKind {
-        let service = raw.grpc_service.as_ref();
         let kind = match raw.check.as_ref() {
-            None => None,
+            None => "connect",
             Some(check) => match check.get_ref().as_str() {
-                "connect" => None,
-                "grpc" => Some(check),
+                kind @ ("connect" | "grpc" | "http") => kind,
                 other => {
                     self.problem(
                         check.span(),
-                        format!("check {other:?} is not one of \"connect\", \"grpc\""),
+                        format!("check {other:?} is not one of \"connect\", \"grpc\", \"http\""),
                     );
                     return CheckKind::Connect;
                 }
             },
         };
-        match (kind, service) {
-            (Some(_), service) => CheckKind::Grpc {
-                service: service.map(|s| s.get_ref().clone()).unwrap_or_default(),
-            },
-            (None, Some(service)) => {
-                self.problem(
-                    service.span(),
-                    "grpc_service is the service a gRPC health check asks for: set `check = \"grpc\"` too",
-                );
-                CheckKind::Connect
-            }
-            (None, None) => CheckKind::Connect,
+        if kind != "grpc"
+            && let Some(service) = &raw.grpc_service
+        {
+            self.problem(
+                service.span(),
+                "grpc_service is the service a gRPC health check asks for: set `check = \"grpc\"` too",
+            );
         }
+        if kind != "http" {
+            let http_only = [
+                ("check_path", raw.check_path.as_ref().map(|s| s.span())),
+                ("check_host", raw.check_host.as_ref().map(|s| s.span())),
+                (
+                    "check_statuses",
+                    raw.check_statuses.as_ref().map(|s| s.span()),
+                ),
+            ];
+            for (field, span) in http_only {
+                if let Some(span) = span {
+                    self.problem(
+                        span,
+                        format!(
+                            "{field} belongs to an HTTP health check: set `check = \"http\"` too"
+                        ),
+                    );
+                }
+            }
+        }
+        match kind {
+            "grpc" => CheckKind::Grpc {
+                service: raw
+                    .grpc_service
+                    .as_ref()
+                    .map(|s| s.get_ref().clone())
+                    .unwrap_or_default(),
+            },
+            "http" => CheckKind::Http(HttpCheck {
+                path: raw
+                    .check_path
+                    .as_ref()
+                    .map_or_else(|| "/".to_string(), |p| self.check_path(p)),
+                host: raw.check_host.as_ref().map(|h| self.check_host(h)),
+                statuses: raw
+                    .check_statuses
+                    .as_ref()
+                    .map_or_else(StatusSet::default_pass, |s| self.check_statuses(s)),
+            }),
+            _ => CheckKind::Connect,
+        }
+    }
+
+    /// `check_path`: an origin-form target (`/healthz`, `/ready?full=1`)
+    /// of visible ASCII, as it goes on the request line.
+    fn check_path(&mut self, raw: &Spanned<String>) -> String {
+        let path = raw.get_ref();
+        let fine = path.starts_with('/')
+            && path.len() <= 1024
+            && path.bytes().all(|b| b.is_ascii_graphic() && b != b'#');
+        if !fine {
+            self.problem(
+                raw.span(),
+                format!(
+                    "check_path {:?} must start with '/' and hold at most 1024 visible ASCII characters, no spaces or '#'",
+                    path.chars().take(64).collect::<String>()
+                ),
+            );
+        }
+        path.clone()
+    }
+
+    /// `check_host`: a host name or address, with a port if wanted, as the
+    /// `Host` header carries it.
+    fn check_host(&mut self, raw: &Spanned<String>) -> String {
+        let host = raw.get_ref();
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) if !name.contains(':') || name.ends_with(']') => (name, Some(port)),
+            _ => (host.as_str(), None),
+        };
+        let name_fine = is_dns_name(name)
+            || name.parse::<std::net::Ipv4Addr>().is_ok()
+            || name
+                .strip_prefix('[')
+                .and_then(|n| n.strip_suffix(']'))
+                .is_some_and(|n| n.parse::<std::net::Ipv6Addr>().is_ok());
+        let port_fine = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !(name_fine && port_fine) {
+            self.problem(
+                raw.span(),
+                format!(
+                    "check_host {:?} is not a host name or address (with an optional :port)",
+                    host.chars().take(64).collect::<String>()
+                ),
+            );
+        }
+        host.to_ascii_lowercase()
+    }
+
+    /// `check_statuses`: `2xx`-style classes, statuses and ranges.
+    fn check_statuses(&mut self, raw: &Spanned<RawStatuses>) -> StatusSet {
+        let entries: Vec<String> = match raw.get_ref() {
+            RawStatuses::One(code) => vec![code.to_string()],
+            RawStatuses::Text(text) => text.split(',').map(str::to_string).collect(),
+            RawStatuses::List(list) => list
+                .iter()
+                .map(|e| match e {
+                    RawStatus::Code(code) => code.to_string(),
+                    RawStatus::Text(text) => text.clone(),
+                })
+                .collect(),
+        };
+        let mut set = Vec::new();
+        for text in entries {
+            match StatusSet::entry(&text) {
+                Some(range) => set.push(range),
+                None => self.problem(
+                    raw.span(),
+                    format!(
+                        "check_statuses entry {:?} is not a status (100 to 599), a class such as \"2xx\" or a range such as \"200-204\"",
+                        text.trim().chars().take(32).collect::<String>()
+                    ),
+                ),
+            }
+        }
+        if set.is_empty() {
+            self.problem(raw.span(), "check_statuses is empty: no answer could pass");
+        }
+        StatusSet(set)
     }
 
     /// A route's `tls`: its files read from `dir` (when relative) and
@@ -823,5 +947,118 @@ mod tests {
             found[0].starts_with("1:1: ") || found[0].starts_with("2:"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn an_http_check_reads_its_settings_and_refuses_strays() {
+        use crate::config::{CheckKind, HttpCheck, StatusSet};
+        let config = valid(&route(
+            "check = \"http\"\ncheck_path = \"/healthz?full=1\"\ncheck_host = \"App.Internal:8080\"\ncheck_statuses = [\"2xx\", 401, \"500-502\"]\ncheck_every = \"5s\"\ncheck_timeout = \"1s\"",
+        ));
+        let r = &config.routes[0];
+        assert_eq!(
+            r.check,
+            CheckKind::Http(HttpCheck {
+                path: "/healthz?full=1".into(),
+                host: Some("app.internal:8080".into()),
+                statuses: StatusSet(vec![(200, 299), (401, 401), (500, 502)]),
+            })
+        );
+        assert_eq!(r.check_every, Some(std::time::Duration::from_secs(5)));
+        assert_eq!(r.check_timeout, Some(std::time::Duration::from_secs(1)));
+        // The defaults: `/`, the replica's authority, 2xx and 3xx, the
+        // node's period and bound.
+        let plain = valid(&route("check = \"http\""));
+        assert_eq!(
+            plain.routes[0].check,
+            CheckKind::Http(HttpCheck {
+                path: "/".into(),
+                host: None,
+                statuses: StatusSet::default_pass(),
+            })
+        );
+        assert_eq!(plain.routes[0].check_every, None);
+        // One status, or a label's text with commas.
+        for (statuses, set) in [
+            ("204", vec![(204, 204)]),
+            ("\"2xx, 401\"", vec![(200, 299), (401, 401)]),
+        ] {
+            let config = valid(&route(&format!(
+                "check = \"http\"\ncheck_statuses = {statuses}"
+            )));
+            let CheckKind::Http(http) = &config.routes[0].check else {
+                panic!("an HTTP check");
+            };
+            assert_eq!(http.statuses, StatusSet(set));
+        }
+        let cases = [
+            (
+                "check = \"tcp\"",
+                "4:9: check \"tcp\" is not one of \"connect\", \"grpc\", \"http\"",
+            ),
+            (
+                "check_path = \"/h\"",
+                "4:14: check_path belongs to an HTTP health check: set `check = \"http\"` too",
+            ),
+            (
+                "check = \"grpc\"\nprotocol = \"h2c\"\ncheck_statuses = [\"2xx\"]",
+                "6:18: check_statuses belongs to an HTTP health check: set `check = \"http\"` too",
+            ),
+            (
+                "check = \"http\"\ngrpc_service = \"a.B\"",
+                "5:16: grpc_service is the service a gRPC health check asks for: set `check = \"grpc\"` too",
+            ),
+            (
+                "check = \"http\"\ncheck_path = \"healthz\"",
+                "5:14: check_path \"healthz\" must start with '/' and hold at most 1024 visible ASCII characters, no spaces or '#'",
+            ),
+            (
+                "check = \"http\"\ncheck_path = \"/a b\"",
+                "5:14: check_path \"/a b\" must start with '/' and hold at most 1024 visible ASCII characters, no spaces or '#'",
+            ),
+            (
+                "check = \"http\"\ncheck_host = \"a.test\\r\\nx-evil: 1\"",
+                "5:14: check_host \"a.test\\r\\nx-evil: 1\" is not a host name or address (with an optional :port)",
+            ),
+            (
+                "check = \"http\"\ncheck_host = \"a.test:0\"",
+                "5:14: check_host \"a.test:0\" is not a host name or address (with an optional :port)",
+            ),
+            (
+                "check = \"http\"\ncheck_statuses = [\"2xx\", \"6xx\"]",
+                "5:18: check_statuses entry \"6xx\" is not a status (100 to 599), a class such as \"2xx\" or a range such as \"200-204\"",
+            ),
+            (
+                "check = \"http\"\ncheck_statuses = []",
+                "5:18: check_statuses is empty: no answer could pass",
+            ),
+            (
+                "check = \"http\"\ncheck_every = \"100ms\"",
+                "5:15: check_every",
+            ),
+        ];
+        for (lines, said) in cases {
+            let found = problems(&route(lines));
+            assert!(
+                found.iter().any(|p| p.starts_with(said)),
+                "{lines}: {found:?}"
+            );
+        }
+        // IPv6 and IPv4 hosts, with and without a port.
+        for host in [
+            "[::1]:8080",
+            "[::1]",
+            "10.0.0.7",
+            "10.0.0.7:80",
+            "svc.ns.svc",
+        ] {
+            assert!(
+                problems(&route(&format!(
+                    "check = \"http\"\ncheck_host = \"{host}\""
+                )))
+                .is_empty(),
+                "{host}"
+            );
+        }
     }
 }
