@@ -38,7 +38,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::changes::Changes;
 use crate::proxy::{Proxy, Route};
 use crate::shutdown::{Shutdown, Tasks};
-use crate::upstream::health::Observation;
+use crate::upstream::health::{EjectReason, Observation};
 use crate::upstream::{ConnectFailure, Replica, Upstream};
 
 /// How often connect checks run, and how long each may take:
@@ -125,10 +125,8 @@ impl Checker {
             let periods: Vec<(&str, Duration)> = routes
                 .iter()
                 .map(|r| {
-                    (
-                        r.config.name.as_str(),
-                        r.config.check_every.unwrap_or(node.every),
-                    )
+                    let every = r.config.check_every.unwrap_or(node.every);
+                    (r.config.name.as_str(), period(every, refusing_new(r)))
                 })
                 .collect();
             let (due, next) = schedule.due(&periods, Instant::now());
@@ -171,6 +169,30 @@ impl Checker {
     }
 }
 
+/// How often a route is checked while a replica refuses new connections
+/// (orange: its name gone, its certificate refused) at the most: what ends
+/// it (the name back, the certificate renewed) is seen within this.
+pub const WHILE_REFUSED: Duration = Duration::from_secs(2);
+
+/// A route's period: `every`, or at most [`WHILE_REFUSED`] while one of
+/// its replicas refuses new connections.
+fn period(every: Duration, refusing: bool) -> Duration {
+    match refusing {
+        true => every.min(WHILE_REFUSED),
+        false => every,
+    }
+}
+
+/// Whether a replica of the route refuses new connections while pooled
+/// ones serve.
+fn refusing_new(route: &Route) -> bool {
+    route
+        .upstream
+        .replicas()
+        .iter()
+        .any(|r| r.new_refused().is_some())
+}
+
 /// Whether the route has a replica this node checks.
 fn checks_any(route: &Route) -> bool {
     let upstream = &route.upstream;
@@ -202,16 +224,18 @@ async fn check_route(route: &Route, bound: Duration) {
             let pooled = result.is_err() && upstream.pool.holds(&replica);
             match checked(result, pooled) {
                 Checked::Passed => {
-                    upstream.name_resolves(&replica, None);
+                    upstream.new_connections(&replica, None);
                     match answers {
                         true => upstream.check_answered(&replica),
                         false => upstream.observe(&replica, Observation::CheckOk),
                     }
                     return answers;
                 }
-                Checked::NameGone(why) => upstream.name_resolves(&replica, Some(why)),
+                Checked::NewRefused(why) => upstream.new_connections(&replica, Some(why)),
                 Checked::NodeShort => {}
                 Checked::Failed(failure) => {
+                    // Nothing serves it any more: the ejection says so.
+                    upstream.pooled_gone(&replica);
                     upstream.connect_failed(&replica, &failure, false);
                 }
             }
@@ -306,21 +330,27 @@ pub fn supervise(
 enum Checked {
     /// A request could connect.
     Passed,
-    /// Its name no longer resolves, but pooled connections still reach
-    /// it: requests are served, and new connects would fail. Said, not
-    /// ejected.
-    NameGone(String),
+    /// New connections fail (its name no longer resolves, its certificate
+    /// is refused), but pooled connections still reach it: requests are
+    /// served over those. Said, not ejected; red once only new
+    /// connections are left.
+    NewRefused(String),
     /// The node's own shortage: nothing of the replica, no verdict.
     NodeShort,
     Failed(ConnectFailure),
 }
 
-/// Decides what a check's `result` says, `pooled`: whether open
-/// connections to the replica wait in the pool.
+/// Decides what a check's `result` says, `pooled`: whether connections
+/// to the replica are open in the pool or in use.
 fn checked(result: Result<(), ConnectFailure>, pooled: bool) -> Checked {
     match result {
         Ok(()) => Checked::Passed,
-        Err(ConnectFailure::Unresolvable(why)) if pooled => Checked::NameGone(why),
+        Err(ConnectFailure::Unresolvable(why)) if pooled => {
+            Checked::NewRefused(format!("name does not resolve ({why})"))
+        }
+        Err(ConnectFailure::Tls { failure, .. }) if pooled && failure.is_certificate() => {
+            Checked::NewRefused(EjectReason::Tls(failure).to_string())
+        }
         Err(ConnectFailure::Local(_)) => Checked::NodeShort,
         Err(failure) => Checked::Failed(failure),
     }
@@ -331,7 +361,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_name_gone_from_dns_is_said_while_pooled_connections_serve() {
+    fn new_connections_refused_are_said_while_pooled_connections_serve() {
+        use crate::upstream::handshake::TlsFailure;
         let gone = || {
             Err(ConnectFailure::Unresolvable(
                 "resolving h: no such host".into(),
@@ -340,8 +371,30 @@ mod tests {
         assert_eq!(checked(Ok(()), false), Checked::Passed);
         assert_eq!(
             checked(gone(), true),
-            Checked::NameGone("resolving h: no such host".into())
+            Checked::NewRefused("name does not resolve (resolving h: no such host)".into())
         );
+        // A certificate refused to a new handshake, while connections made
+        // before it serve: the same. Another TLS fault is a failure.
+        let tls = |failure| {
+            Err(ConnectFailure::Tls {
+                failure,
+                detail: "invalid peer certificate".into(),
+            })
+        };
+        assert_eq!(
+            checked(tls(TlsFailure::Expired), true),
+            Checked::NewRefused(
+                "TLS handshake: invalid peer certificate: certificate expired".into()
+            )
+        );
+        assert!(matches!(
+            checked(tls(TlsFailure::Expired), false),
+            Checked::Failed(ConnectFailure::Tls { .. })
+        ));
+        assert!(matches!(
+            checked(tls(TlsFailure::NotTls), true),
+            Checked::Failed(ConnectFailure::Tls { .. })
+        ));
         // Nothing reaches it any more: a failed check, as any.
         assert!(matches!(
             checked(gone(), false),
@@ -436,5 +489,16 @@ mod tests {
         assert_eq!(schedule.due(&routes[..1], t0 + s(32)).0, [0]);
         schedule.done("fast");
         assert_eq!(schedule.due(&routes, t0 + s(32)).0, [1]);
+    }
+
+    /// While a replica refuses new connections, its route is checked every
+    /// 2 s at the most, so that a name back or a certificate renewed is
+    /// seen soon; a shorter period stays.
+    #[test]
+    fn an_orange_route_is_checked_sooner() {
+        let s = Duration::from_secs;
+        assert_eq!(period(s(30), false), s(30));
+        assert_eq!(period(s(30), true), WHILE_REFUSED);
+        assert_eq!(period(s(1), true), s(1));
     }
 }

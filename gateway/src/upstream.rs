@@ -172,9 +172,10 @@ pub struct Replica {
     /// Answer bodies being read from it now, each on a connection of its own
     /// (HTTP/1) or a stream ([`Release`]).
     lent: AtomicU32,
-    /// Its name stopped resolving while pooled connections still reach
-    /// it: why, as the last check saw it.
-    name_gone: Mutex<Option<Arc<str>>>,
+    /// New connections to it fail while pooled connections still reach
+    /// it (its name no longer resolves, its certificate is refused): why,
+    /// as the last check saw it.
+    new_refused: Mutex<Option<Arc<str>>>,
     /// When the certificate it presented to the last check expires (Unix
     /// seconds; 0: not known), and the day (Unix days) its expiry was last
     /// warned of.
@@ -223,7 +224,7 @@ impl Replica {
             trial: AtomicBool::new(false),
             awaiting: AtomicU32::new(0),
             lent: AtomicU32::new(0),
-            name_gone: Mutex::new(None),
+            new_refused: Mutex::new(None),
             cert_not_after: std::sync::atomic::AtomicI64::new(0),
             cert_warned_day: std::sync::atomic::AtomicI64::new(i64::MIN),
             ejections_in_a_row: AtomicU32::new(0),
@@ -252,10 +253,10 @@ impl Replica {
         *self.health.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Why its name no longer resolves, while pooled connections still
+    /// Why new connections to it fail, while pooled connections still
     /// reach it.
-    pub fn name_gone(&self) -> Option<Arc<str>> {
-        self.name_gone
+    pub fn new_refused(&self) -> Option<Arc<str>> {
+        self.new_refused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -683,6 +684,19 @@ impl Upstream {
         self.changed();
     }
 
+    /// The connections that served `replica` while new ones failed are
+    /// gone: its note goes quietly (the ejection that follows says why).
+    pub fn pooled_gone(&self, replica: &Replica) {
+        let mut note = replica
+            .new_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if note.take().is_some() {
+            drop(note);
+            self.changed();
+        }
+    }
+
     /// A health check of `replica` that it answered (HTTP, gRPC) passed:
     /// back from any ejection, off probation, and a lone replica's failing
     /// mark cleared whatever its kind. No client has to be its trial.
@@ -888,27 +902,31 @@ impl Upstream {
         self.changed();
     }
 
-    /// What a check learned of `replica`'s name: `Some(why)` when it no
-    /// longer resolves though pooled connections still serve (the replica
-    /// stays, the verdict says both), `None` once it resolves again.
-    pub fn name_resolves(&self, replica: &Replica, gone: Option<String>) {
-        let mut note = replica.name_gone.lock().unwrap_or_else(|e| e.into_inner());
-        if note.as_deref() == gone.as_deref() {
+    /// What a check learned of new connections to `replica`: `Some(why)`
+    /// when they fail (its name no longer resolves, its certificate is
+    /// refused) though pooled connections still serve (the replica stays,
+    /// the verdict says both), `None` once one succeeds again.
+    pub fn new_connections(&self, replica: &Replica, refused: Option<String>) {
+        let mut note = replica
+            .new_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if note.as_deref() == refused.as_deref() {
             return;
         }
-        match &gone {
+        match &refused {
             Some(why) if note.is_none() => tracing::warn!(
                 route = &*self.route,
                 replica = %replica.label,
                 %why,
-                "replica's name no longer resolves; pooled connections still serve"
+                "replica refuses new connections; pooled connections still serve"
             ),
             None => {
-                tracing::info!(route = &*self.route, replica = %replica.label, "replica's name resolves again")
+                tracing::info!(route = &*self.route, replica = %replica.label, "replica takes new connections again")
             }
             Some(_) => {}
         }
-        *note = gone.map(Arc::from);
+        *note = refused.map(Arc::from);
         drop(note);
         self.changed();
     }

@@ -39,9 +39,10 @@ pub struct ReplicaFacts<'a> {
     /// Failing real traffic while kept in rotation, the only replica
     /// left, and why: in rotation is not serving.
     pub failing: Option<EjectReason>,
-    /// Its name no longer resolves, though pooled connections still
-    /// reach it: why.
-    pub name_gone: Option<&'a str>,
+    /// New connections to it fail (its name no longer resolves, its
+    /// certificate is refused), though pooled connections still reach
+    /// it: why.
+    pub new_refused: Option<&'a str>,
     /// The labels of the images it runs (none when the runtime does not
     /// tell, as for static replicas and external hosts).
     pub images: Vec<&'a str>,
@@ -97,6 +98,13 @@ pub fn judge(
         .filter(|r| r.ready && r.ejected.is_none())
         .filter_map(|r| r.failing)
         .collect();
+    // Usable, but only over connections made before: neither green nor
+    // red.
+    let pooled_only: Vec<&str> = replicas
+        .iter()
+        .filter(|r| r.ready && r.ejected.is_none() && r.failing.is_none())
+        .filter_map(|r| r.new_refused)
+        .collect();
     let not_ready = replicas.iter().filter(|r| !r.ready).count();
     let ejected: Vec<EjectReason> = replicas
         .iter()
@@ -138,6 +146,12 @@ pub fn judge(
             parts.push(format!(
                 "{} failing traffic: {first}; kept in rotation: no other replica",
                 failing.len()
+            ));
+        }
+        if let Some(first) = pooled_only.first() {
+            parts.push(format!(
+                "{} refusing new connections: {first}; pooled connections still serve",
+                pooled_only.len()
             ));
         }
         parts.join("; ")
@@ -190,12 +204,12 @@ pub fn judge(
                 ),
             ),
         },
-        (_, Source::External) => match replicas.iter().find_map(|r| r.name_gone) {
+        (_, Source::External) => match replicas.iter().find_map(|r| r.new_refused) {
             // Served over connections made before, refused to any new one:
             // neither green nor red.
             Some(why) => (
                 Heart::Orange,
-                format!("name does not resolve ({why}); pooled connections still serve"),
+                format!("{why}; pooled connections still serve"),
             ),
             None => (Heart::Green, "host accepts connections".to_string()),
         },
@@ -204,6 +218,9 @@ pub fn judge(
             Heart::Orange,
             format!("{usable} of {total} ready ({})", details()),
         ),
+        _ if !pooled_only.is_empty() => {
+            (Heart::Orange, format!("all {total} ready ({})", details()))
+        }
         _ => (Heart::Green, format!("all {total} ready")),
     };
     Judgement {
@@ -310,7 +327,7 @@ mod tests {
             ready,
             ejected,
             failing: None,
-            name_gone: None,
+            new_refused: None,
             images: images.to_vec(),
         }
     }
@@ -320,7 +337,7 @@ mod tests {
             ready: true,
             ejected: None,
             failing: Some(reason),
-            name_gone: None,
+            new_refused: None,
             images: Vec::new(),
         }
     }
@@ -477,10 +494,29 @@ mod tests {
                 Heart::Red,
                 "none ready (1 ejected by this node: 5 consecutive 503; 1 failing traffic: 5 consecutive 503; kept in rotation: no other replica)",
             ),
+            // A replica whose certificate a new handshake refuses, while
+            // connections made before serve: both, orange.
+            (
+                Source::Static,
+                vec![
+                    ReplicaFacts {
+                        new_refused: Some(
+                            "TLS handshake: invalid peer certificate: certificate expired",
+                        ),
+                        ..facts(true, None, &[])
+                    },
+                    facts(true, None, &[]),
+                ],
+                CLOSED,
+                Heart::Orange,
+                "all 2 ready (1 refusing new connections: TLS handshake: invalid peer certificate: certificate expired; pooled connections still serve)",
+            ),
             (
                 Source::External,
                 vec![ReplicaFacts {
-                    name_gone: Some("resolving billing.example.net: no such host"),
+                    new_refused: Some(
+                        "name does not resolve (resolving billing.example.net: no such host)",
+                    ),
                     ..facts(true, None, &[])
                 }],
                 CLOSED,

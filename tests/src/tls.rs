@@ -389,6 +389,12 @@ impl TlsUpstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a TLS upstream");
+        TlsUpstream::on(listener, name, config)
+    }
+
+    /// A TLS upstream on a listener the test bound (the port of one it
+    /// dropped: a restart, every connection of the old one closed).
+    pub fn on(listener: TcpListener, name: &str, config: Arc<rustls::ServerConfig>) -> TlsUpstream {
         let addr = listener.local_addr().expect("local address");
         let config = Arc::new(Mutex::new(config));
         let (accepted, handshakes, hits) = (

@@ -1362,7 +1362,7 @@ mod tests {
                 ready: e.ready,
                 ejected: None,
                 failing: None,
-                name_gone: None,
+                new_refused: None,
                 images: e.images.iter().map(String::as_str).collect(),
             })
             .collect();

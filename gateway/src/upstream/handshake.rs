@@ -83,6 +83,22 @@ impl TlsFailure {
     }
 }
 
+impl TlsFailure {
+    /// A fault of the certificate presented, which connections made
+    /// before it (and sessions resumed from them) do not meet.
+    pub fn is_certificate(self) -> bool {
+        matches!(
+            self,
+            TlsFailure::UnknownIssuer
+                | TlsFailure::Expired
+                | TlsFailure::NotValidYet
+                | TlsFailure::NotValidForName
+                | TlsFailure::Revoked
+                | TlsFailure::BadCertificate
+        )
+    }
+}
+
 impl fmt::Display for TlsFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Worded as rustls words them, without the parts that change from

@@ -242,7 +242,12 @@ impl Pool {
                 .get(&replica.key)
                 .is_some_and(|list| list.iter().any(|c| !c.is_closed()))
         };
-        shared || replica.idle.get().is_some_and(|stack| stack.len() > 0)
+        // Closed idle connections hold nothing: swept first.
+        shared
+            || replica
+                .idle
+                .get()
+                .is_some_and(|stack| stack.sweep(Instant::now()))
     }
 
     /// The replica's idle stack, found in the pool on its first use.

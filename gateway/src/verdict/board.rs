@@ -52,7 +52,7 @@ struct Owned {
     ready: bool,
     ejected: Option<crate::upstream::health::EjectReason>,
     failing: Option<crate::upstream::health::EjectReason>,
-    name_gone: Option<Arc<str>>,
+    new_refused: Option<Arc<str>>,
     images: Arc<[String]>,
 }
 
@@ -86,7 +86,7 @@ fn replica_facts(route: &Route) -> Vec<Owned> {
                 ready: r.ready(),
                 ejected,
                 failing: r.failing(),
-                name_gone: r.name_gone(),
+                new_refused: r.new_refused(),
                 images: r.images(),
             }
         })
@@ -116,7 +116,7 @@ impl Board {
                     ready: o.ready,
                     ejected: o.ejected,
                     failing: o.failing,
-                    name_gone: o.name_gone.as_deref(),
+                    new_refused: o.new_refused.as_deref(),
                     images: o.images.iter().map(String::as_str).collect(),
                 })
                 .collect();

@@ -223,6 +223,156 @@ async fn a_certificate_that_expires_under_a_resumable_session_is_seen_at_the_nex
     node.stop().await;
 }
 
+/// A certificate that expires while pooled connections and resumed
+/// sessions keep serving: orange, saying both, and every request answered;
+/// red once new connections are all that is left (the replica restarted,
+/// its sessions gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_that_expires_under_pooled_connections_is_orange_saying_both() {
+    let ca = TestCa::new("picket test CA");
+    let valid = ca.server_config(&["127.0.0.1"]);
+    let upstream = TlsUpstream::start("billing", Arc::clone(&valid)).await;
+    let addr = upstream.addr;
+    let (node, _roots) = checking(&ca, &upstream);
+    node.verdict_until("billing", "green", Duration::from_secs(3), |v| {
+        v.heart == Heart::Green
+    })
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let mut expired = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
+    expired.session_storage = Arc::clone(&valid.session_storage);
+    expired.ticketer = Arc::clone(&valid.ticketer);
+    // Traffic all along: 520 requests, 4 at a time.
+    let traffic = {
+        let proxy = node.proxy;
+        tokio::spawn(async move {
+            let mut ok = 0;
+            for round in 0..130 {
+                let batch: Vec<_> = (0..4)
+                    .map(|i| {
+                        tokio::spawn(async move {
+                            client::get(proxy, "any", &format!("/billing/{round}/{i}")).await
+                        })
+                    })
+                    .collect();
+                for request in batch {
+                    let answer = request.await.expect("joined").expect("an answer");
+                    assert_eq!(answer.status, 200, "{}", answer.text());
+                    ok += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            ok
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.set_config(Arc::new(expired.clone()));
+    node.verdict_until(
+        "billing",
+        "orange, saying both",
+        Duration::from_secs(4),
+        |v| {
+            v.heart == Heart::Orange
+                && *v.reason
+                    == *"TLS handshake: invalid peer certificate: certificate expired; pooled connections still serve"
+        },
+    )
+    .await;
+    let served = traffic.await.expect("the traffic ran");
+    assert_eq!(served, 520, "every request answered while orange");
+    let verdict = node.verdict("billing").expect("a verdict");
+    assert_eq!(verdict.heart, Heart::Orange, "{verdict:?}");
+    // The replica restarts with the expired certificate and no sessions:
+    // only new connections are left, and they are refused.
+    drop(upstream);
+    let mut fresh = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
+    fresh.session_storage = rustls::server::ServerSessionMemoryCache::new(16);
+    let _restarted = TlsUpstream::on(
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .expect("the same port"),
+        "billing",
+        Arc::new(fresh),
+    );
+    node.verdict_until(
+        "billing",
+        "red once only new connections are left",
+        Duration::from_secs(4),
+        |v| {
+            v.heart == Heart::Red
+                && *v.reason == *"host unusable: TLS handshake: invalid peer certificate: certificate expired"
+        },
+    )
+    .await;
+    node.stop().await;
+}
+
+/// While a replica refuses new connections (orange), its route is checked
+/// every 2 s whatever its period: a certificate renewed (as a name that
+/// resolves again) turns it green within that, not at the next 30 s round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_is_seen_within_two_seconds_while_orange() {
+    let ca = TestCa::new("picket test CA");
+    let valid = ca.server_config(&["127.0.0.1"]);
+    let upstream = TlsUpstream::start("billing", Arc::clone(&valid)).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let roots = ca.write_pem(dir.path());
+    let node = TestNode::start_with(
+        &external(
+            "billing",
+            &format!("https://127.0.0.1:{}", upstream.addr.port()),
+            "check_every = \"30s\"",
+        ),
+        |options| {
+            options.tls = picket::tls::client_config(Some(&roots)).expect("TLS roots");
+        },
+    );
+    node.verdict_until("billing", "green", Duration::from_secs(3), |v| {
+        v.heart == Heart::Green
+    })
+    .await;
+    // Requests keep a connection in the pool.
+    let proxy = node.proxy;
+    let traffic = tokio::spawn(async move {
+        loop {
+            let answer = client::get(proxy, "any", "/billing/x")
+                .await
+                .expect("an answer");
+            assert_eq!(answer.status, 200, "{}", answer.text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let mut expired = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
+    expired.session_storage = Arc::clone(&valid.session_storage);
+    expired.ticketer = Arc::clone(&valid.ticketer);
+    upstream.set_config(Arc::new(expired));
+    // A round now, as the 30 s timer would run it later.
+    node.node().checker().round(node.node().proxy()).await;
+    node.verdict_until("billing", "orange", Duration::from_secs(1), |v| {
+        v.heart == Heart::Orange && v.reason.contains("certificate expired")
+    })
+    .await;
+    upstream.set_config(Arc::clone(&valid));
+    let renewed = tokio::time::Instant::now();
+    node.verdict_until("billing", "green again", Duration::from_secs(5), |v| {
+        v.heart == Heart::Green
+    })
+    .await;
+    let took = renewed.elapsed();
+    eprintln!("FIGURE | renewed certificate seen after {took:.1?} while orange (period 30 s)");
+    assert!(took <= Duration::from_millis(2500), "{took:?}");
+    traffic.abort();
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_replicas_days_to_expiry_are_shown_and_measured() {
     let ca = TestCa::new("picket test CA");
