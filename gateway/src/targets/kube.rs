@@ -131,8 +131,34 @@ pub enum NamespaceView {
         services: Vec<Arc<Service>>,
         pods: Vec<Arc<Pod>>,
     },
-    /// RBAC forbids the watch there: services are checked by connect.
-    Forbidden,
+    /// RBAC forbids the watch there (these lists): services are checked
+    /// by connect.
+    Forbidden(Refused),
+}
+
+/// The lists RBAC refused in a namespace: each needs its own grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Refused {
+    pub services: bool,
+    pub pods: bool,
+}
+
+impl Refused {
+    /// What to grant, in words: `services`, `pods`, or both.
+    pub fn lists(self) -> &'static str {
+        match (self.services, self.pods) {
+            (true, false) => "services",
+            (false, true) => "pods",
+            _ => "services and pods",
+        }
+    }
+
+    fn add(&mut self, kind: Kind) {
+        match kind {
+            Kind::Services => self.services = true,
+            Kind::Pods => self.pods = true,
+        }
+    }
 }
 
 /// The key of the view of every namespace at once.
@@ -261,7 +287,7 @@ impl Inventory for KubeInventory {
             .or_else(|| self.namespaces.get(ALL).map(|v| (v, true)))
         {
             None => Vec::new(),
-            Some((NamespaceView::Forbidden, _)) => match port {
+            Some((NamespaceView::Forbidden(_), _)) => match port {
                 ServicePort::Number(port) => vec![fallback(name, namespace, *port)],
                 // A named port needs the Service object, which the node may not read.
                 ServicePort::Name(_) => Vec::new(),
@@ -293,11 +319,12 @@ impl Inventory for KubeInventory {
             None => (self.namespaces.get(ALL)?, true),
         };
         match view {
-            NamespaceView::Forbidden => match port {
+            NamespaceView::Forbidden(refused) => match port {
                 ServicePort::Name(port) => Some(format!(
                     "port \"{port}\" of service {namespace}/{name} cannot be resolved: RBAC forbids \
-                     this node to list and watch services and pods in namespace {namespace}; grant \
-                     them, or give the port by number"
+                     this node to list and watch {lists} in namespace {namespace}; grant list and \
+                     watch on {lists} there, or give the port by number",
+                    lists = refused.lists()
                 )),
                 ServicePort::Number(_) => None,
             },
@@ -890,23 +917,25 @@ async fn follow_namespace(
             stopped = watch => stopped,
             () = shutdown.wait() => return,
         };
-        let Some(error) = stopped else {
+        let Some((refused, error)) = stopped else {
             // The watcher's stream never ends; were it to, watch again.
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                 () = shutdown.wait() => return,
             }
         };
-        views.publish(&key, NamespaceView::Forbidden);
+        views.publish(&key, NamespaceView::Forbidden(refused));
         link.changes.signal();
         if !forbidden_said {
             forbidden_said = true;
             tracing::warn!(
                 namespace = %key,
+                refused = refused.lists(),
                 %error,
                 retry_every = %humantime::format_duration(link.retry_forbidden),
-                "RBAC forbids list/watch of pods and services in this namespace; \
-                 falling back to connect checks of each service's name"
+                "RBAC forbids list/watch of {} in this namespace; \
+                 falling back to connect checks of each service's name",
+                refused.lists()
             );
         }
         tokio::select! {
@@ -916,8 +945,10 @@ async fn follow_namespace(
     }
 }
 
-/// Watches one namespace (or all) until RBAC forbids it; returns why.
-/// `None`: the watch stream ended.
+/// Watches one namespace (or all) until RBAC forbids it; returns which
+/// lists it refused (each list's first answer heard, up to
+/// [`REFUSALS_HEARD`]) and the first refusal. `None`: the watch stream
+/// ended.
 async fn watch(
     client: &kube::Client,
     namespace: Option<&str>,
@@ -926,7 +957,7 @@ async fn watch(
     link: &Link,
     gate: &Gate,
     forbidden_said: &mut bool,
-) -> Option<watcher::Error> {
+) -> Option<(Refused, watcher::Error)> {
     let (services, pods): (Api<Service>, Api<Pod>) = match namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -950,8 +981,36 @@ async fn watch(
     );
     let mut events = std::pin::pin!(events);
     let mut listed = (false, false);
+    let mut refused: Option<(Refused, watcher::Error, tokio::time::Instant)> = None;
     let endpoint = gate.endpoint();
-    while let Some((kind, event)) = events.next().await {
+    loop {
+        // Once a list is refused, the other's first answer is waited for
+        // (briefly), so that the refusal names every list it covers.
+        let next = match &refused {
+            None => events.next().await,
+            Some((_, _, until)) => tokio::time::timeout_at(*until, events.next())
+                .await
+                .ok()
+                .flatten(),
+        };
+        let Some((kind, event)) = next else {
+            return refused.map(|(lists, error, _)| (lists, error));
+        };
+        if let Some((lists, _, _)) = &mut refused {
+            match &event {
+                Err(error) if forbidden(error) => lists.add(kind),
+                _ => {}
+            }
+            let heard = |k| match k {
+                Kind::Services => lists.services || listed.0,
+                Kind::Pods => lists.pods || listed.1,
+            };
+            let answered = matches!(&event, Ok(Changed::Changed));
+            if heard(Kind::Services) && heard(Kind::Pods) || answered {
+                return refused.map(|(lists, error, _)| (lists, error));
+            }
+            continue;
+        }
         match event {
             Ok(Changed::Listing) => {}
             Ok(Changed::Changed) => {
@@ -977,12 +1036,26 @@ async fn watch(
                     link.changes.signal();
                 }
             }
-            Err(error) if forbidden(&error) => return Some(error),
+            Err(error) if forbidden(&error) => {
+                let mut lists = Refused::default();
+                lists.add(kind);
+                let other_heard = match kind {
+                    Kind::Services => listed.1,
+                    Kind::Pods => listed.0,
+                };
+                if other_heard {
+                    return Some((lists, error));
+                }
+                refused = Some((lists, error, tokio::time::Instant::now() + REFUSALS_HEARD));
+            }
             Err(error) => link.silent(endpoint, &error),
         }
     }
-    None
 }
+
+/// How long a watch refused for one list waits for the other's first
+/// answer, to name both when both are refused.
+const REFUSALS_HEARD: Duration = Duration::from_secs(2);
 
 /// How a failing watch is retried: 250 ms doubling to 2 s, jittered. The gate
 /// refuses retries before any I/O while the API server's breaker is open,
@@ -1209,7 +1282,13 @@ mod tests {
         );
         let forbidden = KubeInventory {
             own: "shop".into(),
-            namespaces: BTreeMap::from([("shop".to_string(), NamespaceView::Forbidden)]),
+            namespaces: BTreeMap::from([(
+                "shop".to_string(),
+                NamespaceView::Forbidden(Refused {
+                    services: true,
+                    pods: true,
+                }),
+            )]),
             ..KubeInventory::default()
         }
         .endpoints("api", &ServicePort::Number(80));
@@ -1410,8 +1489,10 @@ mod tests {
                 pods: vec![billing_pod(Some("billing"))],
             },
         );
-        inv.namespaces
-            .insert("locked".into(), NamespaceView::Forbidden);
+        inv.namespaces.insert(
+            "locked".into(),
+            NamespaceView::Forbidden(Refused::default()),
+        );
         let ids = |e: Vec<Endpoint>| e.into_iter().map(|e| e.id).collect::<Vec<_>>();
         assert_eq!(
             ids(inv.endpoints("billing/api", &ServicePort::Number(80))),
