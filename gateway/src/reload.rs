@@ -26,6 +26,20 @@ use crate::shutdown::{Shutdown, Tasks};
 /// Quiet time after a file event before the file is read.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// Whether a file event may mean a change: anything but an access. The
+/// node's own reads of a watched file (opening it, closing it unwritten)
+/// are events too; taken as changes, each reading would order the next,
+/// ten times a second for as long as the node runs.
+pub fn may_change(event: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match event.kind {
+        // A file closed after writing (inotify's IN_CLOSE_WRITE).
+        notify::EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        notify::EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// Follows `path` until `shutdown`, calling `reload` (on a blocking
 /// thread: it reads files and builds tables) once the watch is in place,
 /// before returning, then after each burst of changes, and on SIGHUP.
@@ -41,7 +55,7 @@ where
         .unwrap_or(Path::new("."))
         .to_path_buf();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        if event.is_ok_and(|e| may_change(&e)) {
             let _ = tx.try_send(());
         }
     })
@@ -351,5 +365,31 @@ mod tests {
         assert_eq!(settle_wait(Some(ms(0)), SETTLE_FOR), None);
         // A modification time in the future says nothing: no wait.
         assert_eq!(settle_wait(None, ms(0)), None);
+    }
+
+    /// Reads are no changes: the node reading its own files must not
+    /// order another reading.
+    #[test]
+    fn only_what_may_change_a_file_wakes_a_reload() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
+        use notify::{Event, EventKind};
+        let reads = [
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+        ];
+        for kind in reads {
+            assert!(!may_change(&Event::new(kind)), "{kind:?}");
+        }
+        let changes = [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Remove(notify::event::RemoveKind::File),
+            EventKind::Any,
+        ];
+        for kind in changes {
+            assert!(may_change(&Event::new(kind)), "{kind:?}");
+        }
     }
 }

@@ -218,7 +218,7 @@ impl Followed {
         if self.watcher.is_none() && !wanted.is_empty() {
             let events = self.events.clone();
             let made = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if event.is_ok() {
+                if event.is_ok_and(|e| crate::reload::may_change(&e)) {
                     let _ = events.try_send(());
                 }
             });

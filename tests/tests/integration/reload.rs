@@ -478,3 +478,68 @@ fn routes_with_breaker(
         ),
     )
 }
+
+/// The node's own reads of the files it watches are no changes: left
+/// alone, a node reads its configuration and its certificate once, not
+/// again and again (each reading used to wake the watch that orders the
+/// next, ten times a second). What it opens is watched here from outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_left_alone_does_not_read_its_files_again() {
+    use notify::Watcher;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = picket_tests::tls::TestCa::new("watch CA");
+    let leaf = ca.write_leaf(dir.path(), "edge", &["edge.test"]);
+    let up = Upstream::start("up", Behaviour::Echo).await;
+    let path = dir.path().join("picket.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[node]\nlisten_tls = \"127.0.0.1:0\"\n{}{}",
+            route("r", "/", &[up.addr], ""),
+            leaf.table()
+        ),
+    )
+    .unwrap();
+    let node = TestNode::start_file(&path);
+    // Its first readings settle.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let opened = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = std::sync::Arc::clone(&opened);
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event
+            && matches!(
+                event.kind,
+                notify::EventKind::Access(notify::event::AccessKind::Open(_))
+            )
+        {
+            seen.lock().unwrap().extend(event.paths);
+        }
+    })
+    .unwrap();
+    watcher
+        .watch(dir.path(), notify::RecursiveMode::NonRecursive)
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(watcher);
+    let opened = opened.lock().unwrap().clone();
+    assert!(
+        opened.is_empty(),
+        "read again while nothing changed: {opened:?}"
+    );
+    // A change is still seen.
+    std::fs::write(
+        &path,
+        format!(
+            "[node]\nlisten_tls = \"127.0.0.1:0\"\n{}{}",
+            route("r", "/", &[up.addr], "tries = 1"),
+            leaf.table()
+        ),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.node().config().routes[0].tries.value != 1 {
+        assert!(Instant::now() < deadline, "the change was not applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    node.stop().await;
+}
