@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: installs what the tests use
 # (curl, wrk, iproute2, iptables, tmux, grpcio for the gRPC tests, git,
 # Chromium, Debian's docker-registry and a few wheels for the real-client
-# tests, Pebble (the ACME test server) and cargo-deny), then checks
+# tests, Pebble (the ACME test server), valgrind and strace for the
+# work-count guard, and cargo-deny), then checks
 # formatting, lints and dependencies and runs every test of the workspace. Tests that build test hosts in network
 # namespaces need root; with CI=true nothing may be skipped.
 set -euo pipefail
@@ -10,7 +11,8 @@ cd "$(dirname "$0")/.."
 
 missing=()
 for pair in curl:curl wrk:wrk ip:iproute2 iptables:iptables tmux:tmux python3:python3-venv \
-  git:git chromium:chromium docker-registry:docker-registry pebble:pebble openssl:openssl; do
+  git:git chromium:chromium docker-registry:docker-registry pebble:pebble openssl:openssl \
+  valgrind:valgrind strace:strace; do
   command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 # A virtual environment needs ensurepip, which Debian ships apart from python3.

@@ -146,3 +146,32 @@ pub fn picket_release() -> PathBuf {
         })
         .clone()
 }
+
+/// `picket` as the work-count guard measures it (`tests/tests/work.rs`):
+/// the `work` profile, the release profile's optimisation without its
+/// whole-program link, in a target directory of its own (built alone, the
+/// package unifies features as a release build does).
+pub fn picket_work() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = target_root().join("work");
+            cargo(
+                &[
+                    "build",
+                    "--profile",
+                    "work",
+                    "--locked",
+                    "-p",
+                    "picket",
+                    "--bin",
+                    "picket",
+                    "--target-dir",
+                    dir.to_str().expect("UTF-8 path"),
+                ],
+                &[],
+            );
+            dir.join("work").join("picket")
+        })
+        .clone()
+}
