@@ -118,7 +118,8 @@ async fn event_to_rotation_under_50ms_p99_even_during_a_reload_storm() {
     let mut quiet = measure(&kube, &node, two.addr.port()).await;
     let quiet_p99 = report("quiet", &mut quiet);
 
-    // Ten reloads a second, each a real change (a route comes and goes).
+    // The file replaced ten times a second, each a real change (a route
+    // comes and goes).
     let storm_path = path.clone();
     let storm_config = (config(&kube, false), config(&kube, true));
     let storm = tokio::spawn(async move {
@@ -147,7 +148,10 @@ async fn event_to_rotation_under_50ms_p99_even_during_a_reload_storm() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0);
     eprintln!("reloads applied during the storm: {reloaded}");
-    assert!(reloaded >= 20, "the storm reloaded ({reloaded})");
+    // Writes 100 ms apart, each waking a reload after 100 ms of quiet:
+    // bursts coalesce, so the storm applies about five a second (16 in one
+    // run); at least ten show the measurement ran through it.
+    assert!(reloaded >= 10, "the storm reloaded ({reloaded})");
     assert!(quiet_p99 < MARGIN, "quiet p99 {quiet_p99:?}");
     assert!(stormy_p99 < MARGIN, "storm p99 {stormy_p99:?}");
     node.stop().await;
