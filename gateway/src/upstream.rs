@@ -679,8 +679,14 @@ impl Upstream {
         }
         *failing = None;
         drop(failing);
+        self.unmarked(replica, "replica serves traffic again");
+    }
+
+    /// A failing mark just taken off `replica`: its mirror, one log line,
+    /// and the verdict judged again.
+    fn unmarked(&self, replica: &Replica, what: &'static str) {
         replica.failing_now.store(false, Ordering::Relaxed);
-        tracing::info!(route = &*self.route, replica = %replica.label, "replica serves traffic again");
+        tracing::info!(route = &*self.route, replica = %replica.label, "{what}");
         self.changed();
     }
 
@@ -710,9 +716,7 @@ impl Upstream {
             return;
         }
         drop(failing);
-        replica.failing_now.store(false, Ordering::Relaxed);
-        tracing::info!(route = &*self.route, replica = %replica.label, "replica answers its health check again");
-        self.changed();
+        self.unmarked(replica, "replica answers its health check again");
     }
 
     /// Whether a replica other than `replica` takes requests.

@@ -306,13 +306,7 @@ async fn run(load: Load, n: usize, proxy: SocketAddr, tls: SocketAddr, ca: &Test
         Load::Churn => {
             for i in 0..n {
                 let tcp = TcpStream::connect(proxy).await.expect("connect");
-                let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-                    .await
-                    .expect("handshake");
-                let conn = tokio::spawn(conn);
-                ask(&mut send, &format!("/h1/{i}"), true).await;
-                drop(send);
-                let _ = conn.await;
+                ask_once(tcp, &format!("/h1/{i}")).await;
             }
         }
         Load::H2 => {
@@ -354,17 +348,25 @@ async fn run(load: Load, n: usize, proxy: SocketAddr, tls: SocketAddr, ca: &Test
                 if stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
                     resumed += 1;
                 }
-                let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .expect("handshake");
-                let conn = tokio::spawn(conn);
-                ask(&mut send, &format!("/h1/{i}"), true).await;
-                drop(send);
-                let _ = conn.await;
+                ask_once(stream, &format!("/h1/{i}")).await;
             }
             assert!(resumed + 1 >= n, "{resumed} of {n} resumed");
         }
     }
+}
+
+/// One request on a connection of its own, closed after the answer.
+async fn ask_once<S>(stream: S, path: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    let conn = tokio::spawn(conn);
+    ask(&mut send, path, true).await;
+    drop(send);
+    let _ = conn.await;
 }
 
 async fn ask(

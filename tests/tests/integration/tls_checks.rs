@@ -205,14 +205,8 @@ async fn a_certificate_that_expires_under_a_resumable_session_is_seen_at_the_nex
     .await;
     // The same server, its sessions kept (a client that resumed would not
     // be shown the certificate again), now with one that expired a day ago.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs();
-    let mut expired = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
-    expired.session_storage = Arc::clone(&valid.session_storage);
-    expired.ticketer = Arc::clone(&valid.ticketer);
-    upstream.set_config(Arc::new(expired));
+    let expiring = expired(&ca, Some(&valid));
+    upstream.set_config(expiring);
     node.verdict_until(
         "billing",
         "red once a check sees the expired certificate",
@@ -238,13 +232,7 @@ async fn a_certificate_that_expires_under_pooled_connections_is_orange_saying_bo
         v.heart == Heart::Green
     })
     .await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs();
-    let mut expired = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
-    expired.session_storage = Arc::clone(&valid.session_storage);
-    expired.ticketer = Arc::clone(&valid.ticketer);
+    let expiring = expired(&ca, Some(&valid));
     // Traffic all along: 520 requests, 4 at a time.
     let traffic = {
         let proxy = node.proxy;
@@ -269,7 +257,7 @@ async fn a_certificate_that_expires_under_pooled_connections_is_orange_saying_bo
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    upstream.set_config(Arc::new(expired.clone()));
+    upstream.set_config(expiring);
     node.verdict_until(
         "billing",
         "orange, saying both",
@@ -288,15 +276,18 @@ async fn a_certificate_that_expires_under_pooled_connections_is_orange_saying_bo
     // The replica restarts with the expired certificate and no sessions:
     // only new connections are left, and they are refused.
     drop(upstream);
-    let mut fresh = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
-    fresh.session_storage = rustls::server::ServerSessionMemoryCache::new(16);
-    let _restarted = TlsUpstream::on(
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("the same port"),
-        "billing",
-        Arc::new(fresh),
-    );
+    // Its task ends (and lets the port go) when the runtime next looks.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => break listener,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("the same port: {e}"),
+        }
+    };
+    let _restarted = TlsUpstream::on(listener, "billing", expired(&ca, None));
     node.verdict_until(
         "billing",
         "red once only new connections are left",
@@ -346,14 +337,8 @@ async fn a_renewed_certificate_is_seen_within_two_seconds_while_orange() {
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs();
-    let mut expired = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
-    expired.session_storage = Arc::clone(&valid.session_storage);
-    expired.ticketer = Arc::clone(&valid.ticketer);
-    upstream.set_config(Arc::new(expired));
+    let expiring = expired(&ca, Some(&valid));
+    upstream.set_config(expiring);
     // A round now, as the 30 s timer would run it later.
     node.node().checker().round(node.node().proxy()).await;
     node.verdict_until("billing", "orange", Duration::from_secs(1), |v| {
@@ -417,6 +402,25 @@ async fn a_tls_replicas_days_to_expiry_are_shown_and_measured() {
         "{metrics}"
     );
     node.stop().await;
+}
+
+/// A server configuration whose certificate expired a day ago; with
+/// `sessions`, it keeps `sessions`' store and tickets (a client that
+/// resumed would not be shown the new certificate).
+fn expired(ca: &TestCa, sessions: Option<&rustls::ServerConfig>) -> Arc<rustls::ServerConfig> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let mut config = (*ca.server_config_expiring(&["127.0.0.1"], Some(now - 86_400))).clone();
+    match sessions {
+        Some(valid) => {
+            config.session_storage = Arc::clone(&valid.session_storage);
+            config.ticketer = Arc::clone(&valid.ticketer);
+        }
+        None => config.session_storage = rustls::server::ServerSessionMemoryCache::new(16),
+    }
+    Arc::new(config)
 }
 
 /// `/metrics` of the admin listener at `admin`.
