@@ -146,16 +146,19 @@ fn head_len(
 /// searching only past `scanned`, the bytes searched before: a head that
 /// trickles in a byte at a time is scanned once, and parsed once it is
 /// whole, not again on every read.
+///
+/// Each line end is found by `memchr` (a word or a vector at a time): a
+/// byte-at-a-time loop spent 12 % of a kept-alive request's instructions
+/// here.
 pub fn has_head_end(buf: &[u8], scanned: usize) -> bool {
     let from = scanned.saturating_sub(2).min(buf.len());
-    buf[from..].iter().enumerate().any(|(i, &b)| {
+    memchr::memchr_iter(b'\n', &buf[from..]).any(|i| {
         let at = from + i;
-        b == b'\n'
-            && match buf.get(at + 1) {
-                Some(b'\n') => true,
-                Some(b'\r') => buf.get(at + 2) == Some(&b'\n'),
-                _ => false,
-            }
+        match buf.get(at + 1) {
+            Some(b'\n') => true,
+            Some(b'\r') => buf.get(at + 2) == Some(&b'\n'),
+            _ => false,
+        }
     })
 }
 
@@ -236,6 +239,28 @@ mod tests {
         }
         assert!(has_head_end(b"GET / HTTP/1.1\nHost: a\n\n", 20));
         assert!(!has_head_end(b"GET / HTTP/1.1\r\nHost: a\r\n", 0));
+    }
+
+    proptest::proptest! {
+        /// The line-at-a-time search finds exactly what a byte-at-a-time
+        /// one finds, from any point already searched, in bytes made of
+        /// line ends and little else.
+        #[test]
+        fn head_ends_are_what_a_byte_at_a_time_search_finds(
+            buf in proptest::collection::vec(
+                proptest::sample::select(vec![b'a', b'\r', b'\n', b':']),
+                0..64,
+            ),
+            scanned in 0usize..70,
+        ) {
+            let from = scanned.saturating_sub(2).min(buf.len());
+            let bytewise = (from..buf.len()).any(|at| {
+                buf[at] == b'\n'
+                    && (buf.get(at + 1) == Some(&b'\n')
+                        || (buf.get(at + 1) == Some(&b'\r') && buf.get(at + 2) == Some(&b'\n')))
+            });
+            proptest::prop_assert_eq!(has_head_end(&buf, scanned), bytewise);
+        }
     }
 
     #[test]
