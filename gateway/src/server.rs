@@ -252,7 +252,10 @@ fn connection(
             return;
         };
         match protocol {
-            http1::Protocol::Http1 => http1::serve(&mut conn, &proxy, &client, &mut shutdown).await,
+            http1::Protocol::Http1 => {
+                http1::serve(&mut conn, &proxy, &client, &mut shutdown).await;
+                conn.shelve();
+            }
             http1::Protocol::Http2 => {
                 let limits = conn.limits();
                 Box::pin(http2::serve(

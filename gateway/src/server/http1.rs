@@ -176,6 +176,17 @@ impl ClientConn {
         }
     }
 
+    /// The connection is done: its buffers go to the thread's shelf, where
+    /// the next connection to read takes them. Freed instead, a client that
+    /// opens a connection a request would have the node allocate, and grow
+    /// a reallocation at a time, a read buffer, head buffer and header list
+    /// for each request.
+    pub fn shelve(&mut self) {
+        spare::put(&mut self.buf);
+        spare::put(&mut self.out);
+        spare::put(&mut self.fields);
+    }
+
     /// The bounds the connection is served under.
     pub fn limits(&self) -> ClientLimits {
         self.limits
@@ -1077,5 +1088,45 @@ mod tests {
             0,
             "the head buffer is shelved while idle"
         );
+    }
+
+    /// A connection that ends leaves its buffers to the next one on its
+    /// thread: a client that opens a connection a request does not have
+    /// the node allocate and grow them again each time.
+    #[tokio::test]
+    async fn a_connection_that_ends_leaves_its_buffers_to_the_next() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ClientLimits {
+            header: std::time::Duration::from_secs(5),
+            idle: std::time::Duration::from_secs(5),
+            send: std::time::Duration::from_secs(5),
+            max_connections: 2,
+        };
+        let mut first = None;
+        for _ in 0..2 {
+            let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+            let mut client = client.unwrap();
+            let mut conn = ClientConn::new(
+                tokio_util::either::Either::Left(accepted.unwrap().0),
+                limits,
+            );
+            client
+                .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                .await
+                .unwrap();
+            conn.fill_idle().await.unwrap();
+            let at = conn.buf.as_ptr();
+            conn.out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+            match first {
+                None => first = Some((at, conn.out.as_ptr())),
+                Some((buf, out)) => {
+                    assert_eq!(at, buf, "the read buffer of the connection before");
+                    assert_eq!(conn.out.as_ptr(), out, "its head buffer");
+                }
+            }
+            conn.shelve();
+            assert_eq!(conn.buf.capacity() + conn.out.capacity(), 0);
+        }
     }
 }
