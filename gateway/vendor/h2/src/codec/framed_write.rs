@@ -230,8 +230,8 @@ where
         }
     }
 
-    /// Gives the write buffer back to the allocator when it holds nothing
-    /// to write.
+    /// Gives the write buffer back (to the thread's shelf) when it holds
+    /// nothing to write.
     fn release(&mut self) {
         if self.next.is_none()
             && self.buf.get_ref().is_empty()

@@ -46,13 +46,28 @@ impl Spare {
             .unwrap_or_else(|| BytesMut::with_capacity(capacity))
     }
 
-    /// Puts `buf` on the shelf, emptied, when it is of `capacity` bytes and
-    /// the shelf has room; frees it otherwise. A buffer that shares its
-    /// bytes (frames split from it still live) is freed: only this hold
-    /// goes.
+    /// Puts `buf` on the shelf, emptied, when it is a whole allocation of
+    /// `capacity` bytes that nothing else holds and the shelf has room;
+    /// frees it otherwise (only this hold goes).
+    ///
+    /// A write buffer is never split: it is whole at its kind's size, or it
+    /// grew. A read buffer is what is left after the frames read were split
+    /// from its front: narrower than the allocation, it is taken back whole
+    /// only if no frame still holds any of it (`try_reclaim`, below its
+    /// size, checks that). One that shows its kind's full size may be the
+    /// tail of a larger allocation (grown for a large frame), which
+    /// `try_reclaim` would not check: it is freed.
     pub(crate) fn give(self, mut buf: BytesMut, capacity: usize) {
         buf.clear();
-        if !buf.try_reclaim(capacity) || buf.capacity() != capacity {
+        let whole = match self {
+            Spare::Write => buf.capacity() == capacity,
+            Spare::Read => {
+                buf.capacity() < capacity
+                    && buf.try_reclaim(capacity)
+                    && buf.capacity() == capacity
+            }
+        };
+        if !whole {
             return;
         }
         let _ = self.shelf().try_with(|shelf| {
@@ -91,6 +106,27 @@ mod tests {
         Spare::Read.give(read, 64);
         let shelf = READ.with(|shelf| shelf.borrow().len());
         assert_eq!(shelf, 0);
+        drop(frame);
+    }
+
+    #[test]
+    fn a_read_buffer_is_shelved_only_whole_and_held_by_nothing_else() {
+        READ.with(|shelf| shelf.borrow_mut().clear());
+        let shelved = || READ.with(|shelf| shelf.borrow().len());
+        // The frames split from its front are gone: taken back whole.
+        let mut read = Spare::Read.take(64);
+        read.extend_from_slice(b"a frame");
+        drop(read.split_to(7));
+        Spare::Read.give(read, 64);
+        assert_eq!(shelved(), 1);
+        assert_eq!(Spare::Read.take(64).capacity(), 64);
+        // The tail of a larger allocation, of the kind's size exactly: freed.
+        let mut grown = BytesMut::with_capacity(128);
+        grown.extend_from_slice(&[0; 64]);
+        let frame = grown.split_to(64);
+        assert_eq!(grown.capacity(), 64);
+        Spare::Read.give(grown, 64);
+        assert_eq!(shelved(), 0);
         drop(frame);
     }
 }

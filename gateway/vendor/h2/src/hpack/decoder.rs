@@ -10,10 +10,10 @@ use std::cmp;
 use std::collections::VecDeque;
 use std::io::Cursor;
 use std::ops::ControlFlow;
+use std::str::Utf8Error;
 
 /// The buffer Huffman-coded strings are decoded into, taken when one comes.
 const STRING_BUFFER_CAPACITY: usize = 4096;
-use std::str::Utf8Error;
 
 /// Decodes headers using HPACK
 #[derive(Debug)]

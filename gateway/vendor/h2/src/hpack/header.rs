@@ -128,6 +128,8 @@ impl Header {
             Header::Authority(ref v) => Header::Authority(BytesStr::from(v)),
             Header::Scheme(ref v) => Header::Scheme(BytesStr::from(v)),
             Header::Path(ref v) => Header::Path(BytesStr::from(v)),
+            Header::Protocol(ref v) => Header::Protocol(Protocol::from(v.as_str())),
+            // Methods and statuses own their bytes.
             ref other => other.clone(),
         }
     }
