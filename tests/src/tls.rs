@@ -225,6 +225,19 @@ pub fn self_signed_pem(names: &[&str], until: &str) -> String {
 
 /// A client that trusts `roots`, offers `alpn`, and never resumes.
 pub fn client_trusting(roots: rustls::RootCertStore, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut config = client_builder(roots, alpn);
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// A client that trusts `roots`, offers `alpn`, and resumes its sessions
+/// (rustls's default: TLS 1.3 tickets kept in memory).
+pub fn client_resuming(roots: rustls::RootCertStore, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    Arc::new(client_builder(roots, alpn))
+}
+
+/// What both clients share: aws-lc, safe protocol versions, `roots`, `alpn`.
+fn client_builder(roots: rustls::RootCertStore, alpn: &[&[u8]]) -> rustls::ClientConfig {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -232,8 +245,7 @@ pub fn client_trusting(roots: rustls::RootCertStore, alpn: &[&[u8]]) -> Arc<rust
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    config.resumption = rustls::client::Resumption::disabled();
-    Arc::new(config)
+    config
 }
 
 /// A client that takes whatever certificate it is shown, for tests that

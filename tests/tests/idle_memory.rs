@@ -25,6 +25,7 @@ use std::time::Duration;
 use cap::Cap;
 use picket_test_upstream::RawUpstream;
 use picket_tests::node::TestNode;
+use picket_tests::wire::{H2_PREFACE, h2_frame};
 
 /// Counts the bytes this process holds from the heap.
 #[global_allocator]
@@ -64,14 +65,6 @@ enum Protocol {
     Http2,
 }
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    out.extend_from_slice(&[kind, flags]);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
 /// What each client sends: one request, whole.
 fn request(protocol: Protocol, authority: &str) -> Vec<u8> {
     match protocol {
@@ -88,9 +81,9 @@ fn request(protocol: Protocol, authority: &str) -> Vec<u8> {
             block.extend_from_slice(authority.as_bytes());
             block.extend_from_slice(&[0x7a, agent.len() as u8]);
             block.extend_from_slice(agent);
-            let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-            out.extend(frame(4, 0, 0, &[]));
-            out.extend(frame(1, 0x5, 1, &block));
+            let mut out = H2_PREFACE.to_vec();
+            out.extend(h2_frame(4, 0, 0, &[]));
+            out.extend(h2_frame(1, 0x5, 1, &block));
             out
         }
     }
@@ -131,7 +124,7 @@ fn read_answer(protocol: Protocol, stream: &mut TcpStream, buf: &mut [u8]) {
                 .expect("read a frame's payload");
             if kind == 4 && flags & 1 == 0 {
                 stream
-                    .write_all(&frame(4, 1, 0, &[]))
+                    .write_all(&h2_frame(4, 1, 0, &[]))
                     .expect("acknowledge SETTINGS");
             }
             if kind == 1 && id == 1 {

@@ -47,7 +47,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use picket_test_upstream::{Behaviour, Upstream};
 use picket_tests::binaries;
 use picket_tests::ports::free_port;
-use picket_tests::tls::TestCa;
+use picket_tests::tls::{self, TestCa};
 use tokio::net::{TcpListener, TcpStream};
 
 /// How far over its baseline a figure may go. Between five runs on one
@@ -374,14 +374,8 @@ async fn run(load: Load, n: usize, proxy: SocketAddr, tls: SocketAddr, ca: &Test
         Load::TlsResumed => {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(ca.der.clone()).expect("the CA as a root");
-            let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .expect("TLS versions")
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let connector =
+                tokio_rustls::TlsConnector::from(tls::client_resuming(roots, &[b"http/1.1"]));
             let name = rustls::pki_types::ServerName::try_from("work.test").expect("a name");
             let mut resumed = 0;
             for i in 0..n {

@@ -17,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use picket_tests::node::{TestNode, route};
 use picket_tests::recorder::Recorder;
 use picket_tests::upstream::{Behaviour, Upstream};
-use picket_tests::wire::Wire;
+use picket_tests::wire::{H2_PREFACE, Wire, h2_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -468,15 +468,6 @@ async fn an_http1_client_that_stops_reading_frees_the_replica_at_the_send_bound(
     node.stop().await;
 }
 
-/// HTTP/2 frames, by hand: what a hostile client sends.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    frame.extend_from_slice(&stream.to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_streams_with_a_zero_window_free_their_replicas_at_the_send_bound() {
     let (replica, opened, open) = firehose().await;
@@ -486,7 +477,7 @@ async fn http2_streams_with_a_zero_window_free_their_replicas_at_the_send_bound(
     let mut clients = Vec::new();
     for _ in 0..3 {
         let mut tcp = TcpStream::connect(node.proxy).await.expect("connect");
-        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        let mut out = H2_PREFACE.to_vec();
         // SETTINGS: INITIAL_WINDOW_SIZE 0: no stream may carry a byte.
         out.extend(h2_frame(0x4, 0, 0, &[0x00, 0x04, 0, 0, 0, 0]));
         for stream in 0..20u32 {
